@@ -1,0 +1,202 @@
+// Vertex types (codelets): the code that runs on one tile, on that tile's
+// memory only. Each declares its fields, its arithmetic and its cycle cost.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "neurenix/graph.h"
+
+namespace neurenix {
+
+// ---------------------------------------------------------------------------
+// Element-wise expressions (popops::map's expression trees, flattened to
+// postfix). Each instruction says whether its float result is rounded to
+// half, so one fused expression can mix precisions exactly as the unfused
+// operations would.
+
+enum class ExprOpCode : uint16_t {
+  // leaves
+  kInput,   // arg = operand index
+  kConstF,  // imm (float)
+  kConstI,  // imm (int32, stored in the float exactly when |v| < 2^24) ; see imm_i
+  // unary
+  kNeg, kAbs, kRelu, kSigmoid, kTanh, kExp, kLog, kSqrt, kRsqrt, kReciprocal, kErf,
+  kGeluErf, kGeluTanh, kFloor, kCeil, kRound, kSign, kSin, kCos, kNot, kIsNan, kIsInf,
+  kSquare, kSoftplus, kSoftsign, kCastF32, kCastF16, kCastI32, kCastBool,
+  // binary
+  kAdd, kSub, kMul, kDiv, kPow, kMin, kMax, kMod, kFmod, kEq, kLt, kLe, kGt, kGe,
+  kAnd, kOr, kXor,
+  // ternary
+  kSelect,  // select(cond, a, b)
+  // parametric unary (imm, imm2): clip, leaky relu, elu, hard sigmoid...
+  kClamp,      // clamp(x, imm, imm2)
+  kLeakyRelu,  // x >= 0 ? x : imm * x
+  kElu,        // x >= 0 ? x : imm * (exp(x) - 1)
+  kHardSigmoid,// max(0, min(1, imm * x + imm2))
+  kCount
+};
+
+struct ExprInstr {
+  ExprOpCode op;
+  uint32_t arg = 0;      // operand index for kInput
+  double imm = 0.0;      // constant / parameter
+  double imm2 = 0.0;     // second parameter
+  bool half = false;     // round this instruction's float result to binary16
+};
+
+// Marks every instruction of `expr` as half precision (for graphs built by hand).
+std::vector<ExprInstr> in_half(std::vector<ExprInstr> expr);
+
+// Kinds of values inside an expression.
+enum class ValueKind : uint8_t { kFloat, kInt, kBool };
+
+// Checks an expression (postfix) against operand types and returns the kind
+// of its result; throws kInvalidArgument for a malformed expression.
+ValueKind check_expression(const std::vector<ExprInstr>& expr, const std::vector<DType>& operand_types);
+const char* expr_op_name(ExprOpCode op);
+// Cycles per element (tile throughput) of one instruction.
+double expr_op_cycles(ExprOpCode op, bool half);
+
+class MapVertex : public Vertex {
+ public:
+  // One operand: a field of `count` elements, or a single element broadcast
+  // (`scalar`).
+  struct Operand {
+    Field field;
+    DType dtype;
+    bool scalar;
+  };
+  MapVertex(uint32_t tile, std::shared_ptr<const std::vector<ExprInstr>> expr, std::vector<Operand> operands,
+            Field out, DType out_dtype);
+  const char* name() const override { return "Map"; }
+  void compute(uint8_t* mem) const override;
+  uint64_t cycles(const TargetSpec& t) const override;
+  uint64_t code_bytes() const override { return 512; }
+
+ protected:
+  void list_fields(std::vector<Field*>& out) override;
+
+ private:
+  std::shared_ptr<const std::vector<ExprInstr>> expr_;
+  std::vector<Operand> operands_;
+  Field out_;
+  DType out_dtype_;
+};
+
+// Fills a field with one value.
+class FillVertex : public Vertex {
+ public:
+  FillVertex(uint32_t tile, Field out, DType dtype, double value);
+  const char* name() const override { return "Fill"; }
+  void compute(uint8_t* mem) const override;
+  uint64_t cycles(const TargetSpec& t) const override;
+  uint64_t code_bytes() const override { return 64; }
+
+ protected:
+  void list_fields(std::vector<Field*>& out) override { out.push_back(&out_); }
+
+ private:
+  Field out_;
+  DType dtype_;
+  double value_;
+};
+
+// ---------------------------------------------------------------------------
+// Matrix products: one tile's block of C = A . B, on the accumulating matrix
+// product unit. Operands are row-major blocks with leading dimensions (in
+// elements) inside tile-local fields.
+
+struct MatMulBlock {
+  uint32_t m = 0, n = 0, k = 0;
+  uint32_t lda = 0, ldb = 0, ldc = 0;
+};
+
+class MatMulVertex : public Vertex {
+ public:
+  MatMulVertex(uint32_t tile, Field a, Field b, Field c, MatMulBlock shape, DType in_dtype, DType partials_dtype,
+               DType out_dtype);
+  const char* name() const override { return "MatMul"; }
+  void compute(uint8_t* mem) const override;
+  uint64_t cycles(const TargetSpec& t) const override;
+  uint64_t code_bytes() const override { return 1536; }
+
+ protected:
+  void list_fields(std::vector<Field*>& out) override;
+
+ private:
+  Field a_, b_, c_;
+  MatMulBlock s_;
+  DType in_, partials_, out_;
+};
+
+// Sums `parts` partial blocks laid out back to back in `in` (each a packed
+// rows x cols block) into the rows x cols block of `out` (leading dimension
+// `ld_out`), accumulating in the partials type.
+class SumPartialsVertex : public Vertex {
+ public:
+  SumPartialsVertex(uint32_t tile, Field in, Field out, uint32_t parts, uint32_t rows, uint32_t cols, uint32_t ld_out,
+                    DType partials_dtype, DType out_dtype);
+  const char* name() const override { return "SumPartials"; }
+  void compute(uint8_t* mem) const override;
+  uint64_t cycles(const TargetSpec& t) const override;
+  uint64_t code_bytes() const override { return 256; }
+
+ protected:
+  void list_fields(std::vector<Field*>& out) override;
+
+ private:
+  Field in_, out_;
+  uint32_t parts_, rows_, cols_, ld_out_;
+  DType partials_, out_dtype_;
+};
+
+// Accumulating helper shared by codelets and tests: C[m x n] = A . B in float
+// with row-major leading dimensions. Adds into C when `accumulate`.
+void gemm_f32(const float* a, const float* b, float* c, uint32_t m, uint32_t n, uint32_t k, uint32_t lda, uint32_t ldb,
+              uint32_t ldc, bool accumulate);
+
+// ---------------------------------------------------------------------------
+// Reductions.
+
+enum class ReduceOp : uint8_t { kSum, kMax, kMin, kProd, kSumSquare, kSumAbs };
+enum class ReduceFinal : uint8_t { kNone, kScale, kSqrt, kLog };
+
+const char* reduce_op_name(ReduceOp op);
+
+struct ReduceSegment {
+  uint64_t in_offset;   // element offset within the input field
+  uint64_t len;         // elements reduced
+  uint64_t in_stride;   // distance between reduced elements (1 = contiguous)
+  uint64_t out_offset;  // element offset within the output field
+};
+
+// Reduces segments of `in` into single elements of `out`. With `combine` the
+// inputs are partial results (so sum-of-squares combines by summing).
+class ReduceVertex : public Vertex {
+ public:
+  ReduceVertex(uint32_t tile, Field in, DType in_dtype, Field out, DType out_dtype, ReduceOp op, bool combine,
+               ReduceFinal final_op, double scale, std::vector<ReduceSegment> segments);
+  const char* name() const override { return "Reduce"; }
+  void compute(uint8_t* mem) const override;
+  uint64_t cycles(const TargetSpec& t) const override;
+  uint64_t code_bytes() const override { return 384; }
+
+ protected:
+  void list_fields(std::vector<Field*>& out) override;
+
+ private:
+  Field in_, out_;
+  DType in_dtype_, out_dtype_;
+  ReduceOp op_;
+  bool combine_;
+  ReduceFinal final_;
+  double scale_;
+  std::vector<ReduceSegment> segs_;
+};
+
+// Reads element i of a field of `dtype` at `base` as a double / writes one.
+double load_element(const uint8_t* base, DType dtype, uint64_t i);
+void store_element(uint8_t* base, DType dtype, uint64_t i, double v);
+
+}  // namespace neurenix

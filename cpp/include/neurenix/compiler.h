@@ -1,0 +1,93 @@
+// Graph compilation: liveness, per-tile memory allocation, out-of-memory
+// diagnosis, address resolution and the static cost of every program step.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "neurenix/graph.h"
+
+namespace neurenix {
+
+struct MemoryConsumer {
+  std::string name;
+  uint64_t bytes;
+};
+
+// Memory of one tile at its peak.
+struct TileMemory {
+  uint32_t tile;              // global tile id
+  uint64_t variables = 0;     // high-water mark of the variable arena
+  uint64_t vertex_state = 0;  // vertex fields and parameters
+  uint64_t code = 0;          // codelet code
+  uint64_t exchange_code = 0; // exchange descriptors
+  uint64_t control_code = 0;  // program control and worker stacks
+  uint64_t total() const { return variables + vertex_state + code + exchange_code + control_code; }
+};
+
+struct TileOverflow {
+  uint32_t ipu;
+  uint32_t tile;  // tile index within its IPU
+  uint64_t used;
+  uint64_t capacity;
+  std::vector<MemoryConsumer> largest;  // live at the peak, largest first
+};
+
+struct StepCost {
+  StepKind kind;
+  uint32_t index;
+  std::string name;
+  uint64_t cycles;
+  uint64_t bytes;  // exchanged or streamed bytes (0 for compute)
+};
+
+class Executable {
+ public:
+  const Graph& graph() const { return *graph_; }
+  Graph& graph() { return *graph_; }
+  bool fits() const { return overflows_.empty(); }
+  const std::vector<TileOverflow>& overflows() const { return overflows_; }
+  const std::vector<TileMemory>& tile_memory() const { return tile_memory_; }
+  // The program as run: the graph's steps plus the output streams; step_costs()
+  // is aligned with it.
+  const std::vector<Step>& program() const { return program_; }
+  const std::vector<StepCost>& step_costs() const { return step_costs_; }
+  uint64_t cycles_per_run() const;
+
+  // Arena layout: bytes of variables per tile (index: global tile).
+  const std::vector<uint64_t>& arena_bytes() const { return arena_bytes_; }
+  // Byte offset of `var`'s block on the i-th tile of its share list.
+  uint64_t var_offset(VarId var, size_t share_index) const { return var_offsets_[var][share_index]; }
+
+  // Execution schedule, grouped for the engine.
+  struct TileVertices {
+    uint32_t tile;
+    std::vector<const Vertex*> vertices;
+  };
+  const std::vector<std::vector<TileVertices>>& compute_schedule() const { return compute_schedule_; }
+  struct TileCopies {
+    uint32_t dst_tile;
+    std::vector<const Copy*> copies;
+  };
+  const std::vector<std::vector<TileCopies>>& exchange_schedule() const { return exchange_schedule_; }
+
+ private:
+  friend std::unique_ptr<Executable> compile(std::unique_ptr<Graph> g);
+  std::unique_ptr<Graph> graph_;
+  std::vector<TileOverflow> overflows_;
+  std::vector<TileMemory> tile_memory_;  // tiles that hold anything
+  std::vector<Step> program_;
+  std::vector<StepCost> step_costs_;
+  std::vector<uint64_t> arena_bytes_;
+  std::vector<std::vector<uint64_t>> var_offsets_;
+  std::vector<std::vector<TileVertices>> compute_schedule_;
+  std::vector<std::vector<TileCopies>> exchange_schedule_;
+};
+
+// Compiles a graph. A graph that does not fit still yields an Executable, with
+// `fits()` false and every overflowing tile listed; it cannot be loaded.
+std::unique_ptr<Executable> compile(std::unique_ptr<Graph> g);
+
+}  // namespace neurenix

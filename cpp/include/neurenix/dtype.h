@@ -1,0 +1,107 @@
+// Element types that live in tile memory, and IEEE binary16 arithmetic helpers.
+//
+// The simulated IPU stores float16 tensors as raw binary16 bits. Vertices widen
+// to float, compute, and round back with round-to-nearest-even, which is what the
+// chip's fp16 units do for the basic operations.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+#if defined(__F16C__)
+#include <immintrin.h>
+#endif
+
+namespace neurenix {
+
+enum class DType : uint8_t { kFloat32 = 0, kFloat16 = 1, kInt32 = 2, kBool = 3 };
+
+inline size_t dtype_size(DType t) {
+  switch (t) {
+    case DType::kFloat32: return 4;
+    case DType::kFloat16: return 2;
+    case DType::kInt32: return 4;
+    case DType::kBool: return 1;
+  }
+  return 4;
+}
+
+const char* dtype_name(DType t);
+DType dtype_from_int(int code);  // throws kInvalidArgument for unknown codes
+inline bool is_float(DType t) { return t == DType::kFloat32 || t == DType::kFloat16; }
+
+using half_bits = uint16_t;
+
+inline float bits_to_float(uint32_t b) {
+  float f;
+  std::memcpy(&f, &b, 4);
+  return f;
+}
+inline uint32_t float_to_bits(float f) {
+  uint32_t b;
+  std::memcpy(&b, &f, 4);
+  return b;
+}
+
+// Portable conversions; the hardware path below must agree with them bit for bit.
+inline float half_to_float_soft(half_bits h) {
+  uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+  uint32_t exp = (h >> 10) & 0x1fu;
+  uint32_t man = h & 0x3ffu;
+  if (exp == 0) {
+    if (man == 0) return bits_to_float(sign);
+    // Subnormal: value = man * 2^-24.
+    float v = (float)man * 5.9604644775390625e-8f;
+    return sign ? -v : v;
+  }
+  if (exp == 31) return bits_to_float(sign | 0x7f800000u | (man << 13));
+  return bits_to_float(sign | ((exp + 112) << 23) | (man << 13));
+}
+
+inline half_bits float_to_half_soft(float f) {
+  uint32_t x = float_to_bits(f);
+  uint32_t sign = (x >> 16) & 0x8000u;
+  uint32_t ax = x & 0x7fffffffu;
+  if (ax >= 0x7f800000u) {  // inf or nan
+    return (half_bits)(sign | 0x7c00u | (ax > 0x7f800000u ? 0x200u | ((ax >> 13) & 0x3ffu) : 0));
+  }
+  if (ax >= 0x477ff000u) return (half_bits)(sign | 0x7c00u);  // rounds to >= 65520 -> inf
+  if (ax < 0x38800000u) {
+    // Result is subnormal or zero: add the magic number that aligns the mantissa
+    // so that the FPU's own round-to-nearest-even does the rounding.
+    float r = bits_to_float(ax) + 0.5f;
+    return (half_bits)(sign | (float_to_bits(r) - 0x3f000000u));
+  }
+  uint32_t mant_odd = (ax >> 13) & 1u;
+  ax += 0xc8000fffu + mant_odd;  // rebias exponent (-112 << 23) and round
+  return (half_bits)(sign | (ax >> 13));
+}
+
+// binary16 -> binary32, exact.
+inline float half_to_float(half_bits h) {
+#if defined(__F16C__)
+  return _cvtsh_ss(h);
+#else
+  return half_to_float_soft(h);
+#endif
+}
+
+// binary32 -> binary16 with round-to-nearest-even; overflow goes to infinity.
+inline half_bits float_to_half(float f) {
+#if defined(__F16C__)
+  return _cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT);
+#else
+  return float_to_half_soft(f);
+#endif
+}
+
+// Rounds a float to the nearest binary16 value and widens it back.
+inline float round_to_half(float f) { return half_to_float(float_to_half(f)); }
+
+// Bulk conversions, vectorised where the host has F16C.
+void half_to_float_n(const half_bits* src, float* dst, size_t n);
+void float_to_half_n(const float* src, half_bits* dst, size_t n);
+
+}  // namespace neurenix

@@ -1,0 +1,269 @@
+// The graph: variables mapped onto tiles, vertices grouped into compute sets,
+// exchanges, and the program that sequences them (Poplar's Graph + Program).
+//
+// Every element of a variable lives on exactly one tile. A variable's mapping is
+// a list of intervals of its flat (row-major) element index, each on one tile;
+// on a tile, the intervals are stored back to back in flat order, so an element
+// has a tile-local index. Vertices only name memory of their own tile
+// (`Field`s); moving data between tiles is done by `Copy`s in an exchange.
+// Addresses are assigned later by the compiler (compiler.h).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "neurenix/dtype.h"
+#include "neurenix/target.h"
+
+namespace neurenix {
+
+using VarId = uint32_t;
+using Shape = std::vector<uint64_t>;
+
+uint64_t shape_numel(const Shape& shape);
+std::string shape_str(const Shape& shape);
+
+enum class VarKind : uint8_t {
+  kIntermediate,  // produced and consumed by the program
+  kInput,         // written by a host stream at the start of every run
+  kConstant,      // initialised once when the executable is loaded; always live
+  kTemporary,     // scratch of one operation (exchange buffers, partials)
+};
+
+struct TileInterval {
+  uint64_t begin;  // flat element range [begin, end)
+  uint64_t end;
+  uint32_t tile;   // global tile id (ipu * tiles_per_ipu + tile)
+  uint64_t local;  // element index within the tile's block of this variable
+};
+
+struct TileShare {
+  uint32_t tile;
+  uint64_t count;                  // elements of the variable on this tile
+  std::vector<uint32_t> intervals; // indices into Variable::mapping, flat order
+};
+
+struct Variable {
+  std::string name;
+  DType dtype;
+  Shape shape;
+  uint64_t numel = 0;
+  VarKind kind = VarKind::kIntermediate;
+  uint32_t ipu = 0;
+  bool mapped = false;
+  std::vector<TileInterval> mapping;  // sorted by begin, covering [0, numel)
+  std::vector<TileShare> tiles;       // sorted by tile
+  std::shared_ptr<const std::vector<uint8_t>> data;  // constants only, device dtype
+
+  // The share of `tile`, or nullptr.
+  const TileShare* share(uint32_t tile) const;
+  uint64_t bytes_on(uint32_t tile) const;
+};
+
+// A tensor is a variable seen with some shape (same element count): reshapes
+// are free, everything else that rearranges elements is a copy.
+struct Tensor {
+  VarId var = 0;
+  Shape shape;
+  uint64_t numel() const { return shape_numel(shape); }
+};
+
+// A strided view of a variable's flat elements (numpy-style, strides in
+// elements; 0 broadcasts). Used to describe what a copy reads or writes.
+struct View {
+  VarId var;
+  int64_t offset = 0;
+  Shape shape;
+  std::vector<int64_t> strides;
+
+  static View of(const Tensor& t);  // the whole tensor, row-major
+  uint64_t numel() const { return shape_numel(shape); }
+};
+
+enum class Access : uint8_t { kRead, kWrite, kReadWrite };
+
+// A run of tile-local memory used by a vertex: `count` elements of `var`
+// starting at tile-local element `local`, all on `tile`.
+struct Field {
+  VarId var = 0;
+  uint32_t tile = 0;
+  uint64_t local = 0;
+  uint64_t count = 0;
+  Access access = Access::kRead;
+  uint64_t byte_offset = 0;  // within the tile's memory; set by the compiler
+};
+
+class Vertex {
+ public:
+  virtual ~Vertex() = default;
+  virtual const char* name() const = 0;
+  // Runs on the tile's memory only; fields hold resolved byte offsets.
+  virtual void compute(uint8_t* tile_memory) const = 0;
+  // Estimated tile cycles (the op library splits work over the worker threads).
+  virtual uint64_t cycles(const TargetSpec& target) const = 0;
+  // Bytes of code this vertex's codelet occupies on a tile (counted once per
+  // codelet per tile).
+  virtual uint64_t code_bytes() const { return 256; }
+  std::vector<Field*> all_fields() {
+    std::vector<Field*> out;
+    list_fields(out);
+    return out;
+  }
+  uint32_t tile = 0;
+
+ protected:
+  virtual void list_fields(std::vector<Field*>& out) = 0;
+};
+
+struct ComputeSet {
+  std::string name;
+  std::vector<std::unique_ptr<Vertex>> vertices;
+};
+
+// Moves `count` elements from one tile's memory to another's (or within a
+// tile). Source elements are `src_stride` apart in the source's tile-local
+// order (0 repeats one element); destinations are contiguous.
+struct Copy {
+  VarId src;
+  uint32_t src_tile;
+  uint64_t src_local;
+  int64_t src_stride;
+  VarId dst;
+  uint32_t dst_tile;
+  uint64_t dst_local;
+  uint64_t count;
+  // Set by the compiler.
+  uint64_t src_byte = 0;
+  uint64_t dst_byte = 0;
+};
+
+struct Exchange {
+  std::string name;
+  std::vector<Copy> copies;
+};
+
+enum class StepKind : uint8_t { kCompute, kExchange, kStreamIn, kStreamOut };
+
+struct Step {
+  StepKind kind;
+  uint32_t index;  // compute set, exchange, input or output number
+};
+
+struct HostStream {
+  std::string name;
+  Tensor tensor;
+};
+
+// What the op library decided for one operation, for reports.
+struct OpRecord {
+  std::string name;   // the model node it lowers
+  std::string kind;   // "matmul", "map", "reduce", ...
+  uint32_t ipu = 0;
+  std::string plan;   // planner decision, human readable
+  uint32_t tiles_used = 0;
+  uint64_t temp_bytes_per_tile = 0;  // planner temporaries on the busiest tile
+  uint64_t est_cycles = 0;           // planner estimate
+};
+
+class Graph {
+ public:
+  // A graph for `num_ipus` IPUs of `spec` (which may have more).
+  Graph(SystemSpec spec, uint32_t num_ipus);
+
+  const SystemSpec& spec() const { return spec_; }
+  const TargetSpec& target() const { return target_; }
+  uint32_t num_ipus() const { return num_ipus_; }
+  uint32_t tiles_per_ipu() const { return tiles_per_ipu_; }
+  uint32_t num_tiles() const { return num_ipus_ * tiles_per_ipu_; }
+  uint64_t bytes_per_tile() const { return spec_.tile_bytes(); }
+  uint32_t ipu_of_tile(uint32_t tile) const { return tile / tiles_per_ipu_; }
+  uint32_t first_tile(uint32_t ipu) const { return ipu * tiles_per_ipu_; }
+
+  // Variables ---------------------------------------------------------------
+  Tensor add_variable(const std::string& name, DType dtype, const Shape& shape, VarKind kind, uint32_t ipu);
+  Tensor add_constant(const std::string& name, DType dtype, const Shape& shape, uint32_t ipu,
+                      std::shared_ptr<const std::vector<uint8_t>> data);
+  Variable& var(VarId id) { return vars_.at(id); }
+  const Variable& var(VarId id) const { return vars_.at(id); }
+  size_t num_vars() const { return vars_.size(); }
+
+  // Sets a mapping from intervals (any order; must cover the variable exactly
+  // once, on tiles of the variable's IPU).
+  void set_mapping(VarId id, std::vector<TileInterval> intervals);
+  // Spreads the variable over the tiles of its IPU in contiguous chunks of at
+  // least `grain` elements, starting at a rotating tile so that small tensors
+  // do not all land on tile 0.
+  void map_linearly(VarId id, uint64_t grain = 0);
+  void map_to_tile(VarId id, uint32_t tile);
+  // Gives `dst` the same tile mapping as `src` (same element count).
+  void clone_mapping(VarId dst, VarId src);
+  // Maps `id` linearly if nothing has mapped it yet.
+  void ensure_mapped(VarId id);
+
+  // Locates a flat element: its tile and tile-local index. `hint` caches the
+  // interval found last (sequential scans are O(1)).
+  void locate(VarId id, uint64_t flat, uint32_t* tile, uint64_t* local, size_t* hint) const;
+
+  // Program -------------------------------------------------------------------
+  uint32_t add_compute_set(const std::string& name);
+  ComputeSet& compute_set(uint32_t cs) { return compute_sets_.at(cs); }
+  void add_vertex(uint32_t cs, std::unique_ptr<Vertex> v);
+  uint32_t add_exchange(const std::string& name);
+  Exchange& exchange(uint32_t ex) { return exchanges_.at(ex); }
+  // Appends a step to the program. Empty compute sets and exchanges are skipped.
+  void execute(uint32_t cs);
+  void execute_exchange(uint32_t ex);
+
+  // Host streams: inputs are written at the start of every run, outputs read
+  // at its end.
+  uint32_t add_input_stream(const std::string& name, const Tensor& t);
+  uint32_t add_output_stream(const std::string& name, const Tensor& t);
+
+  const std::vector<Variable>& vars() const { return vars_; }
+  const std::vector<ComputeSet>& compute_sets() const { return compute_sets_; }
+  std::vector<ComputeSet>& compute_sets() { return compute_sets_; }
+  const std::vector<Exchange>& exchanges() const { return exchanges_; }
+  std::vector<Exchange>& exchanges() { return exchanges_; }
+  const std::vector<Step>& program() const { return program_; }
+  const std::vector<HostStream>& inputs() const { return inputs_; }
+  const std::vector<HostStream>& outputs() const { return outputs_; }
+
+  // A name unique within the graph, for debugging and reports.
+  std::string unique_name(const std::string& base);
+
+  // Hands out `count` consecutive tiles of `ipu` (wrapping around), rotating
+  // the start so that successive small operations spread over the chip.
+  // Returns the local index of the first; tile i of the window is
+  // `window_tile(ipu, first, i)`.
+  uint32_t reserve_tiles(uint32_t ipu, uint32_t count);
+  uint32_t window_tile(uint32_t ipu, uint32_t first, uint32_t i) const {
+    return first_tile(ipu) + (first + i) % tiles_per_ipu_;
+  }
+
+  void record_op(OpRecord r) { op_records_.push_back(std::move(r)); }
+  const std::vector<OpRecord>& op_records() const { return op_records_; }
+  void warn(const std::string& w) { warnings_.push_back(w); }
+  const std::vector<std::string>& warnings() const { return warnings_; }
+
+ private:
+  void rebuild_tiles(Variable& v);
+
+  SystemSpec spec_;
+  TargetSpec target_;
+  uint32_t num_ipus_;
+  uint32_t tiles_per_ipu_;
+  std::vector<Variable> vars_;
+  std::vector<ComputeSet> compute_sets_;
+  std::vector<Exchange> exchanges_;
+  std::vector<Step> program_;
+  std::vector<HostStream> inputs_;
+  std::vector<HostStream> outputs_;
+  std::vector<uint32_t> next_tile_;  // per IPU, for map_linearly's rotation
+  std::vector<OpRecord> op_records_;
+  std::vector<std::string> warnings_;
+  uint64_t name_counter_ = 0;
+};
+
+}  // namespace neurenix

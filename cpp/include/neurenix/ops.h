@@ -1,0 +1,78 @@
+// The op library (PopLibs' role): each function adds the variables, vertices,
+// compute sets and exchanges of one operation to a graph and appends its steps
+// to the program. Operands may be unmapped (constants and inputs); the first
+// operation that uses them lays them out the way it wants, as PopLibs'
+// createInput functions do.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "neurenix/codelets.h"
+#include "neurenix/graph.h"
+
+namespace neurenix::ops {
+
+// ---------------------------------------------------------------------------
+// Matrix multiplication, grouped: [G, M, K] x [G, K, N] -> [G, M, N].
+
+struct MatMulOptions {
+  // Fraction of each tile's memory the plan may use for temporaries
+  // (Poplar's availableMemoryProportion).
+  double available_memory_proportion = 0.6;
+  DType partials = DType::kFloat32;
+  DType out_dtype = DType::kFloat32;
+  uint32_t ipu = 0;
+  std::string name = "matmul";
+};
+
+struct MatMulPlan {
+  uint64_t groups = 0, m = 0, n = 0, k = 0;
+  // Parallel splits (product <= tiles) and the serial split of N.
+  uint32_t g_split = 1, m_split = 1, n_split = 1, k_split = 1, serial_split = 1;
+  uint64_t temp_bytes = 0;   // planner temporaries on the busiest tile
+  uint64_t cycles = 0;       // estimate for the whole operation
+  bool meets_memory_target = true;
+  uint32_t tiles_used() const { return g_split * m_split * n_split * k_split; }
+  std::string describe() const;
+};
+
+struct MatMulProblem {
+  uint64_t groups, m, n, k;
+  DType in_dtype, partials, out_dtype;
+  bool a_unmapped, b_unmapped;  // laid out by this plan: no exchange needed
+};
+
+// The cheapest plan that keeps temporaries within the memory target, or the
+// smallest-memory plan when none does.
+MatMulPlan plan_matmul(const TargetSpec& target, uint32_t tiles, uint64_t bytes_per_tile, const MatMulProblem& p,
+                       double available_memory_proportion);
+
+Tensor matmul(Graph& g, const Tensor& a, const Tensor& b, const MatMulOptions& opts, MatMulPlan* plan_out = nullptr);
+
+// ---------------------------------------------------------------------------
+// Element-wise map of an expression over operands broadcast (numpy rules) to
+// `out_shape`.
+Tensor map(Graph& g, const std::vector<ExprInstr>& expr, const std::vector<Tensor>& inputs, DType out_dtype,
+           const Shape& out_shape, uint32_t ipu, const std::string& name);
+
+// Fills a new tensor with one value (used for padding borders and the like).
+Tensor fill(Graph& g, DType dtype, const Shape& shape, double value, uint32_t ipu, const std::string& name);
+
+// ---------------------------------------------------------------------------
+// Reduction over `axes` (any subset); the result drops the reduced axes.
+// `final_op`/`scale` post-process each result (mean = sum then scale).
+Tensor reduce(Graph& g, const Tensor& x, const std::vector<uint32_t>& axes, ReduceOp op, ReduceFinal final_op,
+              double scale, DType out_dtype, uint32_t ipu, const std::string& name);
+
+// ---------------------------------------------------------------------------
+// Data movement.
+
+// Materialises a strided view (transpose, slice, broadcast) as a new tensor.
+Tensor rearrange(Graph& g, const View& src, uint32_t ipu, const std::string& name);
+// Concatenates along `axis`.
+Tensor concat(Graph& g, const std::vector<Tensor>& xs, uint32_t axis, uint32_t ipu, const std::string& name);
+// Copies a tensor to another IPU (over the IPU-Links).
+Tensor copy_to_ipu(Graph& g, const Tensor& x, uint32_t ipu, const std::string& name);
+
+}  // namespace neurenix::ops

@@ -1,0 +1,549 @@
+// Element-wise expression vertex.
+//
+// The expression is evaluated a block of elements at a time: every instruction
+// runs over the whole block before the next one, so the per-element cost is a
+// tight loop rather than an interpreter dispatch. An instruction flagged
+// `half` rounds its float result to binary16, as the chip's half-precision
+// pipeline would.
+#include <cmath>
+#include <cstring>
+
+#include "neurenix/codelets.h"
+#include "neurenix/error.h"
+
+namespace neurenix {
+namespace {
+
+constexpr size_t kBlock = 256;
+
+enum Arity { kLeaf, kUnary, kBinary, kTernary };
+
+Arity arity(ExprOpCode op) {
+  switch (op) {
+    case ExprOpCode::kInput:
+    case ExprOpCode::kConstF:
+    case ExprOpCode::kConstI:
+      return kLeaf;
+    case ExprOpCode::kAdd: case ExprOpCode::kSub: case ExprOpCode::kMul: case ExprOpCode::kDiv:
+    case ExprOpCode::kPow: case ExprOpCode::kMin: case ExprOpCode::kMax: case ExprOpCode::kMod:
+    case ExprOpCode::kFmod: case ExprOpCode::kEq: case ExprOpCode::kLt: case ExprOpCode::kLe:
+    case ExprOpCode::kGt: case ExprOpCode::kGe: case ExprOpCode::kAnd: case ExprOpCode::kOr:
+    case ExprOpCode::kXor:
+      return kBinary;
+    case ExprOpCode::kSelect:
+      return kTernary;
+    default:
+      return kUnary;
+  }
+}
+
+ValueKind kind_of(DType t) {
+  switch (t) {
+    case DType::kFloat32:
+    case DType::kFloat16: return ValueKind::kFloat;
+    case DType::kInt32: return ValueKind::kInt;
+    case DType::kBool: return ValueKind::kBool;
+  }
+  return ValueKind::kFloat;
+}
+
+const char* kind_name(ValueKind k) {
+  return k == ValueKind::kFloat ? "float" : k == ValueKind::kInt ? "int" : "bool";
+}
+
+[[noreturn]] void bad(ExprOpCode op, const std::string& why) {
+  fail(ErrorCode::kInvalidArgument, std::string("malformed element-wise expression at ") + expr_op_name(op) + ": " + why);
+}
+
+// Result kind of one instruction given its operand kinds.
+ValueKind result_kind(const ExprInstr& ins, const ValueKind* in, size_t n) {
+  auto need = [&](ValueKind k, size_t i) {
+    if (in[i] != k) bad(ins.op, std::string("operand ") + std::to_string(i) + " is " + kind_name(in[i]) + ", needs " + kind_name(k));
+  };
+  auto numeric = [&](size_t i) {
+    if (in[i] == ValueKind::kBool) bad(ins.op, "operand is bool, needs a number");
+  };
+  (void)n;
+  switch (ins.op) {
+    case ExprOpCode::kNeg: case ExprOpCode::kAbs: case ExprOpCode::kSign: case ExprOpCode::kSquare:
+    case ExprOpCode::kRelu:
+      numeric(0);
+      return in[0];
+    case ExprOpCode::kNot:
+      need(ValueKind::kBool, 0);
+      return ValueKind::kBool;
+    case ExprOpCode::kIsNan: case ExprOpCode::kIsInf:
+      need(ValueKind::kFloat, 0);
+      return ValueKind::kBool;
+    case ExprOpCode::kCastF32: case ExprOpCode::kCastF16: return ValueKind::kFloat;
+    case ExprOpCode::kCastI32: return ValueKind::kInt;
+    case ExprOpCode::kCastBool: return ValueKind::kBool;
+    case ExprOpCode::kAdd: case ExprOpCode::kSub: case ExprOpCode::kMul: case ExprOpCode::kDiv:
+    case ExprOpCode::kPow: case ExprOpCode::kMin: case ExprOpCode::kMax: case ExprOpCode::kMod:
+    case ExprOpCode::kFmod:
+      numeric(0);
+      need(in[0], 1);
+      return in[0];
+    case ExprOpCode::kEq: case ExprOpCode::kLt: case ExprOpCode::kLe: case ExprOpCode::kGt: case ExprOpCode::kGe:
+      need(in[0], 1);
+      return ValueKind::kBool;
+    case ExprOpCode::kAnd: case ExprOpCode::kOr: case ExprOpCode::kXor:
+      need(ValueKind::kBool, 0);
+      need(ValueKind::kBool, 1);
+      return ValueKind::kBool;
+    case ExprOpCode::kSelect:
+      need(ValueKind::kBool, 0);
+      need(in[1], 2);
+      return in[1];
+    default:  // float-only unary ops
+      need(ValueKind::kFloat, 0);
+      return ValueKind::kFloat;
+  }
+}
+
+// A block of values; floats and ints share storage by kind.
+struct Slot {
+  ValueKind kind;
+  alignas(32) float f[kBlock];
+  alignas(32) int32_t i[kBlock];
+};
+
+void round_half_block(float* x, size_t n) {
+  alignas(32) half_bits tmp[kBlock];
+  float_to_half_n(x, tmp, n);
+  half_to_float_n(tmp, x, n);
+}
+
+inline float gelu_erf(float x) { return 0.5f * x * (1.0f + std::erf(x * 0.70710678118654752f)); }
+inline float gelu_tanh(float x) {
+  return 0.5f * x * (1.0f + std::tanh(0.7978845608028654f * (x + 0.044715f * x * x * x)));
+}
+inline float sigmoid(float x) {
+  return x >= 0 ? 1.0f / (1.0f + std::exp(-x)) : std::exp(x) / (1.0f + std::exp(x));
+}
+inline float round_half_even(float x) { return std::nearbyint(x); }
+inline float py_mod(float a, float b) {
+  float r = std::fmod(a, b);
+  if (r != 0 && ((r < 0) != (b < 0))) r += b;
+  return r;
+}
+// Integer division never traps: x / 0 gives 0 and INT32_MIN / -1 wraps.
+inline int32_t safe_div_i(int32_t a, int32_t b) {
+  if (b == 0) return 0;
+  if (b == -1) return static_cast<int32_t>(0u - static_cast<uint32_t>(a));
+  return a / b;
+}
+inline int32_t safe_rem_i(int32_t a, int32_t b) { return (b == 0 || b == -1) ? 0 : a % b; }
+inline int32_t py_mod_i(int32_t a, int32_t b) {
+  if (b == 0) return 0;
+  int32_t r = safe_rem_i(a, b);
+  if (r != 0 && ((r < 0) != (b < 0))) r += b;
+  return r;
+}
+
+void unary_float(ExprOpCode op, const ExprInstr& ins, float* x, size_t n) {
+  switch (op) {
+    case ExprOpCode::kNeg: for (size_t j = 0; j < n; ++j) x[j] = -x[j]; break;
+    case ExprOpCode::kAbs: for (size_t j = 0; j < n; ++j) x[j] = std::fabs(x[j]); break;
+    case ExprOpCode::kRelu: for (size_t j = 0; j < n; ++j) x[j] = x[j] > 0.0f ? x[j] : (x[j] == x[j] ? 0.0f : x[j]); break;
+    case ExprOpCode::kSigmoid: for (size_t j = 0; j < n; ++j) x[j] = sigmoid(x[j]); break;
+    case ExprOpCode::kTanh: for (size_t j = 0; j < n; ++j) x[j] = std::tanh(x[j]); break;
+    case ExprOpCode::kExp: for (size_t j = 0; j < n; ++j) x[j] = std::exp(x[j]); break;
+    case ExprOpCode::kLog: for (size_t j = 0; j < n; ++j) x[j] = std::log(x[j]); break;
+    case ExprOpCode::kSqrt: for (size_t j = 0; j < n; ++j) x[j] = std::sqrt(x[j]); break;
+    case ExprOpCode::kRsqrt: for (size_t j = 0; j < n; ++j) x[j] = 1.0f / std::sqrt(x[j]); break;
+    case ExprOpCode::kReciprocal: for (size_t j = 0; j < n; ++j) x[j] = 1.0f / x[j]; break;
+    case ExprOpCode::kErf: for (size_t j = 0; j < n; ++j) x[j] = std::erf(x[j]); break;
+    case ExprOpCode::kGeluErf: for (size_t j = 0; j < n; ++j) x[j] = gelu_erf(x[j]); break;
+    case ExprOpCode::kGeluTanh: for (size_t j = 0; j < n; ++j) x[j] = gelu_tanh(x[j]); break;
+    case ExprOpCode::kFloor: for (size_t j = 0; j < n; ++j) x[j] = std::floor(x[j]); break;
+    case ExprOpCode::kCeil: for (size_t j = 0; j < n; ++j) x[j] = std::ceil(x[j]); break;
+    case ExprOpCode::kRound: for (size_t j = 0; j < n; ++j) x[j] = round_half_even(x[j]); break;
+    case ExprOpCode::kSign: for (size_t j = 0; j < n; ++j) x[j] = x[j] > 0 ? 1.0f : (x[j] < 0 ? -1.0f : x[j]); break;
+    case ExprOpCode::kSin: for (size_t j = 0; j < n; ++j) x[j] = std::sin(x[j]); break;
+    case ExprOpCode::kCos: for (size_t j = 0; j < n; ++j) x[j] = std::cos(x[j]); break;
+    case ExprOpCode::kSquare: for (size_t j = 0; j < n; ++j) x[j] = x[j] * x[j]; break;
+    case ExprOpCode::kSoftplus:
+      for (size_t j = 0; j < n; ++j) x[j] = x[j] > 0 ? x[j] + std::log1p(std::exp(-x[j])) : std::log1p(std::exp(x[j]));
+      break;
+    case ExprOpCode::kSoftsign: for (size_t j = 0; j < n; ++j) x[j] = x[j] / (1.0f + std::fabs(x[j])); break;
+    case ExprOpCode::kClamp: {
+      float lo = static_cast<float>(ins.imm), hi = static_cast<float>(ins.imm2);
+      for (size_t j = 0; j < n; ++j) x[j] = x[j] < lo ? lo : (x[j] > hi ? hi : x[j]);
+      break;
+    }
+    case ExprOpCode::kLeakyRelu: {
+      float a = static_cast<float>(ins.imm);
+      for (size_t j = 0; j < n; ++j) x[j] = x[j] >= 0 ? x[j] : a * x[j];
+      break;
+    }
+    case ExprOpCode::kElu: {
+      float a = static_cast<float>(ins.imm);
+      for (size_t j = 0; j < n; ++j) x[j] = x[j] >= 0 ? x[j] : a * (std::exp(x[j]) - 1.0f);
+      break;
+    }
+    case ExprOpCode::kHardSigmoid: {
+      float a = static_cast<float>(ins.imm), b = static_cast<float>(ins.imm2);
+      for (size_t j = 0; j < n; ++j) {
+        float v = a * x[j] + b;
+        x[j] = v < 0 ? 0 : (v > 1 ? 1 : v);
+      }
+      break;
+    }
+    default: bad(op, "not a float unary operation");
+  }
+}
+
+void unary_int(ExprOpCode op, int32_t* x, size_t n) {
+  switch (op) {
+    case ExprOpCode::kNeg: for (size_t j = 0; j < n; ++j) x[j] = -x[j]; break;
+    case ExprOpCode::kAbs: for (size_t j = 0; j < n; ++j) x[j] = x[j] < 0 ? -x[j] : x[j]; break;
+    case ExprOpCode::kRelu: for (size_t j = 0; j < n; ++j) x[j] = x[j] > 0 ? x[j] : 0; break;
+    case ExprOpCode::kSign: for (size_t j = 0; j < n; ++j) x[j] = (x[j] > 0) - (x[j] < 0); break;
+    case ExprOpCode::kSquare: for (size_t j = 0; j < n; ++j) x[j] = x[j] * x[j]; break;
+    default: bad(op, "not an integer unary operation");
+  }
+}
+
+template <typename T>
+inline void binary_arith(ExprOpCode op, T* a, const T* b, size_t n) {
+  switch (op) {
+    case ExprOpCode::kAdd: for (size_t j = 0; j < n; ++j) a[j] = a[j] + b[j]; break;
+    case ExprOpCode::kSub: for (size_t j = 0; j < n; ++j) a[j] = a[j] - b[j]; break;
+    case ExprOpCode::kMul: for (size_t j = 0; j < n; ++j) a[j] = a[j] * b[j]; break;
+    case ExprOpCode::kMin: for (size_t j = 0; j < n; ++j) a[j] = (b[j] < a[j] || b[j] != b[j]) ? b[j] : a[j]; break;
+    case ExprOpCode::kMax: for (size_t j = 0; j < n; ++j) a[j] = (b[j] > a[j] || b[j] != b[j]) ? b[j] : a[j]; break;
+    default: break;
+  }
+}
+
+}  // namespace
+
+const char* expr_op_name(ExprOpCode op) {
+  static const char* names[] = {
+      "input", "const_f", "const_i", "neg", "abs", "relu", "sigmoid", "tanh", "exp", "log", "sqrt", "rsqrt",
+      "reciprocal", "erf", "gelu_erf", "gelu_tanh", "floor", "ceil", "round", "sign", "sin", "cos", "not",
+      "isnan", "isinf", "square", "softplus", "softsign", "cast_f32", "cast_f16", "cast_i32", "cast_bool", "add",
+      "sub", "mul", "div", "pow", "min", "max", "mod", "fmod", "eq", "lt", "le", "gt", "ge", "and", "or", "xor",
+      "select", "clamp", "leaky_relu", "elu", "hard_sigmoid"};
+  static_assert(sizeof(names) / sizeof(names[0]) == static_cast<size_t>(ExprOpCode::kCount), "names out of sync");
+  size_t i = static_cast<size_t>(op);
+  return i < static_cast<size_t>(ExprOpCode::kCount) ? names[i] : "?";
+}
+
+double expr_op_cycles(ExprOpCode op, bool half) {
+  // Tile throughput with all six workers busy: 64-bit vector ALU (2 x f32 or
+  // 4 x f16 per instruction); transcendentals use the hardware's iterative
+  // units and cost several cycles per element.
+  double per = half ? 0.25 : 0.5;
+  switch (op) {
+    case ExprOpCode::kInput: case ExprOpCode::kConstF: case ExprOpCode::kConstI: return 0.0;
+    case ExprOpCode::kExp: case ExprOpCode::kLog: case ExprOpCode::kTanh: case ExprOpCode::kSigmoid:
+    case ExprOpCode::kSqrt: case ExprOpCode::kRsqrt: case ExprOpCode::kReciprocal: case ExprOpCode::kDiv:
+      return per * 4;
+    case ExprOpCode::kErf: case ExprOpCode::kGeluErf: case ExprOpCode::kGeluTanh: case ExprOpCode::kPow:
+    case ExprOpCode::kSin: case ExprOpCode::kCos: case ExprOpCode::kSoftplus: case ExprOpCode::kElu:
+      return per * 8;
+    default: return per;
+  }
+}
+
+ValueKind check_expression(const std::vector<ExprInstr>& expr, const std::vector<DType>& operand_types) {
+  std::vector<ValueKind> stack;
+  if (expr.empty()) fail(ErrorCode::kInvalidArgument, "empty element-wise expression");
+  for (const ExprInstr& ins : expr) {
+    if (static_cast<size_t>(ins.op) >= static_cast<size_t>(ExprOpCode::kCount))
+      fail(ErrorCode::kInvalidArgument, "unknown element-wise operation code " + std::to_string(static_cast<int>(ins.op)));
+    Arity a = arity(ins.op);
+    if (a == kLeaf) {
+      if (ins.op == ExprOpCode::kInput) {
+        if (ins.arg >= operand_types.size()) bad(ins.op, "operand index out of range");
+        stack.push_back(kind_of(operand_types[ins.arg]));
+      } else {
+        stack.push_back(ins.op == ExprOpCode::kConstF ? ValueKind::kFloat : ValueKind::kInt);
+      }
+      continue;
+    }
+    size_t n = a == kUnary ? 1 : a == kBinary ? 2 : 3;
+    if (stack.size() < n) bad(ins.op, "stack underflow");
+    ValueKind in[3];
+    for (size_t i = 0; i < n; ++i) in[i] = stack[stack.size() - n + i];
+    stack.resize(stack.size() - n);
+    stack.push_back(result_kind(ins, in, n));
+  }
+  if (stack.size() != 1) fail(ErrorCode::kInvalidArgument, "element-wise expression leaves " + std::to_string(stack.size()) + " values");
+  return stack.back();
+}
+
+std::vector<ExprInstr> in_half(std::vector<ExprInstr> expr) {
+  for (auto& i : expr) i.half = true;
+  return expr;
+}
+
+MapVertex::MapVertex(uint32_t tile_, std::shared_ptr<const std::vector<ExprInstr>> expr, std::vector<Operand> operands,
+                     Field out, DType out_dtype)
+    : expr_(std::move(expr)), operands_(std::move(operands)), out_(out), out_dtype_(out_dtype) {
+  tile = tile_;
+  out_.access = Access::kWrite;
+  for (auto& o : operands_) {
+    o.field.access = Access::kRead;
+    NX_CHECK(o.scalar ? o.field.count == 1 : o.field.count == out_.count, "map operand size differs from its output");
+  }
+}
+
+void MapVertex::list_fields(std::vector<Field*>& out) {
+  for (auto& o : operands_) out.push_back(&o.field);
+  out.push_back(&out_);
+}
+
+uint64_t MapVertex::cycles(const TargetSpec& t) const {
+  double per = 0;
+  for (const auto& ins : *expr_) per += expr_op_cycles(ins.op, ins.half);
+  // Loads and stores through the 64-bit memory path.
+  double bytes = static_cast<double>(dtype_size(out_dtype_));
+  for (const auto& o : operands_)
+    if (!o.scalar) bytes += static_cast<double>(dtype_size(o.dtype));
+  per += bytes / t.local_read_bytes_per_cycle;
+  return t.vertex_overhead_cycles + static_cast<uint64_t>(per * static_cast<double>(out_.count) + 0.5);
+}
+
+void MapVertex::compute(uint8_t* mem) const {
+  const std::vector<ExprInstr>& expr = *expr_;
+  // Per-thread scratch: one slot per stack depth.
+  thread_local std::vector<Slot> slots;
+  if (slots.size() < expr.size() + 1) slots.resize(expr.size() + 1);
+  uint8_t* out = mem + out_.byte_offset;
+  const uint64_t total = out_.count;
+  for (uint64_t base = 0; base < total; base += kBlock) {
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(kBlock, total - base));
+    size_t sp = 0;
+    for (const ExprInstr& ins : expr) {
+      switch (arity(ins.op)) {
+        case kLeaf: {
+          Slot& s = slots[sp++];
+          if (ins.op == ExprOpCode::kConstF) {
+            s.kind = ValueKind::kFloat;
+            float v = static_cast<float>(ins.imm);
+            if (ins.half) v = round_to_half(v);
+            for (size_t j = 0; j < n; ++j) s.f[j] = v;
+          } else if (ins.op == ExprOpCode::kConstI) {
+            s.kind = ValueKind::kInt;
+            int32_t v = static_cast<int32_t>(ins.imm);
+            for (size_t j = 0; j < n; ++j) s.i[j] = v;
+          } else {
+            const Operand& o = operands_[ins.arg];
+            const uint8_t* p = mem + o.field.byte_offset;
+            s.kind = kind_of(o.dtype);
+            if (o.scalar) {
+              double v = load_element(p, o.dtype, 0);
+              if (s.kind == ValueKind::kFloat)
+                for (size_t j = 0; j < n; ++j) s.f[j] = static_cast<float>(v);
+              else
+                for (size_t j = 0; j < n; ++j) s.i[j] = static_cast<int32_t>(v);
+            } else {
+              switch (o.dtype) {
+                case DType::kFloat32: std::memcpy(s.f, p + base * 4, n * 4); break;
+                case DType::kFloat16: half_to_float_n(reinterpret_cast<const half_bits*>(p) + base, s.f, n); break;
+                case DType::kInt32: std::memcpy(s.i, p + base * 4, n * 4); break;
+                case DType::kBool:
+                  for (size_t j = 0; j < n; ++j) s.i[j] = p[base + j] ? 1 : 0;
+                  break;
+              }
+            }
+          }
+          break;
+        }
+        case kUnary: {
+          Slot& s = slots[sp - 1];
+          switch (ins.op) {
+            case ExprOpCode::kNot: for (size_t j = 0; j < n; ++j) s.i[j] = !s.i[j]; break;
+            case ExprOpCode::kIsNan:
+              for (size_t j = 0; j < n; ++j) s.i[j] = std::isnan(s.f[j]);
+              s.kind = ValueKind::kBool;
+              break;
+            case ExprOpCode::kIsInf:
+              for (size_t j = 0; j < n; ++j) s.i[j] = std::isinf(s.f[j]);
+              s.kind = ValueKind::kBool;
+              break;
+            case ExprOpCode::kCastF32:
+            case ExprOpCode::kCastF16:
+              if (s.kind != ValueKind::kFloat)
+                for (size_t j = 0; j < n; ++j) s.f[j] = static_cast<float>(s.i[j]);
+              s.kind = ValueKind::kFloat;
+              if (ins.op == ExprOpCode::kCastF16 || ins.half) round_half_block(s.f, n);
+              break;
+            case ExprOpCode::kCastI32:
+              if (s.kind == ValueKind::kFloat)
+                for (size_t j = 0; j < n; ++j) {
+                  float v = s.f[j];
+                  // Truncate toward zero, saturating (NaN -> INT32_MIN as on x86).
+                  s.i[j] = (v != v) ? INT32_MIN
+                           : v >= 2147483647.0f ? INT32_MAX
+                           : v <= -2147483648.0f ? INT32_MIN : static_cast<int32_t>(v);
+                }
+              s.kind = ValueKind::kInt;
+              break;
+            case ExprOpCode::kCastBool:
+              if (s.kind == ValueKind::kFloat)
+                for (size_t j = 0; j < n; ++j) s.i[j] = s.f[j] != 0.0f;
+              else
+                for (size_t j = 0; j < n; ++j) s.i[j] = s.i[j] != 0;
+              s.kind = ValueKind::kBool;
+              break;
+            default:
+              if (s.kind == ValueKind::kFloat) {
+                unary_float(ins.op, ins, s.f, n);
+                if (ins.half) round_half_block(s.f, n);
+              } else {
+                unary_int(ins.op, s.i, n);
+              }
+          }
+          break;
+        }
+        case kBinary: {
+          Slot& a = slots[sp - 2];
+          const Slot& b = slots[sp - 1];
+          --sp;
+          const bool fl = a.kind == ValueKind::kFloat;
+          switch (ins.op) {
+            case ExprOpCode::kAdd: case ExprOpCode::kSub: case ExprOpCode::kMul:
+            case ExprOpCode::kMin: case ExprOpCode::kMax:
+              if (fl) binary_arith(ins.op, a.f, b.f, n);
+              else binary_arith(ins.op, a.i, b.i, n);
+              break;
+            case ExprOpCode::kDiv:
+              if (fl) for (size_t j = 0; j < n; ++j) a.f[j] = a.f[j] / b.f[j];
+              else for (size_t j = 0; j < n; ++j) a.i[j] = safe_div_i(a.i[j], b.i[j]);
+              break;
+            case ExprOpCode::kPow:
+              if (fl) for (size_t j = 0; j < n; ++j) a.f[j] = std::pow(a.f[j], b.f[j]);
+              else for (size_t j = 0; j < n; ++j) a.i[j] = static_cast<int32_t>(std::pow(static_cast<double>(a.i[j]), static_cast<double>(b.i[j])));
+              break;
+            case ExprOpCode::kMod:
+              if (fl) for (size_t j = 0; j < n; ++j) a.f[j] = py_mod(a.f[j], b.f[j]);
+              else for (size_t j = 0; j < n; ++j) a.i[j] = py_mod_i(a.i[j], b.i[j]);
+              break;
+            case ExprOpCode::kFmod:
+              if (fl) for (size_t j = 0; j < n; ++j) a.f[j] = std::fmod(a.f[j], b.f[j]);
+              else for (size_t j = 0; j < n; ++j) a.i[j] = safe_rem_i(a.i[j], b.i[j]);
+              break;
+            case ExprOpCode::kEq:
+              if (fl) for (size_t j = 0; j < n; ++j) a.i[j] = a.f[j] == b.f[j];
+              else for (size_t j = 0; j < n; ++j) a.i[j] = a.i[j] == b.i[j];
+              a.kind = ValueKind::kBool;
+              break;
+            case ExprOpCode::kLt:
+              if (fl) for (size_t j = 0; j < n; ++j) a.i[j] = a.f[j] < b.f[j];
+              else for (size_t j = 0; j < n; ++j) a.i[j] = a.i[j] < b.i[j];
+              a.kind = ValueKind::kBool;
+              break;
+            case ExprOpCode::kLe:
+              if (fl) for (size_t j = 0; j < n; ++j) a.i[j] = a.f[j] <= b.f[j];
+              else for (size_t j = 0; j < n; ++j) a.i[j] = a.i[j] <= b.i[j];
+              a.kind = ValueKind::kBool;
+              break;
+            case ExprOpCode::kGt:
+              if (fl) for (size_t j = 0; j < n; ++j) a.i[j] = a.f[j] > b.f[j];
+              else for (size_t j = 0; j < n; ++j) a.i[j] = a.i[j] > b.i[j];
+              a.kind = ValueKind::kBool;
+              break;
+            case ExprOpCode::kGe:
+              if (fl) for (size_t j = 0; j < n; ++j) a.i[j] = a.f[j] >= b.f[j];
+              else for (size_t j = 0; j < n; ++j) a.i[j] = a.i[j] >= b.i[j];
+              a.kind = ValueKind::kBool;
+              break;
+            case ExprOpCode::kAnd: for (size_t j = 0; j < n; ++j) a.i[j] = a.i[j] && b.i[j]; break;
+            case ExprOpCode::kOr: for (size_t j = 0; j < n; ++j) a.i[j] = a.i[j] || b.i[j]; break;
+            case ExprOpCode::kXor: for (size_t j = 0; j < n; ++j) a.i[j] = (a.i[j] != 0) != (b.i[j] != 0); break;
+            default: bad(ins.op, "not a binary operation");
+          }
+          if (fl && a.kind == ValueKind::kFloat && ins.half) round_half_block(a.f, n);
+          break;
+        }
+        case kTernary: {
+          Slot& c = slots[sp - 3];
+          const Slot& x = slots[sp - 2];
+          const Slot& y = slots[sp - 1];
+          sp -= 2;
+          if (x.kind == ValueKind::kFloat) {
+            for (size_t j = 0; j < n; ++j) c.f[j] = c.i[j] ? x.f[j] : y.f[j];
+          } else {
+            for (size_t j = 0; j < n; ++j) c.i[j] = c.i[j] ? x.i[j] : y.i[j];
+          }
+          c.kind = x.kind;
+          if (c.kind == ValueKind::kFloat && ins.half) round_half_block(c.f, n);
+          break;
+        }
+      }
+    }
+    const Slot& r = slots[0];
+    switch (out_dtype_) {
+      case DType::kFloat32:
+        if (r.kind == ValueKind::kFloat) std::memcpy(out + base * 4, r.f, n * 4);
+        else for (size_t j = 0; j < n; ++j) reinterpret_cast<float*>(out)[base + j] = static_cast<float>(r.i[j]);
+        break;
+      case DType::kFloat16: {
+        alignas(32) float tmp[kBlock];
+        const float* src = r.f;
+        if (r.kind != ValueKind::kFloat) {
+          for (size_t j = 0; j < n; ++j) tmp[j] = static_cast<float>(r.i[j]);
+          src = tmp;
+        }
+        float_to_half_n(src, reinterpret_cast<half_bits*>(out) + base, n);
+        break;
+      }
+      case DType::kInt32:
+        if (r.kind == ValueKind::kFloat)
+          for (size_t j = 0; j < n; ++j) reinterpret_cast<int32_t*>(out)[base + j] = static_cast<int32_t>(r.f[j]);
+        else
+          std::memcpy(out + base * 4, r.i, n * 4);
+        break;
+      case DType::kBool:
+        if (r.kind == ValueKind::kFloat)
+          for (size_t j = 0; j < n; ++j) out[base + j] = r.f[j] != 0.0f;
+        else
+          for (size_t j = 0; j < n; ++j) out[base + j] = r.i[j] != 0;
+        break;
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
+
+double load_element(const uint8_t* base, DType dtype, uint64_t i) {
+  switch (dtype) {
+    case DType::kFloat32: { float v; std::memcpy(&v, base + i * 4, 4); return v; }
+    case DType::kFloat16: { half_bits h; std::memcpy(&h, base + i * 2, 2); return half_to_float(h); }
+    case DType::kInt32: { int32_t v; std::memcpy(&v, base + i * 4, 4); return v; }
+    case DType::kBool: return base[i] ? 1.0 : 0.0;
+  }
+  return 0;
+}
+
+void store_element(uint8_t* base, DType dtype, uint64_t i, double v) {
+  switch (dtype) {
+    case DType::kFloat32: { float f = static_cast<float>(v); std::memcpy(base + i * 4, &f, 4); break; }
+    case DType::kFloat16: { half_bits h = float_to_half(static_cast<float>(v)); std::memcpy(base + i * 2, &h, 2); break; }
+    case DType::kInt32: { int32_t x = static_cast<int32_t>(v); std::memcpy(base + i * 4, &x, 4); break; }
+    case DType::kBool: base[i] = v != 0.0; break;
+  }
+}
+
+FillVertex::FillVertex(uint32_t tile_, Field out, DType dtype, double value) : out_(out), dtype_(dtype), value_(value) {
+  tile = tile_;
+  out_.access = Access::kWrite;
+}
+
+void FillVertex::compute(uint8_t* mem) const {
+  uint8_t* p = mem + out_.byte_offset;
+  uint8_t pattern[4];
+  store_element(pattern, dtype_, 0, value_);
+  size_t es = dtype_size(dtype_);
+  for (uint64_t i = 0; i < out_.count; ++i) std::memcpy(p + i * es, pattern, es);
+}
+
+uint64_t FillVertex::cycles(const TargetSpec& t) const {
+  return t.vertex_overhead_cycles + out_.count * dtype_size(dtype_) / t.local_write_bytes_per_cycle;
+}
+
+}  // namespace neurenix

@@ -1,0 +1,167 @@
+// Reduction vertex: reduces strided segments of its input into single
+// elements. Float data accumulates in float (eight interleaved accumulators,
+// as the vectorised codelet does), integers in 64-bit.
+#include <cmath>
+#include <limits>
+
+#include "neurenix/codelets.h"
+#include "neurenix/error.h"
+
+namespace neurenix {
+
+const char* reduce_op_name(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum: return "sum";
+    case ReduceOp::kMax: return "max";
+    case ReduceOp::kMin: return "min";
+    case ReduceOp::kProd: return "prod";
+    case ReduceOp::kSumSquare: return "sum_square";
+    case ReduceOp::kSumAbs: return "sum_abs";
+  }
+  return "?";
+}
+
+ReduceVertex::ReduceVertex(uint32_t tile_, Field in, DType in_dtype, Field out, DType out_dtype, ReduceOp op,
+                           bool combine, ReduceFinal final_op, double scale, std::vector<ReduceSegment> segments)
+    : in_(in), out_(out), in_dtype_(in_dtype), out_dtype_(out_dtype), op_(op), combine_(combine), final_(final_op),
+      scale_(scale), segs_(std::move(segments)) {
+  tile = tile_;
+  in_.access = Access::kRead;
+  out_.access = Access::kWrite;
+  for (const auto& s : segs_) {
+    NX_CHECK(s.out_offset < out_.count, "reduce segment writes outside its output");
+    NX_CHECK(s.len == 0 || s.in_offset + (s.len - 1) * s.in_stride < in_.count, "reduce segment reads outside its input");
+  }
+}
+
+void ReduceVertex::list_fields(std::vector<Field*>& out) {
+  out.push_back(&in_);
+  out.push_back(&out_);
+}
+
+uint64_t ReduceVertex::cycles(const TargetSpec& t) const {
+  uint64_t elems = 0;
+  for (const auto& s : segs_) elems += s.len;
+  const double per = in_dtype_ == DType::kFloat16 ? 0.25 : 0.5;
+  return t.vertex_overhead_cycles + static_cast<uint64_t>(per * static_cast<double>(elems)) + 6 * segs_.size();
+}
+
+namespace {
+
+ReduceOp effective_op(ReduceOp op, bool combine) {
+  if (combine && (op == ReduceOp::kSumSquare || op == ReduceOp::kSumAbs)) return ReduceOp::kSum;
+  return op;
+}
+
+template <typename Load>
+double reduce_float(ReduceOp op, uint64_t len, Load load) {
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kSumSquare:
+    case ReduceOp::kSumAbs: {
+      float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      for (uint64_t i = 0; i < len; ++i) {
+        float x = load(i);
+        if (op == ReduceOp::kSumSquare) x = x * x;
+        if (op == ReduceOp::kSumAbs) x = std::fabs(x);
+        acc[i & 7] += x;
+      }
+      return static_cast<double>(((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7])));
+    }
+    case ReduceOp::kProd: {
+      float acc = 1.0f;
+      for (uint64_t i = 0; i < len; ++i) acc *= load(i);
+      return acc;
+    }
+    case ReduceOp::kMax: {
+      float acc = -std::numeric_limits<float>::infinity();
+      for (uint64_t i = 0; i < len; ++i) {
+        float x = load(i);
+        if (x > acc || x != x) acc = x;
+        if (acc != acc) break;
+      }
+      return acc;
+    }
+    case ReduceOp::kMin: {
+      float acc = std::numeric_limits<float>::infinity();
+      for (uint64_t i = 0; i < len; ++i) {
+        float x = load(i);
+        if (x < acc || x != x) acc = x;
+        if (acc != acc) break;
+      }
+      return acc;
+    }
+  }
+  return 0;
+}
+
+template <typename Load>
+double reduce_int(ReduceOp op, uint64_t len, Load load) {
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kSumSquare:
+    case ReduceOp::kSumAbs: {
+      int64_t acc = 0;
+      for (uint64_t i = 0; i < len; ++i) {
+        int64_t x = load(i);
+        if (op == ReduceOp::kSumSquare) x = x * x;
+        if (op == ReduceOp::kSumAbs) x = x < 0 ? -x : x;
+        acc += x;
+      }
+      return static_cast<double>(static_cast<int32_t>(acc));
+    }
+    case ReduceOp::kProd: {
+      int64_t acc = 1;
+      for (uint64_t i = 0; i < len; ++i) acc = static_cast<int64_t>(static_cast<int32_t>(acc * load(i)));
+      return static_cast<double>(acc);
+    }
+    case ReduceOp::kMax: {
+      int64_t acc = std::numeric_limits<int32_t>::min();
+      for (uint64_t i = 0; i < len; ++i) acc = std::max<int64_t>(acc, load(i));
+      return static_cast<double>(acc);
+    }
+    case ReduceOp::kMin: {
+      int64_t acc = std::numeric_limits<int32_t>::max();
+      for (uint64_t i = 0; i < len; ++i) acc = std::min<int64_t>(acc, load(i));
+      return static_cast<double>(acc);
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+void ReduceVertex::compute(uint8_t* mem) const {
+  const uint8_t* in = mem + in_.byte_offset;
+  uint8_t* out = mem + out_.byte_offset;
+  const ReduceOp op = effective_op(op_, combine_);
+  for (const auto& s : segs_) {
+    double r;
+    if (is_float(in_dtype_)) {
+      if (in_dtype_ == DType::kFloat32) {
+        const float* p = reinterpret_cast<const float*>(in) + s.in_offset;
+        r = reduce_float(op, s.len, [&](uint64_t i) { return p[i * s.in_stride]; });
+      } else {
+        const half_bits* p = reinterpret_cast<const half_bits*>(in) + s.in_offset;
+        r = reduce_float(op, s.len, [&](uint64_t i) { return half_to_float(p[i * s.in_stride]); });
+      }
+    } else if (in_dtype_ == DType::kInt32) {
+      const int32_t* p = reinterpret_cast<const int32_t*>(in) + s.in_offset;
+      r = reduce_int(op, s.len, [&](uint64_t i) { return static_cast<int64_t>(p[i * s.in_stride]); });
+    } else {
+      const uint8_t* p = in + s.in_offset;
+      r = reduce_int(op, s.len, [&](uint64_t i) { return static_cast<int64_t>(p[i * s.in_stride] != 0); });
+    }
+    switch (final_) {
+      case ReduceFinal::kNone: break;
+      case ReduceFinal::kScale:
+        r = is_float(out_dtype_) ? static_cast<double>(static_cast<float>(r) * static_cast<float>(scale_)) : r * scale_;
+        break;
+      case ReduceFinal::kSqrt: r = std::sqrt(static_cast<float>(r)); break;
+      case ReduceFinal::kLog: r = std::log(static_cast<float>(r)); break;
+    }
+    store_element(out, out_dtype_, s.out_offset, r);
+  }
+}
+
+}  // namespace neurenix

@@ -1,0 +1,308 @@
+#include "neurenix/compiler.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "neurenix/error.h"
+
+namespace neurenix {
+namespace {
+
+constexpr uint64_t kAlign = 8;
+constexpr uint64_t kWorkerStacks = 6 * 64 + 128;  // worker and supervisor stacks
+constexpr uint64_t kControlPerStep = 8;
+constexpr uint64_t kExchangeCodePerCopy = 8;
+constexpr uint64_t kVertexStateBase = 16;
+constexpr uint64_t kVertexStatePerField = 4;
+
+uint64_t align_up(uint64_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
+
+struct LiveRange {
+  int64_t first = -1;
+  int64_t last = -1;
+  void touch(int64_t s) {
+    if (first < 0 || s < first) first = s;
+    if (s > last) last = s;
+  }
+};
+
+struct Block {
+  VarId var;
+  uint64_t offset;
+  uint64_t size;
+  int64_t end;
+};
+
+// First-fit allocation in program order, freeing blocks after their last use.
+struct TileAllocator {
+  std::vector<Block> active;  // sorted by offset
+  uint64_t hwm = 0;
+  std::vector<MemoryConsumer> at_peak;
+
+  void release_before(int64_t step) {
+    active.erase(std::remove_if(active.begin(), active.end(), [&](const Block& b) { return b.end < step; }), active.end());
+  }
+  uint64_t place(VarId var, uint64_t size, int64_t end, const Graph& g) {
+    uint64_t at = 0;
+    size_t pos = 0;
+    for (; pos < active.size(); ++pos) {
+      if (active[pos].offset >= at + size) break;
+      at = std::max(at, active[pos].offset + active[pos].size);
+    }
+    active.insert(active.begin() + pos, Block{var, at, size, end});
+    if (at + size > hwm) {
+      hwm = at + size;
+      at_peak.clear();
+      for (const Block& b : active) at_peak.push_back(MemoryConsumer{g.var(b.var).name, b.size});
+    }
+    return at;
+  }
+};
+
+std::string step_name(const Graph& g, const Step& s) {
+  switch (s.kind) {
+    case StepKind::kCompute: return g.compute_sets()[s.index].name;
+    case StepKind::kExchange: return g.exchanges()[s.index].name;
+    case StepKind::kStreamIn: return "host->device " + g.inputs()[s.index].name;
+    case StepKind::kStreamOut: return "device->host " + g.outputs()[s.index].name;
+  }
+  return "?";
+}
+
+}  // namespace
+
+uint64_t Executable::cycles_per_run() const {
+  uint64_t c = 0;
+  for (const auto& s : step_costs_) c += s.cycles;
+  return c;
+}
+
+std::unique_ptr<Executable> compile(std::unique_ptr<Graph> gp) {
+  Graph& g = *gp;
+  const TargetSpec& t = g.target();
+  // Outputs stream back at the end of the program.
+  std::vector<Step> program = g.program();
+  for (uint32_t i = 0; i < g.outputs().size(); ++i) program.push_back(Step{StepKind::kStreamOut, i});
+  for (size_t v = 0; v < g.num_vars(); ++v) g.ensure_mapped(static_cast<VarId>(v));
+
+  // Liveness per variable, in program steps.
+  const int64_t nsteps = static_cast<int64_t>(program.size());
+  std::vector<LiveRange> live(g.num_vars());
+  std::vector<bool> written(g.num_vars(), false);
+  for (int64_t s = 0; s < nsteps; ++s) {
+    const Step& st = program[s];
+    switch (st.kind) {
+      case StepKind::kCompute:
+        for (const auto& v : g.compute_sets()[st.index].vertices)
+          for (Field* f : v->all_fields()) {
+            live[f->var].touch(s);
+            if (f->access != Access::kRead) written[f->var] = true;
+            else if (!written[f->var] && g.var(f->var).kind != VarKind::kConstant)
+              NX_CHECK(false, "compute set '" + g.compute_sets()[st.index].name + "' reads '" + g.var(f->var).name +
+                                  "' before anything writes it");
+          }
+        break;
+      case StepKind::kExchange:
+        for (const Copy& c : g.exchanges()[st.index].copies) {
+          live[c.src].touch(s);
+          live[c.dst].touch(s);
+          NX_CHECK(written[c.src] || g.var(c.src).kind == VarKind::kConstant,
+                   "exchange '" + g.exchanges()[st.index].name + "' reads '" + g.var(c.src).name + "' before it is written");
+          written[c.dst] = true;
+        }
+        break;
+      case StepKind::kStreamIn: {
+        VarId v = g.inputs()[st.index].tensor.var;
+        live[v].touch(s);
+        written[v] = true;
+        break;
+      }
+      case StepKind::kStreamOut: {
+        VarId v = g.outputs()[st.index].tensor.var;
+        NX_CHECK(written[v] || g.var(v).kind == VarKind::kConstant, "output '" + g.outputs()[st.index].name + "' is never written");
+        live[v].touch(s);
+        break;
+      }
+    }
+  }
+  for (size_t v = 0; v < g.num_vars(); ++v) {
+    if (g.var(static_cast<VarId>(v)).kind == VarKind::kConstant) {
+      live[v].first = 0;
+      live[v].last = nsteps;
+    }
+  }
+
+  auto exe = std::unique_ptr<Executable>(new Executable());
+  const uint32_t ntiles = g.num_tiles();
+
+  // Per-tile allocation.
+  std::vector<std::vector<std::pair<VarId, size_t>>> per_tile(ntiles);  // (var, share index)
+  for (size_t v = 0; v < g.num_vars(); ++v) {
+    if (live[v].first < 0) continue;  // never used: takes no memory
+    const Variable& var = g.var(static_cast<VarId>(v));
+    for (size_t si = 0; si < var.tiles.size(); ++si) per_tile[var.tiles[si].tile].push_back({static_cast<VarId>(v), si});
+  }
+  exe->var_offsets_.resize(g.num_vars());
+  for (size_t v = 0; v < g.num_vars(); ++v) exe->var_offsets_[v].assign(g.var(static_cast<VarId>(v)).tiles.size(), 0);
+  exe->arena_bytes_.assign(ntiles, 0);
+  std::vector<std::vector<MemoryConsumer>> peaks(ntiles);
+  for (uint32_t tile = 0; tile < ntiles; ++tile) {
+    auto& items = per_tile[tile];
+    if (items.empty()) continue;
+    std::stable_sort(items.begin(), items.end(), [&](const auto& a, const auto& b) {
+      if (live[a.first].first != live[b.first].first) return live[a.first].first < live[b.first].first;
+      return g.var(a.first).tiles[a.second].count * dtype_size(g.var(a.first).dtype) >
+             g.var(b.first).tiles[b.second].count * dtype_size(g.var(b.first).dtype);
+    });
+    TileAllocator alloc;
+    for (const auto& [v, si] : items) {
+      const Variable& var = g.var(v);
+      alloc.release_before(live[v].first);
+      uint64_t size = align_up(var.tiles[si].count * dtype_size(var.dtype));
+      exe->var_offsets_[v][si] = alloc.place(v, size, live[v].last, g);
+    }
+    exe->arena_bytes_[tile] = alloc.hwm;
+    peaks[tile] = std::move(alloc.at_peak);
+  }
+
+  // Fixed overheads per tile.
+  std::vector<TileMemory> mem(ntiles);
+  for (uint32_t tile = 0; tile < ntiles; ++tile) {
+    mem[tile].tile = tile;
+    mem[tile].variables = exe->arena_bytes_[tile];
+  }
+  std::vector<std::set<std::string>> codelets(ntiles);
+  std::vector<int64_t> last_step_on_tile(ntiles, -1);
+  auto control = [&](uint32_t tile, int64_t s) {
+    if (last_step_on_tile[tile] != s) {
+      last_step_on_tile[tile] = s;
+      mem[tile].control_code += kControlPerStep;
+    }
+  };
+  for (int64_t s = 0; s < nsteps; ++s) {
+    const Step& st = program[s];
+    if (st.kind == StepKind::kCompute) {
+      for (const auto& v : g.compute_sets()[st.index].vertices) {
+        mem[v->tile].vertex_state += kVertexStateBase + kVertexStatePerField * v->all_fields().size();
+        if (codelets[v->tile].insert(v->name()).second) mem[v->tile].code += v->code_bytes();
+        control(v->tile, s);
+      }
+    } else if (st.kind == StepKind::kExchange) {
+      for (const Copy& c : g.exchanges()[st.index].copies) {
+        mem[c.dst_tile].exchange_code += kExchangeCodePerCopy;
+        if (c.src_tile != c.dst_tile) mem[c.src_tile].exchange_code += kExchangeCodePerCopy / 2;
+        control(c.dst_tile, s);
+        control(c.src_tile, s);
+      }
+    }
+  }
+  const uint64_t capacity = g.bytes_per_tile();
+  for (uint32_t tile = 0; tile < ntiles; ++tile) {
+    TileMemory& m = mem[tile];
+    if (m.variables == 0 && m.vertex_state == 0 && m.exchange_code == 0) continue;
+    m.control_code += kWorkerStacks;
+    exe->tile_memory_.push_back(m);
+    if (m.total() > capacity) {
+      TileOverflow o{g.ipu_of_tile(tile), tile % g.tiles_per_ipu(), m.total(), capacity, {}};
+      auto& peak = peaks[tile];
+      std::sort(peak.begin(), peak.end(), [](const MemoryConsumer& a, const MemoryConsumer& b) { return a.bytes > b.bytes; });
+      for (size_t i = 0; i < peak.size() && i < 5; ++i) o.largest.push_back(peak[i]);
+      if (m.vertex_state + m.code + m.exchange_code + m.control_code > capacity / 4)
+        o.largest.push_back(MemoryConsumer{"(vertex state, code, exchange and control code)",
+                                           m.vertex_state + m.code + m.exchange_code + m.control_code});
+      exe->overflows_.push_back(std::move(o));
+    }
+  }
+
+  // Resolve addresses.
+  auto tile_base = [&](VarId v, uint32_t tile) -> uint64_t {
+    const Variable& var = g.var(v);
+    const TileShare* s = var.share(tile);
+    NX_CHECK(s, "address of '" + var.name + "' on a tile that does not hold it");
+    return exe->var_offsets_[v][static_cast<size_t>(s - var.tiles.data())];
+  };
+  for (auto& cs : g.compute_sets())
+    for (auto& v : cs.vertices)
+      for (Field* f : v->all_fields()) {
+        if (f->count == 0) continue;
+        f->byte_offset = tile_base(f->var, f->tile) + f->local * dtype_size(g.var(f->var).dtype);
+      }
+  for (auto& ex : g.exchanges())
+    for (Copy& c : ex.copies) {
+      size_t es = dtype_size(g.var(c.src).dtype);
+      c.src_byte = tile_base(c.src, c.src_tile) + c.src_local * es;
+      c.dst_byte = tile_base(c.dst, c.dst_tile) + c.dst_local * es;
+    }
+
+  // Execution schedule and static step costs.
+  exe->compute_schedule_.resize(g.compute_sets().size());
+  for (size_t ci = 0; ci < g.compute_sets().size(); ++ci) {
+    std::map<uint32_t, std::vector<const Vertex*>> by_tile;
+    for (const auto& v : g.compute_sets()[ci].vertices) by_tile[v->tile].push_back(v.get());
+    for (auto& [tile, vs] : by_tile) exe->compute_schedule_[ci].push_back(Executable::TileVertices{tile, std::move(vs)});
+  }
+  exe->exchange_schedule_.resize(g.exchanges().size());
+  for (size_t ei = 0; ei < g.exchanges().size(); ++ei) {
+    std::map<uint32_t, std::vector<const Copy*>> by_tile;
+    for (const Copy& c : g.exchanges()[ei].copies) by_tile[c.dst_tile].push_back(&c);
+    for (auto& [tile, cs] : by_tile) exe->exchange_schedule_[ei].push_back(Executable::TileCopies{tile, std::move(cs)});
+  }
+  const double host_bytes_per_cycle = t.host_link_bytes_per_sec / t.clock_hz;
+  const double link_bytes_per_cycle = t.ipu_link_bytes_per_sec * t.ipu_links / t.clock_hz;
+  for (int64_t s = 0; s < nsteps; ++s) {
+    const Step& st = program[s];
+    StepCost c{st.kind, st.index, step_name(g, st), 0, 0};
+    switch (st.kind) {
+      case StepKind::kCompute: {
+        uint64_t worst = 0;
+        for (const auto& tv : exe->compute_schedule_[st.index]) {
+          uint64_t sum = 0;
+          for (const Vertex* v : tv.vertices) sum += v->cycles(t);
+          worst = std::max(worst, sum);
+        }
+        c.cycles = worst + t.sync_cycles;
+        break;
+      }
+      case StepKind::kExchange: {
+        std::map<uint32_t, uint64_t> in, out;
+        std::map<uint32_t, uint64_t> cross;  // bytes leaving each IPU
+        for (const Copy& cp : g.exchanges()[st.index].copies) {
+          uint64_t bytes = cp.count * dtype_size(g.var(cp.src).dtype);
+          c.bytes += bytes;
+          if (cp.src_tile == cp.dst_tile) {
+            in[cp.dst_tile] += bytes / 2;  // on-tile copy: memory bandwidth, not exchange
+            continue;
+          }
+          uint32_t si = g.ipu_of_tile(cp.src_tile), di = g.ipu_of_tile(cp.dst_tile);
+          if (si != di) cross[si] += bytes;
+          in[cp.dst_tile] += bytes;
+          out[cp.src_tile] += bytes;
+        }
+        uint64_t worst = 0;
+        for (auto& [tile, b] : in) worst = std::max(worst, b);
+        for (auto& [tile, b] : out) worst = std::max(worst, b);
+        uint64_t cyc = worst / t.exchange_bytes_per_cycle + t.sync_cycles;
+        uint64_t cross_worst = 0;
+        for (auto& [ipu, b] : cross) cross_worst = std::max(cross_worst, b);
+        if (!cross.empty())
+          cyc = std::max<uint64_t>(cyc, static_cast<uint64_t>(cross_worst / link_bytes_per_cycle)) + t.cross_ipu_sync_cycles;
+        c.cycles = cyc;
+        break;
+      }
+      case StepKind::kStreamIn:
+      case StepKind::kStreamOut: {
+        const Tensor& tt = st.kind == StepKind::kStreamIn ? g.inputs()[st.index].tensor : g.outputs()[st.index].tensor;
+        c.bytes = tt.numel() * dtype_size(g.var(tt.var).dtype);
+        c.cycles = t.host_transfer_latency_cycles + static_cast<uint64_t>(c.bytes / host_bytes_per_cycle);
+        break;
+      }
+    }
+    exe->step_costs_.push_back(std::move(c));
+  }
+  exe->program_ = std::move(program);
+  exe->graph_ = std::move(gp);
+  return exe;
+}
+
+}  // namespace neurenix

@@ -1,0 +1,44 @@
+#include "neurenix/dtype.h"
+
+#include "neurenix/error.h"
+
+namespace neurenix {
+
+const char* dtype_name(DType t) {
+  switch (t) {
+    case DType::kFloat32: return "float32";
+    case DType::kFloat16: return "float16";
+    case DType::kInt32: return "int32";
+    case DType::kBool: return "bool";
+  }
+  return "?";
+}
+
+DType dtype_from_int(int code) {
+  if (code < 0 || code > 3) fail(ErrorCode::kInvalidArgument, "unknown device dtype code " + std::to_string(code));
+  return static_cast<DType>(code);
+}
+
+void half_to_float_n(const half_bits* src, float* dst, size_t n) {
+  size_t i = 0;
+#if defined(__F16C__) && defined(__AVX__)
+  for (; i + 8 <= n; i += 8) {
+    __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
+    _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(h));
+  }
+#endif
+  for (; i < n; ++i) dst[i] = half_to_float(src[i]);
+}
+
+void float_to_half_n(const float* src, half_bits* dst, size_t n) {
+  size_t i = 0;
+#if defined(__F16C__) && defined(__AVX__)
+  for (; i + 8 <= n; i += 8) {
+    __m256 f = _mm256_loadu_ps(src + i);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), _mm256_cvtps_ph(f, _MM_FROUND_TO_NEAREST_INT));
+  }
+#endif
+  for (; i < n; ++i) dst[i] = float_to_half(src[i]);
+}
+
+}  // namespace neurenix

@@ -1,0 +1,259 @@
+#include "neurenix/engine.h"
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <thread>
+
+#include "neurenix/error.h"
+
+namespace neurenix {
+
+// A fixed pool: parallel_for hands out indices through an atomic counter; the
+// calling thread works too.
+class ThreadPool {
+ public:
+  explicit ThreadPool(unsigned n) {
+    for (unsigned i = 1; i < n; ++i) workers_.emplace_back([this] { loop(); });
+  }
+  ~ThreadPool() {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    for (auto& t : workers_) t.join();
+  }
+  size_t size() const { return workers_.size() + 1; }
+
+  void parallel_for(size_t n, const std::function<void(size_t)>& fn) {
+    if (n == 0) return;
+    if (workers_.empty() || n == 1) {
+      for (size_t i = 0; i < n; ++i) fn(i);
+      return;
+    }
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      fn_ = &fn;
+      n_ = n;
+      next_.store(0);
+      pending_ = workers_.size();
+      error_ = nullptr;
+      ++generation_;
+    }
+    cv_.notify_all();
+    work();
+    std::unique_lock<std::mutex> l(mu_);
+    done_cv_.wait(l, [&] { return pending_ == 0; });
+    fn_ = nullptr;
+    if (error_) std::rethrow_exception(error_);
+  }
+
+ private:
+  void work() {
+    while (true) {
+      size_t i = next_.fetch_add(1);
+      if (i >= n_) break;
+      try {
+        (*fn_)(i);
+      } catch (...) {
+        std::lock_guard<std::mutex> l(err_mu_);
+        if (!error_) error_ = std::current_exception();
+      }
+    }
+  }
+  void loop() {
+    uint64_t seen = 0;
+    while (true) {
+      {
+        std::unique_lock<std::mutex> l(mu_);
+        cv_.wait(l, [&] { return stop_ || generation_ != seen; });
+        if (stop_) return;
+        seen = generation_;
+      }
+      work();
+      {
+        std::lock_guard<std::mutex> l(mu_);
+        if (--pending_ == 0) done_cv_.notify_one();
+      }
+    }
+  }
+
+  std::vector<std::thread> workers_;
+  std::mutex mu_, err_mu_;
+  std::condition_variable cv_, done_cv_;
+  const std::function<void(size_t)>* fn_ = nullptr;
+  size_t n_ = 0;
+  std::atomic<size_t> next_{0};
+  size_t pending_ = 0;
+  uint64_t generation_ = 0;
+  bool stop_ = false;
+  std::exception_ptr error_;
+};
+
+namespace {
+
+unsigned default_threads() {
+  if (const char* s = std::getenv("NEURENIX_SIM_THREADS"); s && *s) {
+    int n = std::atoi(s);
+    if (n > 0) return static_cast<unsigned>(n);
+  }
+  unsigned hc = std::thread::hardware_concurrency();
+  return hc ? hc : 1;
+}
+
+}  // namespace
+
+Engine::Engine(std::shared_ptr<const Executable> exe, unsigned threads) : exe_(std::move(exe)) {
+  if (!exe_->fits())
+    fail(ErrorCode::kInvalidState, "this executable does not fit in tile memory and cannot be loaded");
+  pool_ = std::make_unique<ThreadPool>(threads ? threads : default_threads());
+  const auto& sizes = exe_->arena_bytes();
+  arenas_.assign(sizes.size(), nullptr);
+  for (size_t t = 0; t < sizes.size(); ++t) {
+    if (!sizes[t]) continue;
+    arenas_[t] = static_cast<uint8_t*>(std::calloc(sizes[t], 1));
+    if (!arenas_[t]) {
+      for (uint8_t* a : arenas_) std::free(a);
+      arenas_.clear();
+      fail(ErrorCode::kOutOfMemory, "the host cannot hold the simulated tile memory (" + std::to_string(sizes[t]) +
+                                        " bytes for one tile)");
+    }
+    arena_total_ += sizes[t];
+  }
+  const Graph& g = exe_->graph();
+  // Constants are loaded once, like the weights in a loaded executable.
+  for (size_t v = 0; v < g.num_vars(); ++v) {
+    const Variable& var = g.var(static_cast<VarId>(v));
+    if (var.kind == VarKind::kConstant && var.data && var.numel) scatter(Tensor{static_cast<VarId>(v), var.shape}, var.data->data());
+  }
+  in_buf_.resize(g.inputs().size());
+  in_set_.assign(g.inputs().size(), false);
+  out_buf_.resize(g.outputs().size());
+  for (size_t i = 0; i < g.outputs().size(); ++i) out_buf_[i].assign(output_bytes(static_cast<uint32_t>(i)), 0);
+}
+
+Engine::~Engine() {
+  for (uint8_t* a : arenas_) std::free(a);
+}
+
+size_t Engine::num_inputs() const { return exe_->graph().inputs().size(); }
+size_t Engine::num_outputs() const { return exe_->graph().outputs().size(); }
+
+uint64_t Engine::input_bytes(uint32_t i) const {
+  const Graph& g = exe_->graph();
+  const Tensor& t = g.inputs().at(i).tensor;
+  return t.numel() * dtype_size(g.var(t.var).dtype);
+}
+
+uint64_t Engine::output_bytes(uint32_t i) const {
+  const Graph& g = exe_->graph();
+  const Tensor& t = g.outputs().at(i).tensor;
+  return t.numel() * dtype_size(g.var(t.var).dtype);
+}
+
+void Engine::scatter(const Tensor& t, const uint8_t* data) {
+  const Graph& g = exe_->graph();
+  const Variable& v = g.var(t.var);
+  const size_t es = dtype_size(v.dtype);
+  for (size_t si = 0; si < v.tiles.size(); ++si) {
+    uint8_t* base = arenas_[v.tiles[si].tile] + exe_->var_offset(t.var, si);
+    for (uint32_t ii : v.tiles[si].intervals) {
+      const TileInterval& iv = v.mapping[ii];
+      std::memcpy(base + iv.local * es, data + iv.begin * es, (iv.end - iv.begin) * es);
+    }
+  }
+}
+
+void Engine::gather(const Tensor& t, uint8_t* data) const {
+  const Graph& g = exe_->graph();
+  const Variable& v = g.var(t.var);
+  const size_t es = dtype_size(v.dtype);
+  for (size_t si = 0; si < v.tiles.size(); ++si) {
+    const uint8_t* base = arenas_[v.tiles[si].tile] + exe_->var_offset(t.var, si);
+    for (uint32_t ii : v.tiles[si].intervals) {
+      const TileInterval& iv = v.mapping[ii];
+      std::memcpy(data + iv.begin * es, base + iv.local * es, (iv.end - iv.begin) * es);
+    }
+  }
+}
+
+void Engine::write_input(uint32_t i, const uint8_t* data, size_t bytes) {
+  if (i >= num_inputs()) fail(ErrorCode::kInvalidArgument, "input index " + std::to_string(i) + " out of range");
+  if (bytes != input_bytes(i))
+    fail(ErrorCode::kShapeMismatch, "input '" + exe_->graph().inputs()[i].name + "' needs " + std::to_string(input_bytes(i)) +
+                                        " bytes, got " + std::to_string(bytes));
+  in_buf_[i].assign(data, data + bytes);
+  in_set_[i] = true;
+}
+
+void Engine::read_output(uint32_t i, uint8_t* data, size_t bytes) const {
+  if (i >= num_outputs()) fail(ErrorCode::kInvalidArgument, "output index " + std::to_string(i) + " out of range");
+  if (bytes != out_buf_[i].size()) fail(ErrorCode::kShapeMismatch, "output buffer has the wrong size");
+  std::memcpy(data, out_buf_[i].data(), bytes);
+}
+
+void Engine::run() {
+  const Graph& g = exe_->graph();
+  for (size_t i = 0; i < in_set_.size(); ++i)
+    if (!in_set_[i]) fail(ErrorCode::kInvalidState, "input '" + g.inputs()[i].name + "' was not written before run()");
+  auto t0 = std::chrono::steady_clock::now();
+  RunStats st;
+  const auto& program = exe_->program();
+  const auto& costs = exe_->step_costs();
+  for (size_t s = 0; s < program.size(); ++s) {
+    const Step& step = program[s];
+    switch (step.kind) {
+      case StepKind::kCompute: {
+        const auto& sched = exe_->compute_schedule()[step.index];
+        pool_->parallel_for(sched.size(), [&](size_t i) {
+          uint8_t* mem = arenas_[sched[i].tile];
+          for (const Vertex* v : sched[i].vertices) v->compute(mem);
+        });
+        st.compute_cycles += costs[s].cycles;
+        break;
+      }
+      case StepKind::kExchange: {
+        const auto& sched = exe_->exchange_schedule()[step.index];
+        pool_->parallel_for(sched.size(), [&](size_t i) {
+          uint8_t* dst = arenas_[sched[i].dst_tile];
+          for (const Copy* c : sched[i].copies) {
+            const size_t es = dtype_size(g.var(c->src).dtype);
+            const uint8_t* src = arenas_[c->src_tile] + c->src_byte;
+            uint8_t* d = dst + c->dst_byte;
+            if (c->src_stride == 1 || c->count == 1) {
+              std::memmove(d, src, c->count * es);
+            } else {
+              for (uint64_t k = 0; k < c->count; ++k)
+                std::memcpy(d + k * es, src + static_cast<int64_t>(k) * c->src_stride * static_cast<int64_t>(es), es);
+            }
+          }
+        });
+        st.exchange_cycles += costs[s].cycles;
+        st.exchanged_bytes += costs[s].bytes;
+        break;
+      }
+      case StepKind::kStreamIn:
+        scatter(g.inputs()[step.index].tensor, in_buf_[step.index].data());
+        st.host_cycles += costs[s].cycles;
+        st.host_bytes += costs[s].bytes;
+        break;
+      case StepKind::kStreamOut:
+        gather(g.outputs()[step.index].tensor, out_buf_[step.index].data());
+        st.host_cycles += costs[s].cycles;
+        st.host_bytes += costs[s].bytes;
+        break;
+    }
+    st.cycles += costs[s].cycles;
+    st.steps += 1;
+  }
+  st.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  stats_ = st;
+}
+
+}  // namespace neurenix

@@ -1,0 +1,243 @@
+#include "neurenix/graph.h"
+
+#include <algorithm>
+#include <sstream>
+
+#include "neurenix/error.h"
+
+namespace neurenix {
+
+uint64_t shape_numel(const Shape& shape) {
+  uint64_t n = 1;
+  for (uint64_t d : shape) n *= d;
+  return n;
+}
+
+std::string shape_str(const Shape& shape) {
+  std::ostringstream os;
+  os << "[";
+  for (size_t i = 0; i < shape.size(); ++i) os << (i ? ", " : "") << shape[i];
+  os << "]";
+  return os.str();
+}
+
+const TileShare* Variable::share(uint32_t tile) const {
+  auto it = std::lower_bound(tiles.begin(), tiles.end(), tile,
+                             [](const TileShare& s, uint32_t t) { return s.tile < t; });
+  if (it == tiles.end() || it->tile != tile) return nullptr;
+  return &*it;
+}
+
+uint64_t Variable::bytes_on(uint32_t tile) const {
+  const TileShare* s = share(tile);
+  return s ? s->count * dtype_size(dtype) : 0;
+}
+
+View View::of(const Tensor& t) {
+  View v;
+  v.var = t.var;
+  v.offset = 0;
+  v.shape = t.shape;
+  v.strides.assign(t.shape.size(), 1);
+  for (int i = static_cast<int>(t.shape.size()) - 2; i >= 0; --i)
+    v.strides[i] = v.strides[i + 1] * static_cast<int64_t>(t.shape[i + 1]);
+  return v;
+}
+
+Graph::Graph(SystemSpec spec, uint32_t num_ipus)
+    : spec_(std::move(spec)), target_(spec_.target()), num_ipus_(num_ipus), tiles_per_ipu_(spec_.tiles()) {
+  spec_.validate();
+  if (num_ipus == 0 || num_ipus > spec_.num_ipus)
+    fail(ErrorCode::kInvalidArgument, "a graph for " + std::to_string(num_ipus) + " IPUs cannot be built on a system of " +
+                                          std::to_string(spec_.num_ipus));
+  next_tile_.assign(num_ipus, 0);
+}
+
+std::string Graph::unique_name(const std::string& base) { return base + "#" + std::to_string(name_counter_++); }
+
+uint32_t Graph::reserve_tiles(uint32_t ipu, uint32_t count) {
+  NX_CHECK(ipu < num_ipus_, "reserve_tiles on a missing IPU");
+  uint32_t start = next_tile_[ipu];
+  next_tile_[ipu] = static_cast<uint32_t>((static_cast<uint64_t>(start) + count) % tiles_per_ipu_);
+  return start;
+}
+
+Tensor Graph::add_variable(const std::string& name, DType dtype, const Shape& shape, VarKind kind, uint32_t ipu) {
+  if (ipu >= num_ipus_)
+    fail(ErrorCode::kInvalidArgument, "variable '" + name + "' placed on IPU " + std::to_string(ipu) + " but the graph has " +
+                                          std::to_string(num_ipus_) + " IPU(s)");
+  Variable v;
+  v.name = name;
+  v.dtype = dtype;
+  v.shape = shape;
+  v.numel = shape_numel(shape);
+  v.kind = kind;
+  v.ipu = ipu;
+  if (v.numel == 0) v.mapped = true;  // nothing to place
+  vars_.push_back(std::move(v));
+  return Tensor{static_cast<VarId>(vars_.size() - 1), shape};
+}
+
+Tensor Graph::add_constant(const std::string& name, DType dtype, const Shape& shape, uint32_t ipu,
+                           std::shared_ptr<const std::vector<uint8_t>> data) {
+  uint64_t expect = shape_numel(shape) * dtype_size(dtype);
+  if (!data || data->size() != expect)
+    fail(ErrorCode::kInvalidArgument, "constant '" + name + "' has " + std::to_string(data ? data->size() : 0) +
+                                          " bytes of data but shape " + shape_str(shape) + " of " + dtype_name(dtype) +
+                                          " needs " + std::to_string(expect));
+  Tensor t = add_variable(name, dtype, shape, VarKind::kConstant, ipu);
+  vars_[t.var].data = std::move(data);
+  return t;
+}
+
+void Graph::rebuild_tiles(Variable& v) {
+  v.tiles.clear();
+  std::vector<uint32_t> order(v.mapping.size());
+  for (uint32_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](uint32_t a, uint32_t b) { return v.mapping[a].tile < v.mapping[b].tile; });
+  for (uint32_t idx : order) {
+    TileInterval& iv = v.mapping[idx];
+    if (v.tiles.empty() || v.tiles.back().tile != iv.tile) v.tiles.push_back(TileShare{iv.tile, 0, {}});
+    TileShare& s = v.tiles.back();
+    iv.local = s.count;
+    s.count += iv.end - iv.begin;
+    s.intervals.push_back(idx);
+  }
+  v.mapped = true;
+}
+
+void Graph::set_mapping(VarId id, std::vector<TileInterval> intervals) {
+  Variable& v = var(id);
+  std::sort(intervals.begin(), intervals.end(), [](const TileInterval& a, const TileInterval& b) { return a.begin < b.begin; });
+  // Merge adjacent intervals on the same tile, drop empty ones.
+  std::vector<TileInterval> merged;
+  for (const auto& iv : intervals) {
+    if (iv.end == iv.begin) continue;
+    if (!merged.empty() && merged.back().tile == iv.tile && merged.back().end == iv.begin)
+      merged.back().end = iv.end;
+    else
+      merged.push_back(iv);
+  }
+  uint64_t expect = 0;
+  uint32_t lo = first_tile(v.ipu), hi = lo + tiles_per_ipu_;
+  for (const auto& iv : merged) {
+    NX_CHECK(iv.begin == expect, "mapping of '" + v.name + "' does not cover every element exactly once");
+    NX_CHECK(iv.tile >= lo && iv.tile < hi, "mapping of '" + v.name + "' uses a tile outside its IPU");
+    expect = iv.end;
+  }
+  NX_CHECK(expect == v.numel, "mapping of '" + v.name + "' does not cover the variable");
+  v.mapping = std::move(merged);
+  rebuild_tiles(v);
+}
+
+void Graph::map_linearly(VarId id, uint64_t grain) {
+  Variable& v = var(id);
+  if (v.numel == 0) {
+    v.mapped = true;
+    return;
+  }
+  uint64_t esize = dtype_size(v.dtype);
+  if (grain == 0) grain = std::max<uint64_t>(1, 32 / esize);  // at least 32 bytes a tile
+  uint64_t chunks = (v.numel + grain - 1) / grain;
+  uint64_t ntiles = std::min<uint64_t>(tiles_per_ipu_, chunks);
+  uint64_t per_tile = ((chunks + ntiles - 1) / ntiles) * grain;
+  uint64_t used = (v.numel + per_tile - 1) / per_tile;
+  uint32_t start = reserve_tiles(v.ipu, static_cast<uint32_t>(used));
+  std::vector<TileInterval> ivs;
+  uint64_t pos = 0;
+  for (uint32_t i = 0; pos < v.numel; ++i) {
+    uint64_t end = std::min(v.numel, pos + per_tile);
+    ivs.push_back(TileInterval{pos, end, window_tile(v.ipu, start, i), 0});
+    pos = end;
+  }
+  set_mapping(id, std::move(ivs));
+}
+
+void Graph::map_to_tile(VarId id, uint32_t tile) {
+  Variable& v = var(id);
+  set_mapping(id, {TileInterval{0, v.numel, tile, 0}});
+}
+
+void Graph::clone_mapping(VarId dst, VarId src) {
+  const Variable& s = var(src);
+  Variable& d = var(dst);
+  NX_CHECK(s.mapped, "clone_mapping from an unmapped variable");
+  NX_CHECK(s.numel == d.numel, "clone_mapping between variables of different sizes");
+  if (s.ipu == d.ipu) {
+    d.mapping = s.mapping;
+    d.tiles = s.tiles;
+    d.mapped = true;
+    return;
+  }
+  std::vector<TileInterval> ivs = s.mapping;
+  for (auto& iv : ivs) iv.tile = iv.tile - first_tile(s.ipu) + first_tile(d.ipu);
+  set_mapping(dst, std::move(ivs));
+}
+
+void Graph::ensure_mapped(VarId id) {
+  if (!var(id).mapped) map_linearly(id);
+}
+
+void Graph::locate(VarId id, uint64_t flat, uint32_t* tile, uint64_t* local, size_t* hint) const {
+  const Variable& v = var(id);
+  const auto& m = v.mapping;
+  size_t i = *hint;
+  if (i >= m.size() || flat < m[i].begin || flat >= m[i].end) {
+    if (i + 1 < m.size() && flat >= m[i + 1].begin && flat < m[i + 1].end) {
+      i = i + 1;
+    } else {
+      auto it = std::upper_bound(m.begin(), m.end(), flat, [](uint64_t f, const TileInterval& iv) { return f < iv.begin; });
+      NX_CHECK(it != m.begin(), "element outside the mapping of '" + v.name + "'");
+      i = static_cast<size_t>(it - m.begin()) - 1;
+      NX_CHECK(flat < m[i].end, "element outside the mapping of '" + v.name + "'");
+    }
+    *hint = i;
+  }
+  *tile = m[i].tile;
+  *local = m[i].local + (flat - m[i].begin);
+}
+
+uint32_t Graph::add_compute_set(const std::string& name) {
+  compute_sets_.push_back(ComputeSet{name, {}});
+  return static_cast<uint32_t>(compute_sets_.size() - 1);
+}
+
+void Graph::add_vertex(uint32_t cs, std::unique_ptr<Vertex> v) {
+  for (Field* f : v->all_fields()) {
+    const Variable& var_ = var(f->var);
+    NX_CHECK(f->tile == v->tile, std::string("vertex ") + v->name() + " names memory of another tile");
+    const TileShare* s = var_.share(f->tile);
+    NX_CHECK(f->count == 0 || (s && f->local + f->count <= s->count),
+             std::string("vertex ") + v->name() + " field outside '" + var_.name + "' on its tile");
+  }
+  compute_sets_.at(cs).vertices.push_back(std::move(v));
+}
+
+uint32_t Graph::add_exchange(const std::string& name) {
+  exchanges_.push_back(Exchange{name, {}});
+  return static_cast<uint32_t>(exchanges_.size() - 1);
+}
+
+void Graph::execute(uint32_t cs) {
+  if (!compute_sets_.at(cs).vertices.empty()) program_.push_back(Step{StepKind::kCompute, cs});
+}
+
+void Graph::execute_exchange(uint32_t ex) {
+  if (!exchanges_.at(ex).copies.empty()) program_.push_back(Step{StepKind::kExchange, ex});
+}
+
+uint32_t Graph::add_input_stream(const std::string& name, const Tensor& t) {
+  NX_CHECK(var(t.var).kind == VarKind::kInput, "input stream on a non-input variable");
+  inputs_.push_back(HostStream{name, t});
+  uint32_t idx = static_cast<uint32_t>(inputs_.size() - 1);
+  program_.insert(program_.begin() + idx, Step{StepKind::kStreamIn, idx});
+  return idx;
+}
+
+uint32_t Graph::add_output_stream(const std::string& name, const Tensor& t) {
+  outputs_.push_back(HostStream{name, t});
+  return static_cast<uint32_t>(outputs_.size() - 1);
+}
+
+}  // namespace neurenix

@@ -1,0 +1,148 @@
+// Element-wise operations: the result takes the tile mapping of an operand of
+// the same size, so that operand is read in place; every other operand is
+// brought to the result's tiles by exchange (broadcast operands as expanded
+// copies, scalars as one element per tile).
+#include <algorithm>
+
+#include "neurenix/error.h"
+#include "neurenix/exchange.h"
+#include "neurenix/ops.h"
+
+namespace neurenix::ops {
+
+Tensor fill(Graph& g, DType dtype, const Shape& shape, double value, uint32_t ipu, const std::string& name) {
+  Tensor out = g.add_variable(name, dtype, shape, VarKind::kIntermediate, ipu);
+  if (out.numel() == 0) return out;
+  g.map_linearly(out.var);
+  uint32_t cs = g.add_compute_set(name + "/fill");
+  for (const TileShare& s : g.var(out.var).tiles)
+    g.add_vertex(cs, std::make_unique<FillVertex>(s.tile, Field{out.var, s.tile, 0, s.count}, dtype, value));
+  g.execute(cs);
+  return out;
+}
+
+namespace {
+
+bool broadcastable(const Shape& in, const Shape& out) {
+  if (in.size() > out.size()) return false;
+  size_t lead = out.size() - in.size();
+  for (size_t i = 0; i < in.size(); ++i)
+    if (in[i] != out[lead + i] && in[i] != 1) return false;
+  return true;
+}
+
+// The operand is the result's shape up to leading ones: same flat order.
+bool same_elements(const Shape& in, const Shape& out) { return shape_numel(in) == shape_numel(out) && broadcastable(in, out); }
+
+}  // namespace
+
+Tensor map(Graph& g, const std::vector<ExprInstr>& expr, const std::vector<Tensor>& inputs, DType out_dtype,
+           const Shape& out_shape, uint32_t ipu, const std::string& name) {
+  std::vector<DType> types;
+  for (const Tensor& t : inputs) {
+    if (!broadcastable(t.shape, out_shape))
+      fail(ErrorCode::kShapeMismatch, "element-wise '" + name + "': operand shape " + shape_str(t.shape) +
+                                          " does not broadcast to " + shape_str(out_shape));
+    if (g.var(t.var).ipu != ipu)
+      fail(ErrorCode::kInvalidArgument, "element-wise '" + name + "': operand '" + g.var(t.var).name + "' is on IPU " +
+                                            std::to_string(g.var(t.var).ipu) + ", not " + std::to_string(ipu));
+    types.push_back(g.var(t.var).dtype);
+  }
+  ValueKind result = check_expression(expr, types);
+  const bool out_float = is_float(out_dtype);
+  if ((result == ValueKind::kFloat) != out_float)
+    fail(ErrorCode::kInvalidArgument, "element-wise '" + name + "': expression result does not match the output type " +
+                                          dtype_name(out_dtype));
+
+  Tensor out = g.add_variable(name, out_dtype, out_shape, VarKind::kIntermediate, ipu);
+  if (out.numel() == 0) return out;
+  // Take the mapping of the first mapped operand holding the same elements.
+  for (const Tensor& t : inputs) {
+    if (same_elements(t.shape, out_shape) && t.numel() > 1) {
+      g.ensure_mapped(t.var);
+      g.clone_mapping(out.var, t.var);
+      break;
+    }
+  }
+  if (!g.var(out.var).mapped) g.map_linearly(out.var);
+  // A copy: adding temporaries below may move the variable table.
+  const std::vector<TileShare> out_tiles = g.var(out.var).tiles;
+
+  uint32_t ex = g.add_exchange(name + "/operands");
+  // Per operand: the variable whose blocks line up with the result's, or a
+  // scalar variable with one element on every tile of the result.
+  struct Source {
+    VarId var;
+    bool scalar;
+    bool per_tile_scalar;  // one element per tile, in `tiles` order
+  };
+  std::vector<Source> sources;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const Tensor& t = inputs[i];
+    g.ensure_mapped(t.var);
+    if (t.numel() == 1) {
+      // A scalar: read in place where it lives, copy one element to other tiles.
+      bool everywhere = out_tiles.size() == 1 && g.var(t.var).share(out_tiles[0].tile) != nullptr;
+      if (everywhere) {
+        sources.push_back({t.var, true, false});
+        continue;
+      }
+      Tensor tmp = g.add_variable(name + "/scalar", g.var(t.var).dtype, {out_tiles.size()}, VarKind::kTemporary, ipu);
+      std::vector<TileInterval> ivs;
+      for (size_t k = 0; k < out_tiles.size(); ++k) ivs.push_back(TileInterval{k, k + 1, out_tiles[k].tile, 0});
+      g.set_mapping(tmp.var, std::move(ivs));
+      View src{t.var, 0, {out_tiles.size()}, {0}};
+      copy_view(g, ex, src, View::of(tmp));
+      sources.push_back({tmp.var, true, true});
+      continue;
+    }
+    bool in_place = same_elements(t.shape, out_shape);
+    if (in_place)
+      for (const TileShare& s : out_tiles)
+        if (!same_layout_on_tile(g, t.var, out.var, s.tile)) {
+          in_place = false;
+          break;
+        }
+    if (in_place) {
+      sources.push_back({t.var, false, false});
+      continue;
+    }
+    Tensor tmp = gather_like(g, ex, broadcast_view(t, out_shape), g.var(t.var).dtype, out, name + "/operand");
+    sources.push_back({tmp.var, false, false});
+  }
+  g.execute_exchange(ex);
+
+  auto shared = std::make_shared<const std::vector<ExprInstr>>(expr);
+  uint32_t cs = g.add_compute_set(name);
+  for (size_t k = 0; k < out_tiles.size(); ++k) {
+    const TileShare& s = out_tiles[k];
+    std::vector<MapVertex::Operand> ops;
+    for (size_t i = 0; i < sources.size(); ++i) {
+      const Source& src = sources[i];
+      const Variable& sv = g.var(src.var);
+      Field f;
+      if (src.scalar) {
+        uint64_t local = 0;
+        if (src.per_tile_scalar) {
+          uint32_t t;
+          size_t hint = 0;
+          g.locate(src.var, k, &t, &local, &hint);
+        } else {
+          local = 0;
+        }
+        f = Field{src.var, s.tile, local, 1};
+      } else {
+        f = Field{src.var, s.tile, 0, s.count};
+      }
+      ops.push_back(MapVertex::Operand{f, sv.dtype, src.scalar});
+    }
+    g.add_vertex(cs, std::make_unique<MapVertex>(s.tile, shared, std::move(ops), Field{out.var, s.tile, 0, s.count},
+                                                 out_dtype));
+  }
+  g.execute(cs);
+  g.record_op(OpRecord{name, "map", ipu, std::to_string(expr.size()) + " instruction(s)",
+                       static_cast<uint32_t>(out_tiles.size()), 0, 0});
+  return out;
+}
+
+}  // namespace neurenix::ops

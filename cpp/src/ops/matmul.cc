@@ -1,0 +1,517 @@
+// Matrix multiplication: planner and lowering.
+//
+// The planner splits [G, M, K] x [G, K, N] over tiles along all four
+// dimensions (G, M, N in parallel, K in parallel with a second reduction
+// stage) and may split N serially, processing it in several passes that each
+// need fewer temporaries. Among the plans whose temporaries fit the memory
+// target it takes the one with the fewest estimated cycles.
+#include <algorithm>
+#include <cmath>
+#include <set>
+#include <sstream>
+
+#include "neurenix/error.h"
+#include "neurenix/exchange.h"
+#include "neurenix/ops.h"
+
+namespace neurenix::ops {
+namespace {
+
+uint64_t ceil_div(uint64_t a, uint64_t b) { return b == 0 ? 0 : (a + b - 1) / b; }
+
+// Candidate split counts for a dimension of size d: small counts, powers of two
+// and the counts that give power-of-two block sizes, each reduced to the
+// number of non-empty blocks it really produces.
+std::vector<uint32_t> split_candidates(uint64_t d, uint64_t max_split) {
+  std::set<uint64_t> raw;
+  uint64_t lim = std::min(d, max_split);
+  for (uint64_t s = 1; s <= std::min<uint64_t>(lim, 16); ++s) raw.insert(s);
+  for (uint64_t s = 16; s <= lim; s *= 2) {
+    raw.insert(s);
+    if (s * 3 / 2 <= lim) raw.insert(s * 3 / 2);
+  }
+  for (uint64_t b = 1; b <= d; b *= 2) raw.insert(ceil_div(d, b));
+  raw.insert(lim);
+  std::set<uint32_t> eff;
+  for (uint64_t s : raw) {
+    if (s == 0 || s > lim) continue;
+    uint64_t block = ceil_div(d, s);
+    eff.insert(static_cast<uint32_t>(ceil_div(d, block)));
+  }
+  if (eff.empty()) eff.insert(1);
+  return {eff.begin(), eff.end()};
+}
+
+uint64_t matmul_vertex_cycles(const TargetSpec& t, DType in, DType partials, uint64_t m, uint64_t n, uint64_t k) {
+  const bool half = in == DType::kFloat16;
+  const uint64_t rate = half ? t.fp16_flops_per_cycle : t.fp32_flops_per_cycle;
+  const uint64_t depth = half ? 16 : 8;
+  uint64_t compute = 2 * m * n * ceil_div(k, depth) * depth / rate;
+  if (partials == DType::kFloat16) compute = compute * 9 / 10;
+  return t.vertex_overhead_cycles + compute + 8 * m;
+}
+
+void evaluate(const TargetSpec& t, const MatMulProblem& p, MatMulPlan& plan) {
+  const uint64_t eb = dtype_size(p.in_dtype), pb = dtype_size(p.partials);
+  const uint64_t gb = ceil_div(p.groups, plan.g_split), mb = ceil_div(p.m, plan.m_split);
+  const uint64_t chunk = ceil_div(p.n, plan.serial_split);
+  const uint64_t nb = ceil_div(chunk, plan.n_split), kb = ceil_div(p.k, plan.k_split);
+  const bool a_copy = plan.n_split > 1 || !p.a_unmapped;
+  const bool b_copy = plan.m_split > 1 || !p.b_unmapped;
+  const uint64_t a_bytes = a_copy ? gb * mb * kb * eb : 0;
+  const uint64_t b_bytes = b_copy ? gb * kb * nb * eb : 0;
+  uint64_t part_bytes = 0, recv_bytes = 0, rows_per = 0;
+  if (plan.k_split > 1) {
+    part_bytes = gb * mb * nb * pb;
+    rows_per = ceil_div(mb, plan.k_split);
+    recv_bytes = plan.k_split * rows_per * gb * nb * pb;
+  }
+  plan.temp_bytes = a_bytes + b_bytes + part_bytes + recv_bytes;
+  const uint64_t ex = t.exchange_bytes_per_cycle;
+  uint64_t per_chunk = t.sync_cycles + b_bytes / ex;  // operand exchange
+  per_chunk += t.sync_cycles + gb * matmul_vertex_cycles(t, p.in_dtype, p.partials, mb, nb, kb);
+  if (plan.k_split > 1) {
+    per_chunk += t.sync_cycles + (plan.k_split - 1) * rows_per * gb * nb * pb / ex;
+    per_chunk += t.sync_cycles + t.vertex_overhead_cycles + plan.k_split * rows_per * gb * nb / 2;
+  }
+  plan.cycles = plan.serial_split * per_chunk + a_bytes / ex;
+}
+
+}  // namespace
+
+std::string MatMulPlan::describe() const {
+  std::ostringstream os;
+  os << "[" << groups << "x" << m << "x" << k << "] x [" << groups << "x" << k << "x" << n << "]: split G/" << g_split
+     << " M/" << m_split << " N/" << n_split << " K/" << k_split;
+  if (serial_split > 1) os << ", N serially in " << serial_split << " passes";
+  os << ", " << tiles_used() << " tiles, " << temp_bytes << " B temporaries/tile";
+  if (!meets_memory_target) os << " (above the memory target)";
+  return os.str();
+}
+
+MatMulPlan plan_matmul(const TargetSpec& target, uint32_t tiles, uint64_t bytes_per_tile, const MatMulProblem& p,
+                       double proportion) {
+  const double budget = proportion * static_cast<double>(bytes_per_tile);
+  MatMulPlan best, smallest;
+  bool have_best = false, have_smallest = false;
+  auto gs = split_candidates(p.groups, tiles);
+  auto ms = split_candidates(p.m, tiles);
+  auto ns = split_candidates(p.n, tiles);
+  auto ks = split_candidates(p.k, tiles);
+  std::vector<uint32_t> serials;
+  for (uint64_t s = 1; s <= std::max<uint64_t>(1, p.n); s *= 2) {
+    serials.push_back(static_cast<uint32_t>(s));
+    if (s >= 64) break;
+  }
+  for (uint32_t g : gs)
+    for (uint32_t m : ms) {
+      if (static_cast<uint64_t>(g) * m > tiles) break;
+      for (uint32_t n : ns) {
+        if (static_cast<uint64_t>(g) * m * n > tiles) break;
+        for (uint32_t k : ks) {
+          if (static_cast<uint64_t>(g) * m * n * k > tiles) break;
+          for (uint32_t s : serials) {
+            if (static_cast<uint64_t>(s) * n > std::max<uint64_t>(1, p.n)) break;
+            MatMulPlan plan;
+            plan.groups = p.groups;
+            plan.m = p.m;
+            plan.n = p.n;
+            plan.k = p.k;
+            plan.g_split = g;
+            plan.m_split = m;
+            plan.n_split = n;
+            plan.k_split = k;
+            plan.serial_split = s;
+            evaluate(target, p, plan);
+            auto better = [](const MatMulPlan& a, const MatMulPlan& b) {
+              if (a.cycles != b.cycles) return a.cycles < b.cycles;
+              if (a.temp_bytes != b.temp_bytes) return a.temp_bytes < b.temp_bytes;
+              return a.tiles_used() < b.tiles_used();
+            };
+            if (static_cast<double>(plan.temp_bytes) <= budget && (!have_best || better(plan, best))) {
+              best = plan;
+              have_best = true;
+            }
+            if (!have_smallest || plan.temp_bytes < smallest.temp_bytes ||
+                (plan.temp_bytes == smallest.temp_bytes && plan.cycles < smallest.cycles)) {
+              smallest = plan;
+              have_smallest = true;
+            }
+          }
+        }
+      }
+    }
+  NX_CHECK(have_smallest, "matmul planner found no plan");
+  if (have_best) return best;
+  smallest.meets_memory_target = false;
+  return smallest;
+}
+
+namespace {
+
+struct Range {
+  uint64_t begin, end;
+  uint64_t size() const { return end - begin; }
+  bool empty() const { return end <= begin; }
+};
+
+Range part(uint64_t total, uint64_t parts, uint64_t i) {
+  uint64_t block = ceil_div(total, parts);
+  uint64_t b = std::min(total, i * block), e = std::min(total, (i + 1) * block);
+  return {b, e};
+}
+
+Range sub(Range r, uint64_t parts, uint64_t i) {
+  Range p = part(r.size(), parts, i);
+  return {r.begin + p.begin, r.begin + p.end};
+}
+
+// Appends the intervals of a row-major block of a [G, R, C] variable.
+void block_intervals(std::vector<TileInterval>& out, uint64_t rows_total, uint64_t cols_total, Range gr, Range rr,
+                     Range cr, uint32_t tile) {
+  if (gr.empty() || rr.empty() || cr.empty()) return;
+  for (uint64_t g = gr.begin; g < gr.end; ++g)
+    for (uint64_t r = rr.begin; r < rr.end; ++r) {
+      uint64_t base = (g * rows_total + r) * cols_total;
+      out.push_back(TileInterval{base + cr.begin, base + cr.end, tile, 0});
+    }
+}
+
+// A per-tile operand block: either in place or in a temporary.
+struct OperandBlock {
+  VarId var;
+  uint64_t local;  // of group 0
+  uint64_t group_stride;
+  uint64_t ld;
+  uint64_t count;  // field extent per group
+};
+
+}  // namespace
+
+Tensor matmul(Graph& g, const Tensor& a, const Tensor& b, const MatMulOptions& o, MatMulPlan* plan_out) {
+  if (a.shape.size() != 3 || b.shape.size() != 3 || a.shape[0] != b.shape[0] || a.shape[2] != b.shape[1])
+    fail(ErrorCode::kShapeMismatch, "matmul '" + o.name + "': shapes " + shape_str(a.shape) + " and " + shape_str(b.shape) +
+                                        " are not [G, M, K] x [G, K, N]");
+  const DType in = g.var(a.var).dtype;
+  if (g.var(b.var).dtype != in || !is_float(in))
+    fail(ErrorCode::kShapeMismatch, "matmul '" + o.name + "': operands must share a float type, got " +
+                                        std::string(dtype_name(in)) + " and " + dtype_name(g.var(b.var).dtype));
+  if (o.available_memory_proportion <= 0 || o.available_memory_proportion > 1)
+    fail(ErrorCode::kInvalidArgument, "available memory proportion must be in (0, 1]");
+  const DType partials = (in == DType::kFloat32) ? DType::kFloat32 : o.partials;
+  const uint64_t G = a.shape[0], M = a.shape[1], K = a.shape[2], N = b.shape[2];
+  const uint32_t ipu = o.ipu;
+  Tensor c = g.add_variable(o.name, o.out_dtype, {G, M, N}, VarKind::kIntermediate, ipu);
+  if (G * M * N == 0) return c;
+  if (K == 0) {
+    Tensor z = fill(g, o.out_dtype, {G, M, N}, 0.0, ipu, o.name);
+    return z;
+  }
+  MatMulProblem prob{G, M, N, K, in, partials, o.out_dtype, !g.var(a.var).mapped, !g.var(b.var).mapped};
+  MatMulPlan plan = plan_matmul(g.target(), g.tiles_per_ipu(), g.bytes_per_tile(), prob, o.available_memory_proportion);
+  if (!plan.meets_memory_target) {
+    std::ostringstream w;
+    w << "matmul '" << o.name << "': no plan keeps temporaries under " << o.available_memory_proportion
+      << " of tile memory; using the smallest plan (" << plan.temp_bytes << " bytes/tile)";
+    g.warn(w.str());
+  }
+  if (plan_out) *plan_out = plan;
+
+  const uint32_t gs = plan.g_split, ms = plan.m_split, ns = plan.n_split, ks = plan.k_split, S = plan.serial_split;
+  const uint32_t first = g.reserve_tiles(ipu, plan.tiles_used());
+  auto tile_of = [&](uint32_t gi, uint32_t mi, uint32_t ni, uint32_t ki) {
+    return g.window_tile(ipu, first, ((gi * ms + mi) * ns + ni) * ks + ki);
+  };
+  auto chunk_n = [&](uint32_t j, uint32_t ni) { return sub(part(N, S, j), ns, ni); };
+
+  // Lay out operands nobody has placed yet, and the result.
+  if (!g.var(a.var).mapped) {
+    std::vector<TileInterval> ivs;
+    for (uint32_t gi = 0; gi < gs; ++gi)
+      for (uint32_t mi = 0; mi < ms; ++mi)
+        for (uint32_t ki = 0; ki < ks; ++ki)
+          block_intervals(ivs, M, K, part(G, gs, gi), part(M, ms, mi), part(K, ks, ki), tile_of(gi, mi, 0, ki));
+    g.set_mapping(a.var, std::move(ivs));
+  }
+  if (!g.var(b.var).mapped) {
+    std::vector<TileInterval> ivs;
+    for (uint32_t gi = 0; gi < gs; ++gi)
+      for (uint32_t j = 0; j < S; ++j)
+        for (uint32_t ni = 0; ni < ns; ++ni)
+          for (uint32_t ki = 0; ki < ks; ++ki)
+            block_intervals(ivs, K, N, part(G, gs, gi), part(K, ks, ki), chunk_n(j, ni), tile_of(gi, 0, ni, ki));
+    g.set_mapping(b.var, std::move(ivs));
+  }
+  {
+    std::vector<TileInterval> ivs;
+    for (uint32_t gi = 0; gi < gs; ++gi)
+      for (uint32_t mi = 0; mi < ms; ++mi)
+        for (uint32_t j = 0; j < S; ++j)
+          for (uint32_t ni = 0; ni < ns; ++ni)
+            for (uint32_t ki = 0; ki < ks; ++ki)
+              block_intervals(ivs, M, N, part(G, gs, gi), sub(part(M, ms, mi), ks, ki), chunk_n(j, ni),
+                              tile_of(gi, mi, ni, ki));
+    g.set_mapping(c.var, std::move(ivs));
+  }
+
+  // Finds the operand block on `tile` in place, or arranges a copy into `tmp`.
+  // `pending` collects (tile, groups) needing copies; temporaries are built
+  // after all tiles are known.
+  struct Need {
+    uint32_t tile;
+    Range gr, rr, cr;
+  };
+  auto resolve = [&](const Tensor& t, uint64_t rows_total, uint64_t cols_total, uint32_t tile, Range gr, Range rr,
+                     Range cr, OperandBlock* blk) -> bool {
+    LocalBlock first_lb{};
+    uint64_t gstride = 0, ld = 0;
+    for (uint64_t gg = gr.begin; gg < gr.end; ++gg) {
+      LocalBlock lb;
+      if (!find_local_block(g, t.var, tile, (gg * rows_total + rr.begin) * cols_total + cr.begin, rr.size(), cr.size(),
+                            cols_total, &lb))
+        return false;
+      if (gg == gr.begin) {
+        first_lb = lb;
+        ld = lb.ld;
+      } else {
+        if (lb.ld != ld) return false;
+        uint64_t s = lb.local - first_lb.local;
+        if (gg == gr.begin + 1) gstride = s;
+        else if (s != gstride * (gg - gr.begin)) return false;
+      }
+    }
+    blk->var = t.var;
+    blk->local = first_lb.local;
+    blk->group_stride = gstride;
+    blk->ld = ld;
+    blk->count = (rr.size() - 1) * ld + cr.size();
+    return true;
+  };
+  // Builds one temporary holding packed copies of the needed blocks.
+  auto gather = [&](const Tensor& t, uint64_t rows_total, uint64_t cols_total, const std::vector<Need>& needs,
+                    uint32_t ex, const std::string& name, std::vector<OperandBlock>& out) {
+    uint64_t total = 0;
+    for (const Need& nd : needs) total += nd.gr.size() * nd.rr.size() * nd.cr.size();
+    if (total == 0) return;
+    Tensor tmp = g.add_variable(name, in, {total}, VarKind::kTemporary, ipu);
+    std::vector<TileInterval> ivs;
+    uint64_t pos = 0;
+    for (const Need& nd : needs) {
+      uint64_t sz = nd.gr.size() * nd.rr.size() * nd.cr.size();
+      ivs.push_back(TileInterval{pos, pos + sz, nd.tile, 0});
+      pos += sz;
+    }
+    g.set_mapping(tmp.var, std::move(ivs));
+    pos = 0;
+    for (const Need& nd : needs) {
+      uint64_t per_group = nd.rr.size() * nd.cr.size();
+      View src;
+      src.var = t.var;
+      src.offset = static_cast<int64_t>((nd.gr.begin * rows_total + nd.rr.begin) * cols_total + nd.cr.begin);
+      src.shape = {nd.gr.size(), nd.rr.size(), nd.cr.size()};
+      src.strides = {static_cast<int64_t>(rows_total * cols_total), static_cast<int64_t>(cols_total), 1};
+      View dst;
+      dst.var = tmp.var;
+      dst.offset = static_cast<int64_t>(pos);
+      dst.shape = src.shape;
+      dst.strides = {static_cast<int64_t>(per_group), static_cast<int64_t>(nd.cr.size()), 1};
+      copy_view(g, ex, src, dst);
+      uint32_t t_tile;
+      uint64_t local;
+      size_t hint = 0;
+      g.locate(tmp.var, pos, &t_tile, &local, &hint);
+      out.push_back(OperandBlock{tmp.var, local, per_group, nd.cr.size(), per_group});
+      pos += nd.gr.size() * per_group;
+    }
+  };
+
+  // Operand A blocks are the same for every serial pass.
+  struct TileWork {
+    uint32_t gi, mi, ni, ki, tile;
+    Range gr, mr, kr;
+    OperandBlock a;
+  };
+  std::vector<TileWork> work;
+  uint32_t ex0 = g.add_exchange(o.name + "/fetch");
+  {
+    std::vector<Need> a_needs;
+    std::vector<size_t> a_need_idx;
+    for (uint32_t gi = 0; gi < gs; ++gi)
+      for (uint32_t mi = 0; mi < ms; ++mi)
+        for (uint32_t ni = 0; ni < ns; ++ni)
+          for (uint32_t ki = 0; ki < ks; ++ki) {
+            TileWork w{gi, mi, ni, ki, tile_of(gi, mi, ni, ki), part(G, gs, gi), part(M, ms, mi), part(K, ks, ki), {}};
+            if (w.gr.empty() || w.mr.empty() || w.kr.empty()) continue;
+            if (!resolve(a, M, K, w.tile, w.gr, w.mr, w.kr, &w.a)) {
+              a_needs.push_back(Need{w.tile, w.gr, w.mr, w.kr});
+              a_need_idx.push_back(work.size());
+            }
+            work.push_back(w);
+          }
+    std::vector<OperandBlock> blocks;
+    gather(a, M, K, a_needs, ex0, o.name + "/A", blocks);
+    for (size_t i = 0; i < a_need_idx.size(); ++i) work[a_need_idx[i]].a = blocks[i];
+  }
+
+  const DType stage_out = ks > 1 ? partials : o.out_dtype;
+  for (uint32_t j = 0; j < S; ++j) {
+    uint32_t ex = j == 0 ? ex0 : g.add_exchange(o.name + "/fetch");
+    // B blocks of this pass.
+    std::vector<OperandBlock> b_blocks(work.size());
+    std::vector<Need> b_needs;
+    std::vector<size_t> b_need_idx;
+    for (size_t wi = 0; wi < work.size(); ++wi) {
+      const TileWork& w = work[wi];
+      Range nr = chunk_n(j, w.ni);
+      if (nr.empty()) continue;
+      if (!resolve(b, K, N, w.tile, w.gr, w.kr, nr, &b_blocks[wi])) {
+        b_needs.push_back(Need{w.tile, w.gr, w.kr, nr});
+        b_need_idx.push_back(wi);
+      }
+    }
+    {
+      std::vector<OperandBlock> blocks;
+      gather(b, K, N, b_needs, ex, o.name + "/B", blocks);
+      for (size_t i = 0; i < b_need_idx.size(); ++i) b_blocks[b_need_idx[i]] = blocks[i];
+    }
+    g.execute_exchange(ex);
+
+    // Partials, when K is split: one packed [groups, rows, cols] block per tile.
+    Tensor partial_t;
+    std::vector<uint64_t> partial_base(work.size(), 0);
+    if (ks > 1) {
+      uint64_t total = 0;
+      std::vector<TileInterval> ivs;
+      for (size_t wi = 0; wi < work.size(); ++wi) {
+        const TileWork& w = work[wi];
+        Range nr = chunk_n(j, w.ni);
+        uint64_t sz = w.gr.size() * w.mr.size() * nr.size();
+        partial_base[wi] = total;
+        if (sz) ivs.push_back(TileInterval{total, total + sz, w.tile, 0});
+        total += sz;
+      }
+      partial_t = g.add_variable(o.name + "/partials", partials, {total}, VarKind::kTemporary, ipu);
+      g.set_mapping(partial_t.var, std::move(ivs));
+    }
+
+    uint32_t cs = g.add_compute_set(o.name + "/matmul");
+    for (size_t wi = 0; wi < work.size(); ++wi) {
+      const TileWork& w = work[wi];
+      Range nr = chunk_n(j, w.ni);
+      if (nr.empty()) continue;
+      const OperandBlock& ab = w.a;
+      const OperandBlock& bb = b_blocks[wi];
+      for (uint64_t gg = w.gr.begin; gg < w.gr.end; ++gg) {
+        const uint64_t go = gg - w.gr.begin;
+        Field fa{ab.var, w.tile, ab.local + go * ab.group_stride, ab.count};
+        Field fb{bb.var, w.tile, bb.local + go * bb.group_stride, bb.count};
+        Field fc;
+        uint64_t ldc;
+        if (ks > 1) {
+          uint32_t t_tile;
+          uint64_t local;
+          size_t hint = 0;
+          uint64_t flat = partial_base[wi] + go * w.mr.size() * nr.size();
+          g.locate(partial_t.var, flat, &t_tile, &local, &hint);
+          fc = Field{partial_t.var, w.tile, local, w.mr.size() * nr.size()};
+          ldc = nr.size();
+        } else {
+          LocalBlock lb;
+          bool ok = find_local_block(g, c.var, w.tile, (gg * M + w.mr.begin) * N + nr.begin, w.mr.size(), nr.size(), N, &lb);
+          NX_CHECK(ok, "matmul result block is not on its tile");
+          fc = Field{c.var, w.tile, lb.local, (w.mr.size() - 1) * lb.ld + nr.size()};
+          ldc = lb.ld;
+        }
+        MatMulBlock blk{static_cast<uint32_t>(w.mr.size()), static_cast<uint32_t>(nr.size()),
+                        static_cast<uint32_t>(w.kr.size()), static_cast<uint32_t>(ab.ld), static_cast<uint32_t>(bb.ld),
+                        static_cast<uint32_t>(ldc)};
+        g.add_vertex(cs, std::make_unique<MatMulVertex>(w.tile, fa, fb, fc, blk, in, partials, stage_out));
+      }
+    }
+    g.execute(cs);
+
+    if (ks > 1) {
+      // Second stage: the tiles of each (g, m, n) block each own a slice of its
+      // rows; they gather that slice of every partial and sum it.
+      uint32_t rex = g.add_exchange(o.name + "/reduce_exchange");
+      uint32_t rcs = g.add_compute_set(o.name + "/reduce");
+      struct Red {
+        size_t wi;
+        Range rows;  // absolute M rows
+      };
+      std::vector<Red> reds;
+      uint64_t total = 0;
+      std::vector<TileInterval> ivs;
+      std::vector<uint64_t> base;
+      for (size_t wi = 0; wi < work.size(); ++wi) {
+        const TileWork& w = work[wi];
+        Range nr = chunk_n(j, w.ni);
+        Range rows = sub(w.mr, ks, w.ki);
+        if (nr.empty() || rows.empty()) continue;
+        uint64_t sz = w.gr.size() * ks * rows.size() * nr.size();
+        reds.push_back(Red{wi, rows});
+        base.push_back(total);
+        ivs.push_back(TileInterval{total, total + sz, w.tile, 0});
+        total += sz;
+      }
+      Tensor recv = g.add_variable(o.name + "/partials_in", partials, {total}, VarKind::kTemporary, ipu);
+      g.set_mapping(recv.var, std::move(ivs));
+      // Index of the work item for (gi, mi, ni, kk).
+      std::vector<size_t> by_pos(plan.tiles_used(), SIZE_MAX);
+      for (size_t i = 0; i < work.size(); ++i)
+        by_pos[((work[i].gi * ms + work[i].mi) * ns + work[i].ni) * ks + work[i].ki] = i;
+      auto work_index = [&](const TileWork& w, uint32_t kk) -> size_t {
+        return by_pos[((w.gi * ms + w.mi) * ns + w.ni) * ks + kk];
+      };
+      for (size_t ri = 0; ri < reds.size(); ++ri) {
+        const TileWork& w = work[reds[ri].wi];
+        const Range rows = reds[ri].rows;
+        const Range nr = chunk_n(j, w.ni);
+        const uint64_t per = rows.size() * nr.size();
+        uint64_t pos = base[ri];
+        for (uint64_t gg = w.gr.begin; gg < w.gr.end; ++gg) {
+          const uint64_t go = gg - w.gr.begin;
+          const uint64_t group_base = pos;
+          for (uint32_t kk = 0; kk < ks; ++kk) {
+            size_t src_wi = work_index(w, kk);
+            View dst;
+            dst.var = recv.var;
+            dst.offset = static_cast<int64_t>(pos);
+            dst.shape = {rows.size(), nr.size()};
+            dst.strides = {static_cast<int64_t>(nr.size()), 1};
+            if (src_wi == SIZE_MAX) {
+              // That K slice is empty (K < ks): its partial is zero.
+              NX_CHECK(false, "matmul K split produced an empty slice");
+            }
+            View src;
+            src.var = partial_t.var;
+            src.offset = static_cast<int64_t>(partial_base[src_wi] + go * w.mr.size() * nr.size() +
+                                              (rows.begin - w.mr.begin) * nr.size());
+            src.shape = dst.shape;
+            src.strides = {static_cast<int64_t>(nr.size()), 1};
+            copy_view(g, rex, src, dst);
+            pos += per;
+          }
+          uint32_t t_tile;
+          uint64_t local;
+          size_t hint = 0;
+          g.locate(recv.var, group_base, &t_tile, &local, &hint);
+          Field fin{recv.var, w.tile, local, ks * per};
+          LocalBlock lb;
+          bool ok = find_local_block(g, c.var, w.tile, (gg * M + rows.begin) * N + nr.begin, rows.size(), nr.size(), N, &lb);
+          NX_CHECK(ok, "matmul result rows are not on their reducing tile");
+          Field fout{c.var, w.tile, lb.local, (rows.size() - 1) * lb.ld + nr.size()};
+          g.add_vertex(rcs, std::make_unique<SumPartialsVertex>(w.tile, fin, fout, ks, static_cast<uint32_t>(rows.size()),
+                                                                 static_cast<uint32_t>(nr.size()),
+                                                                 static_cast<uint32_t>(lb.ld), partials, o.out_dtype));
+        }
+      }
+      g.execute_exchange(rex);
+      g.execute(rcs);
+    }
+  }
+  g.record_op(OpRecord{o.name, "matmul", ipu, plan.describe(), plan.tiles_used(), plan.temp_bytes, plan.cycles});
+  return c;
+}
+
+}  // namespace neurenix::ops

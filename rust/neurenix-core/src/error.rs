@@ -1,0 +1,184 @@
+//! The error spine: one enum for every failure of the compiler and runtime.
+//!
+//! The C++ core reports failures as `"[code] message"` strings (see
+//! `cpp/include/neurenix/error.h`); [`Error::from_core`] turns them back into
+//! variants. The Python binding maps each variant to one exception class of
+//! `neurenix.hardware.graphcore.errors`.
+
+use std::fmt::Write as _;
+
+/// One tile that does not fit, with the largest consumers live at its peak.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TileOverflow {
+    pub ipu: u32,
+    pub tile: u32,
+    pub used: u64,
+    pub capacity: u64,
+    pub largest: Vec<(String, u64)>,
+}
+
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum Error {
+    /// A malformed argument or option.
+    #[error("{0}")]
+    InvalidArgument(String),
+    /// Shapes or element types that do not agree inside the model.
+    #[error("{message}")]
+    ShapeMismatch { node: String, message: String },
+    /// Some tiles overflow.
+    #[error("{message}")]
+    OutOfMemory { tiles: Vec<TileOverflow>, message: String },
+    /// The IPUs asked for are attached elsewhere.
+    #[error("{message}")]
+    DeviceUnavailable { ipus: Vec<u32>, pids: Vec<i32>, message: String },
+    /// An operator (or operator form) the compiler does not implement.
+    #[error("{message}")]
+    Unsupported {
+        op_type: String,
+        node: String,
+        domain: String,
+        opset: i64,
+        supported: Vec<String>,
+        message: String,
+    },
+    /// The model itself is malformed.
+    #[error("{0}")]
+    ModelFormat(String),
+    /// Inputs given to compile or execute do not match the model.
+    #[error("{message}")]
+    InputMismatch { input: String, message: String },
+    /// A call made in the wrong state (detached device, compile-only...).
+    #[error("{0}")]
+    InvalidState(String),
+    /// A broken invariant: a bug in neurenix.
+    #[error("internal error (please report): {0}")]
+    Internal(String),
+}
+
+pub type Result<T> = std::result::Result<T, Error>;
+
+impl Error {
+    /// Parses a `"[code] message"` string from the C++ core.
+    pub fn from_core(what: &str) -> Error {
+        let (code, msg) = match what.strip_prefix('[').and_then(|r| r.split_once("] ")) {
+            Some((c, m)) => (c, m.to_string()),
+            None => ("internal", what.to_string()),
+        };
+        match code {
+            "invalid_argument" => Error::InvalidArgument(msg),
+            "shape_mismatch" => Error::ShapeMismatch { node: String::new(), message: msg },
+            "out_of_memory" => Error::OutOfMemory { tiles: Vec::new(), message: msg },
+            "device_unavailable" => Error::DeviceUnavailable { ipus: Vec::new(), pids: Vec::new(), message: msg },
+            "unsupported" => Error::Unsupported {
+                op_type: String::new(),
+                node: String::new(),
+                domain: String::new(),
+                opset: 0,
+                supported: Vec::new(),
+                message: msg,
+            },
+            "invalid_state" => Error::InvalidState(msg),
+            _ => Error::Internal(msg),
+        }
+    }
+
+    pub fn shape(node: &str, message: impl Into<String>) -> Error {
+        let message = message.into();
+        Error::ShapeMismatch {
+            node: node.to_string(),
+            message: if node.is_empty() { message } else { format!("node '{node}': {message}") },
+        }
+    }
+
+    pub fn model(message: impl Into<String>) -> Error {
+        Error::ModelFormat(message.into())
+    }
+
+    pub fn unsupported(op_type: &str, node: &str, domain: &str, opset: i64, detail: &str, supported: Vec<String>) -> Error {
+        let dom = if domain.is_empty() { "ai.onnx".to_string() } else { domain.to_string() };
+        let mut message = format!("operator {op_type} (node '{node}', domain {dom}, opset {opset}) is not supported");
+        if !detail.is_empty() {
+            let _ = write!(message, ": {detail}");
+        }
+        let _ = write!(message, ". Supported operators: {}", supported.join(", "));
+        Error::Unsupported {
+            op_type: op_type.to_string(),
+            node: node.to_string(),
+            domain: dom,
+            opset,
+            supported,
+            message,
+        }
+    }
+
+    /// Builds the out-of-memory error, naming every overflowing tile the way
+    /// Poplar does.
+    pub fn out_of_memory(tiles: Vec<TileOverflow>, hint: &str) -> Error {
+        let mut message = String::new();
+        let shown = 16;
+        for t in tiles.iter().take(shown) {
+            let _ = writeln!(
+                message,
+                "Out of memory on IPU {} tile {}: {} bytes used but tiles only have {} bytes of memory",
+                t.ipu,
+                t.tile,
+                group_digits(t.used),
+                group_digits(t.capacity)
+            );
+            if !t.largest.is_empty() {
+                let parts: Vec<String> =
+                    t.largest.iter().map(|(n, b)| format!("{n} ({} B)", group_digits(*b))).collect();
+                let _ = writeln!(message, "  largest on this tile: {}", parts.join(", "));
+            }
+        }
+        if tiles.len() > shown {
+            let _ = writeln!(message, "... and {} more tiles", tiles.len() - shown);
+        }
+        message.push_str(hint);
+        Error::OutOfMemory { tiles, message }
+    }
+}
+
+/// 702144 -> "702,144".
+pub fn group_digits(n: u64) -> String {
+    let s = n.to_string();
+    let mut out = String::with_capacity(s.len() + s.len() / 3);
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_core_codes() {
+        assert!(matches!(Error::from_core("[out_of_memory] x"), Error::OutOfMemory { .. }));
+        assert!(matches!(Error::from_core("[invalid_argument] bad key"), Error::InvalidArgument(m) if m == "bad key"));
+        assert!(matches!(Error::from_core("no code"), Error::Internal(_)));
+    }
+
+    #[test]
+    fn oom_message_names_tiles() {
+        let e = Error::out_of_memory(
+            vec![TileOverflow { ipu: 0, tile: 37, used: 702144, capacity: 638976, largest: vec![("w".into(), 500000)] }],
+            "",
+        );
+        let msg = e.to_string();
+        assert!(msg.contains("Out of memory on IPU 0 tile 37: 702,144 bytes used but tiles only have 638,976 bytes"));
+        assert!(msg.contains("w (500,000 B)"));
+    }
+
+    #[test]
+    fn digits() {
+        assert_eq!(group_digits(0), "0");
+        assert_eq!(group_digits(999), "999");
+        assert_eq!(group_digits(1000), "1,000");
+        assert_eq!(group_digits(638976), "638,976");
+    }
+}

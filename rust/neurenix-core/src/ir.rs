@@ -1,0 +1,270 @@
+//! The model IR: a dataflow graph of operator nodes over named values.
+//!
+//! Operators keep ONNX's names, attributes and input conventions (the IR is
+//! what front ends translate into, not an ONNX binding: nothing here depends
+//! on the onnx package), so a graph can be written back out as an equivalent
+//! ONNX model after optimisation.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::tensor::HostTensor;
+
+pub type ValueId = usize;
+pub type NodeId = usize;
+
+/// A dimension as declared by the model: fixed, or a named/unknown dimension
+/// bound when the model is compiled for concrete inputs.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Dim {
+    Fixed(usize),
+    Symbolic(String),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Attr {
+    Int(i64),
+    Float(f32),
+    String(String),
+    Ints(Vec<i64>),
+    Floats(Vec<f32>),
+    Strings(Vec<String>),
+    Tensor(HostTensor),
+}
+
+#[derive(Debug, Clone)]
+pub struct Value {
+    pub name: String,
+    pub dtype: Option<DType>,
+    /// Declared shape (graph inputs/outputs) or inferred concrete shape.
+    pub shape: Option<Vec<Dim>>,
+    /// Set for initializers and values folded at compile time.
+    pub constant: Option<Arc<HostTensor>>,
+}
+
+impl Value {
+    /// The shape if every dimension is fixed.
+    pub fn concrete_shape(&self) -> Option<Vec<usize>> {
+        self.shape.as_ref()?.iter().map(|d| if let Dim::Fixed(n) = d { Some(*n) } else { None }).collect()
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Node {
+    pub name: String,
+    pub op_type: String,
+    pub domain: String,
+    /// `None` for an omitted optional input.
+    pub inputs: Vec<Option<ValueId>>,
+    pub outputs: Vec<ValueId>,
+    pub attrs: BTreeMap<String, Attr>,
+}
+
+impl Node {
+    pub fn input(&self, i: usize) -> Option<ValueId> {
+        self.inputs.get(i).copied().flatten()
+    }
+    pub fn attr(&self, name: &str) -> Option<&Attr> {
+        self.attrs.get(name)
+    }
+    pub fn attr_i(&self, name: &str, default: i64) -> Result<i64> {
+        match self.attrs.get(name) {
+            None => Ok(default),
+            Some(Attr::Int(v)) => Ok(*v),
+            Some(other) => Err(self.bad_attr(name, "an int", other)),
+        }
+    }
+    pub fn attr_f(&self, name: &str, default: f32) -> Result<f32> {
+        match self.attrs.get(name) {
+            None => Ok(default),
+            Some(Attr::Float(v)) => Ok(*v),
+            Some(Attr::Int(v)) => Ok(*v as f32),
+            Some(other) => Err(self.bad_attr(name, "a float", other)),
+        }
+    }
+    pub fn attr_s(&self, name: &str, default: &str) -> Result<String> {
+        match self.attrs.get(name) {
+            None => Ok(default.to_string()),
+            Some(Attr::String(v)) => Ok(v.clone()),
+            Some(other) => Err(self.bad_attr(name, "a string", other)),
+        }
+    }
+    pub fn attr_ints(&self, name: &str) -> Result<Option<Vec<i64>>> {
+        match self.attrs.get(name) {
+            None => Ok(None),
+            Some(Attr::Ints(v)) => Ok(Some(v.clone())),
+            Some(Attr::Int(v)) => Ok(Some(vec![*v])),
+            Some(other) => Err(self.bad_attr(name, "a list of ints", other)),
+        }
+    }
+    pub fn attr_floats(&self, name: &str) -> Result<Option<Vec<f32>>> {
+        match self.attrs.get(name) {
+            None => Ok(None),
+            Some(Attr::Floats(v)) => Ok(Some(v.clone())),
+            Some(other) => Err(self.bad_attr(name, "a list of floats", other)),
+        }
+    }
+    fn bad_attr(&self, name: &str, want: &str, got: &Attr) -> Error {
+        Error::model(format!(
+            "node '{}' ({}): attribute '{name}' should be {want}, got {got:?}",
+            self.name, self.op_type
+        ))
+    }
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct Graph {
+    pub values: Vec<Value>,
+    pub nodes: Vec<Node>,
+    pub inputs: Vec<ValueId>,
+    pub outputs: Vec<ValueId>,
+    by_name: HashMap<String, ValueId>,
+}
+
+/// A model: a graph plus the operator-set version of the default domain.
+#[derive(Debug, Clone)]
+pub struct Model {
+    pub graph: Graph,
+    pub opset: i64,
+    pub name: String,
+}
+
+impl Graph {
+    pub fn value(&self, id: ValueId) -> &Value {
+        &self.values[id]
+    }
+    pub fn value_mut(&mut self, id: ValueId) -> &mut Value {
+        &mut self.values[id]
+    }
+    pub fn find(&self, name: &str) -> Option<ValueId> {
+        self.by_name.get(name).copied()
+    }
+    /// The value called `name`, created untyped if new.
+    pub fn value_named(&mut self, name: &str) -> ValueId {
+        if let Some(&id) = self.by_name.get(name) {
+            return id;
+        }
+        self.add_value(Value { name: name.to_string(), dtype: None, shape: None, constant: None })
+    }
+    pub fn add_value(&mut self, v: Value) -> ValueId {
+        let id = self.values.len();
+        self.by_name.insert(v.name.clone(), id);
+        self.values.push(v);
+        id
+    }
+    /// A fresh value with a name derived from `base` that no other value has.
+    pub fn fresh_value(&mut self, base: &str) -> ValueId {
+        let mut name = base.to_string();
+        let mut i = 0;
+        while self.by_name.contains_key(&name) {
+            i += 1;
+            name = format!("{base}_{i}");
+        }
+        self.value_named(&name)
+    }
+    pub fn set_constant(&mut self, id: ValueId, t: HostTensor) {
+        let v = &mut self.values[id];
+        v.dtype = Some(t.dtype);
+        v.shape = Some(t.shape().iter().map(|&d| Dim::Fixed(d)).collect());
+        v.constant = Some(Arc::new(t));
+    }
+    pub fn constant(&self, id: ValueId) -> Option<&HostTensor> {
+        self.values[id].constant.as_deref()
+    }
+    pub fn shape_of(&self, id: ValueId) -> Option<Vec<usize>> {
+        self.values[id].concrete_shape()
+    }
+
+    /// Node that produces each value.
+    pub fn producers(&self) -> HashMap<ValueId, NodeId> {
+        let mut p = HashMap::new();
+        for (i, n) in self.nodes.iter().enumerate() {
+            for &o in &n.outputs {
+                p.insert(o, i);
+            }
+        }
+        p
+    }
+
+    /// Number of node inputs plus graph outputs that read each value.
+    pub fn use_counts(&self) -> Vec<usize> {
+        let mut c = vec![0; self.values.len()];
+        for n in &self.nodes {
+            for &i in n.inputs.iter().flatten() {
+                c[i] += 1;
+            }
+        }
+        for &o in &self.outputs {
+            c[o] += 1;
+        }
+        c
+    }
+
+    /// Orders the nodes so that every value is produced before it is used.
+    /// Errors on cycles and on values nobody produces.
+    pub fn toposort(&mut self) -> Result<()> {
+        let n = self.nodes.len();
+        let producers = self.producers();
+        let mut indeg = vec![0usize; n];
+        let mut users: Vec<Vec<NodeId>> = vec![Vec::new(); n];
+        for (i, node) in self.nodes.iter().enumerate() {
+            for &v in node.inputs.iter().flatten() {
+                if let Some(&p) = producers.get(&v) {
+                    indeg[i] += 1;
+                    users[p].push(i);
+                } else if self.values[v].constant.is_none() && !self.inputs.contains(&v) {
+                    return Err(Error::model(format!(
+                        "node '{}' ({}) reads '{}', which is not a graph input, an initializer, or any node's output",
+                        node.name, node.op_type, self.values[v].name
+                    )));
+                }
+            }
+        }
+        let mut ready: std::collections::VecDeque<NodeId> = (0..n).filter(|&i| indeg[i] == 0).collect();
+        let mut order = Vec::with_capacity(n);
+        while let Some(i) = ready.pop_front() {
+            order.push(i);
+            for &u in &users[i] {
+                indeg[u] -= 1;
+                if indeg[u] == 0 {
+                    ready.push_back(u);
+                }
+            }
+        }
+        if order.len() != n {
+            let stuck: Vec<&str> =
+                (0..n).filter(|i| indeg[*i] > 0).take(5).map(|i| self.nodes[i].name.as_str()).collect();
+            return Err(Error::model(format!("the graph has a cycle through nodes {}", stuck.join(", "))));
+        }
+        let mut old: Vec<Option<Node>> = std::mem::take(&mut self.nodes).into_iter().map(Some).collect();
+        self.nodes = order.into_iter().map(|i| old[i].take().unwrap()).collect();
+        Ok(())
+    }
+
+    /// Removes nodes whose outputs nobody needs (no side effects in the op set).
+    pub fn remove_dead_nodes(&mut self) -> usize {
+        let mut needed = vec![false; self.values.len()];
+        for &o in &self.outputs {
+            needed[o] = true;
+        }
+        let mut keep = vec![false; self.nodes.len()];
+        for i in (0..self.nodes.len()).rev() {
+            if self.nodes[i].outputs.iter().any(|&o| needed[o]) {
+                keep[i] = true;
+                for &v in self.nodes[i].inputs.iter().flatten() {
+                    needed[v] = true;
+                }
+            }
+        }
+        let before = self.nodes.len();
+        let mut i = 0;
+        self.nodes.retain(|_| {
+            let k = keep[i];
+            i += 1;
+            k
+        });
+        before - self.nodes.len()
+    }
+}

@@ -1,0 +1,17 @@
+//! neurenix-core: the model IR, graph passes, the sharding planner and the
+//! lowering of models onto an IPU graph library behind the [`backend::Backend`]
+//! trait. Pure Rust: no Python, no C++.
+
+pub mod backend;
+pub mod compile;
+pub mod dtype;
+pub mod error;
+pub mod expr;
+pub mod ir;
+pub mod lower;
+pub mod ops;
+pub mod passes;
+pub mod shard;
+pub mod tensor;
+
+pub use error::{Error, Result};

@@ -1,0 +1,386 @@
+//! Element-wise operators: activations, arithmetic with numpy broadcasting,
+//! comparisons, logic, `Where`, `Clip` and `Cast`.
+//!
+//! Each operator is defined once, as an expression builder; the same
+//! expression is evaluated on the host when folding constants and fused into
+//! the device's map vertices when lowering.
+
+use crate::dtype::{DType, DeviceType};
+use crate::error::Result;
+use crate::expr::{eval_host, Expr, ExprOp};
+use crate::ir::Node;
+use crate::lower::{cast_expr, LowerCx};
+use crate::tensor::{round_float, HostTensor};
+
+use super::{broadcast_shapes, OpCx, Operator, Registry, TypeShape};
+
+/// Which element types the operator accepts.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Ty {
+    Float,
+    Numeric,
+    Bool,
+    Any,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Out {
+    Same,
+    Bool,
+}
+
+type BuildFn = fn(&Node, i64, Vec<Option<Expr>>, bool) -> Result<Expr>;
+
+#[derive(Clone, Copy)]
+enum Build {
+    Un(ExprOp),
+    Bin(ExprOp),
+    /// Variadic left fold.
+    Fold(ExprOp),
+    Custom(BuildFn),
+}
+
+struct Elementwise {
+    ty: Ty,
+    out: Out,
+    build: Build,
+    /// Inputs that may be of another type than input 0 (Pow's exponent,
+    /// Where's condition, Clip's bounds are handled by their builders).
+    min_inputs: usize,
+    max_inputs: usize,
+}
+
+fn first(args: Vec<Option<Expr>>) -> Expr {
+    args.into_iter().next().flatten().expect("first operand")
+}
+
+fn build_expr(ew: &Elementwise, node: &Node, opset: i64, args: Vec<Option<Expr>>, half: bool) -> Result<Expr> {
+    Ok(match ew.build {
+        Build::Un(op) => Expr::un(op, first(args), half),
+        Build::Bin(op) => {
+            let mut it = args.into_iter().flatten();
+            let a = it.next().unwrap();
+            let b = it.next().unwrap();
+            Expr::bin(op, a, b, half)
+        }
+        Build::Fold(op) => {
+            let mut it = args.into_iter().flatten();
+            let mut acc = it.next().unwrap();
+            for b in it {
+                acc = Expr::bin(op, acc, b, half);
+            }
+            acc
+        }
+        Build::Custom(f) => f(node, opset, args, half)?,
+    })
+}
+
+fn mean(_n: &Node, _o: i64, args: Vec<Option<Expr>>, half: bool) -> Result<Expr> {
+    let args: Vec<Expr> = args.into_iter().flatten().collect();
+    let n = args.len();
+    let mut it = args.into_iter();
+    let mut acc = it.next().unwrap();
+    for b in it {
+        acc = Expr::bin(ExprOp::Add, acc, b, half);
+    }
+    Ok(if n > 1 { Expr::bin(ExprOp::Div, acc, Expr::constf(n as f64, half), half) } else { acc })
+}
+
+fn leaky_relu(n: &Node, _o: i64, a: Vec<Option<Expr>>, half: bool) -> Result<Expr> {
+    Ok(Expr::param(ExprOp::LeakyRelu, first(a), n.attr_f("alpha", 0.01)? as f64, 0.0, half))
+}
+fn elu(n: &Node, _o: i64, a: Vec<Option<Expr>>, half: bool) -> Result<Expr> {
+    Ok(Expr::param(ExprOp::Elu, first(a), n.attr_f("alpha", 1.0)? as f64, 0.0, half))
+}
+fn selu(n: &Node, _o: i64, a: Vec<Option<Expr>>, half: bool) -> Result<Expr> {
+    let alpha = n.attr_f("alpha", 1.673_263_2)? as f64;
+    let gamma = n.attr_f("gamma", 1.050_701)? as f64;
+    let e = Expr::param(ExprOp::Elu, first(a), alpha, 0.0, half);
+    Ok(Expr::bin(ExprOp::Mul, e, Expr::constf(gamma, half), half))
+}
+fn hard_sigmoid(n: &Node, _o: i64, a: Vec<Option<Expr>>, half: bool) -> Result<Expr> {
+    let alpha = n.attr_f("alpha", 0.2)? as f64;
+    let beta = n.attr_f("beta", 0.5)? as f64;
+    Ok(Expr::param(ExprOp::HardSigmoid, first(a), alpha, beta, half))
+}
+fn hard_swish(_n: &Node, _o: i64, a: Vec<Option<Expr>>, half: bool) -> Result<Expr> {
+    let x = first(a);
+    let hs = Expr::param(ExprOp::HardSigmoid, x.clone(), 1.0 / 6.0, 0.5, half);
+    Ok(Expr::bin(ExprOp::Mul, x, hs, half))
+}
+fn thresholded_relu(n: &Node, _o: i64, a: Vec<Option<Expr>>, half: bool) -> Result<Expr> {
+    let alpha = n.attr_f("alpha", 1.0)? as f64;
+    let x = first(a);
+    let cond = Expr::bin(ExprOp::Gt, x.clone(), Expr::constf(alpha, half), false);
+    Ok(Expr::select(cond, x, Expr::constf(0.0, half), half))
+}
+fn gelu(n: &Node, _o: i64, a: Vec<Option<Expr>>, half: bool) -> Result<Expr> {
+    let op = match n.attr_s("approximate", "none")?.as_str() {
+        "none" => ExprOp::GeluErf,
+        "tanh" => ExprOp::GeluTanh,
+        other => {
+            return Err(crate::error::Error::model(format!(
+                "node '{}': Gelu approximate='{other}' is not one of 'none', 'tanh'",
+                n.name
+            )))
+        }
+    };
+    Ok(Expr::un(op, first(a), half))
+}
+fn prelu(_n: &Node, _o: i64, a: Vec<Option<Expr>>, half: bool) -> Result<Expr> {
+    let mut it = a.into_iter().flatten();
+    let x = it.next().unwrap();
+    let slope = it.next().unwrap();
+    let neg = Expr::bin(ExprOp::Lt, x.clone(), Expr::constf(0.0, half), false);
+    Ok(Expr::select(neg, Expr::bin(ExprOp::Mul, x.clone(), slope, half), x, half))
+}
+fn modulo(n: &Node, _o: i64, a: Vec<Option<Expr>>, half: bool) -> Result<Expr> {
+    let op = if n.attr_i("fmod", 0)? != 0 { ExprOp::Fmod } else { ExprOp::Mod };
+    let mut it = a.into_iter().flatten();
+    Ok(Expr::bin(op, it.next().unwrap(), it.next().unwrap(), half))
+}
+fn where_(_n: &Node, _o: i64, a: Vec<Option<Expr>>, half: bool) -> Result<Expr> {
+    let mut it = a.into_iter().flatten();
+    Ok(Expr::select(it.next().unwrap(), it.next().unwrap(), it.next().unwrap(), half))
+}
+fn clip(n: &Node, opset: i64, a: Vec<Option<Expr>>, half: bool) -> Result<Expr> {
+    let mut it = a.into_iter();
+    let mut x = it.next().flatten().unwrap();
+    if opset < 11 {
+        let lo = n.attr_f("min", f32::MIN)? as f64;
+        let hi = n.attr_f("max", f32::MAX)? as f64;
+        return Ok(Expr::param(ExprOp::Clamp, x, lo, hi, half));
+    }
+    if let Some(lo) = it.next().flatten() {
+        x = Expr::bin(ExprOp::Max, x, lo, half);
+    }
+    if let Some(hi) = it.next().flatten() {
+        x = Expr::bin(ExprOp::Min, x, hi, half);
+    }
+    Ok(x)
+}
+
+impl Elementwise {
+    /// Type every input is computed in (as a model type): the first
+    /// non-condition operand's.
+    fn operand_type(&self, cx: &OpCx) -> Result<DType> {
+        if cx.node.op_type == "Where" {
+            cx.in_dtype(1)
+        } else {
+            cx.in_dtype(0)
+        }
+    }
+
+    fn check_types(&self, cx: &OpCx) -> Result<DType> {
+        let t = self.operand_type(cx)?;
+        let ok = match self.ty {
+            Ty::Float => t.is_float(),
+            Ty::Numeric => t.is_float() || t.is_int(),
+            Ty::Bool => t == DType::Bool,
+            Ty::Any => true,
+        };
+        if !ok {
+            return Err(cx.err(format!("does not accept {t} inputs")));
+        }
+        let op = cx.node.op_type.as_str();
+        for i in 0..cx.n_inputs() {
+            if !cx.has_input(i) {
+                continue;
+            }
+            let ti = cx.in_dtype(i)?;
+            let exempt = (op == "Pow" && i == 1) || (op == "Where" && i == 0);
+            if op == "Where" && i == 0 && ti != DType::Bool {
+                return Err(cx.err(format!("condition must be bool, got {ti}")));
+            }
+            if !exempt && ti != t {
+                return Err(cx.err(format!("inputs must share one type, got {t} and {ti}")));
+            }
+        }
+        Ok(t)
+    }
+}
+
+impl Operator for Elementwise {
+    fn infer(&self, cx: &OpCx) -> Result<Vec<TypeShape>> {
+        let n = cx.node.inputs.len();
+        if n < self.min_inputs || n > self.max_inputs {
+            return Err(cx.err(format!(
+                "takes {} to {} inputs, got {n}",
+                self.min_inputs, self.max_inputs
+            )));
+        }
+        let t = self.check_types(cx)?;
+        let mut shapes = Vec::new();
+        for i in 0..n {
+            if cx.has_input(i) {
+                shapes.push(cx.in_shape(i)?);
+            }
+        }
+        let shape = broadcast_shapes(&shapes)
+            .ok_or_else(|| cx.err(format!("input shapes {shapes:?} do not broadcast together")))?;
+        if cx.node.op_type == "PRelu" && shape != shapes[0] {
+            return Err(cx.err(format!("slope {:?} does not broadcast to input {:?}", shapes[1], shapes[0])));
+        }
+        let dtype = if self.out == Out::Bool { DType::Bool } else { t };
+        Ok(vec![TypeShape::new(dtype, shape)])
+    }
+
+    fn eval(&self, cx: &OpCx, inputs: &[Option<&HostTensor>]) -> Option<Result<Vec<HostTensor>>> {
+        let out = match self.infer(cx) {
+            Ok(o) => o.into_iter().next().unwrap(),
+            Err(e) => return Some(Err(e)),
+        };
+        let mut present = Vec::new();
+        let mut args = Vec::new();
+        for x in inputs {
+            match x {
+                Some(t) => {
+                    args.push(Some(Expr::input(present.len())));
+                    present.push(*t);
+                }
+                None => args.push(None),
+            }
+        }
+        let e = match build_expr(self, cx.node, cx.opset, args, false) {
+            Ok(e) => e,
+            Err(e) => return Some(Err(e)),
+        };
+        let float_t = if out.dtype.is_float() { out.dtype } else { cx.in_dtype(0).ok()? };
+        let round = move |v: f64| round_float(float_t, v);
+        Some(eval_host(&e, &present, &out.shape, &round).map(|d| {
+            let t = HostTensor { dtype: out.dtype, data: d };
+            vec![t.cast(out.dtype)]
+        }))
+    }
+
+    fn lower(&self, cx: &mut LowerCx, node: &Node) -> Result<()> {
+        let out = node.outputs[0];
+        let shape = cx.shape(out)?;
+        let operand_t = if node.op_type == "Where" { cx.dtype(node.input(1).unwrap())? } else { cx.dtype(node.input(0).unwrap())? };
+        let compute = cx.device_type(operand_t);
+        let half = compute == DeviceType::F16;
+        let mut ins = Vec::new();
+        let mut args = Vec::new();
+        for (i, v) in node.inputs.iter().enumerate() {
+            match v {
+                Some(v) => {
+                    let want = if node.op_type == "Where" && i == 0 { DeviceType::Bool } else { compute };
+                    args.push(Some(cx.operand(*v, &mut ins, Some(want))?));
+                }
+                None => args.push(None),
+            }
+        }
+        let e = build_expr(self, node, cx.opset, args, half)?;
+        let out_dt = if self.out == Out::Bool { DeviceType::Bool } else { compute };
+        cx.set_lazy(out, e, ins, shape, out_dt);
+        Ok(())
+    }
+}
+
+/// ONNX Cast (and CastLike): exact conversions, float to int truncating.
+struct Cast;
+
+impl Cast {
+    fn target(cx: &OpCx) -> Result<DType> {
+        if cx.node.op_type == "CastLike" {
+            return cx.in_dtype(1);
+        }
+        let to = cx.node.attr_i("to", -1)?;
+        DType::from_onnx(to as i32).ok_or_else(|| cx.unsupported_form(&format!("cast to element type {to}")))
+    }
+}
+
+impl Operator for Cast {
+    fn infer(&self, cx: &OpCx) -> Result<Vec<TypeShape>> {
+        Ok(vec![TypeShape::new(Cast::target(cx)?, cx.in_shape(0)?)])
+    }
+    fn eval(&self, cx: &OpCx, inputs: &[Option<&HostTensor>]) -> Option<Result<Vec<HostTensor>>> {
+        let to = match Cast::target(cx) {
+            Ok(t) => t,
+            Err(e) => return Some(Err(e)),
+        };
+        Some(Ok(vec![inputs[0]?.cast(to)]))
+    }
+    fn lower(&self, cx: &mut LowerCx, node: &Node) -> Result<()> {
+        let out = node.outputs[0];
+        let to = cx.dtype(out)?;
+        let dev = cx.device_type(to);
+        let mut ins = Vec::new();
+        let mut e = cx.operand(node.input(0).unwrap(), &mut ins, None)?;
+        // A cast to half rounds even when the policy keeps floats in float32.
+        if to == DType::F16 && dev != DeviceType::F16 {
+            e = cast_expr(e, DeviceType::F16);
+        }
+        let e = cast_expr(e, dev);
+        let shape = cx.shape(out)?;
+        cx.set_lazy(out, e, ins, shape, dev);
+        Ok(())
+    }
+}
+
+pub fn register(r: &mut Registry) {
+    use ExprOp as E;
+    let mut add = |name: &'static str, ty: Ty, out: Out, build: Build, min: usize, max: usize| {
+        r.insert(name, Box::new(Elementwise { ty, out, build, min_inputs: min, max_inputs: max }));
+    };
+    for (name, op) in [
+        ("Sigmoid", E::Sigmoid),
+        ("Tanh", E::Tanh),
+        ("Exp", E::Exp),
+        ("Log", E::Log),
+        ("Sqrt", E::Sqrt),
+        ("Reciprocal", E::Reciprocal),
+        ("Erf", E::Erf),
+        ("Floor", E::Floor),
+        ("Ceil", E::Ceil),
+        ("Round", E::Round),
+        ("Sin", E::Sin),
+        ("Cos", E::Cos),
+        ("Softplus", E::Softplus),
+        ("Softsign", E::Softsign),
+    ] {
+        add(name, Ty::Float, Out::Same, Build::Un(op), 1, 1);
+    }
+    for (name, op) in [("Neg", E::Neg), ("Abs", E::Abs), ("Relu", E::Relu), ("Sign", E::Sign)] {
+        add(name, Ty::Numeric, Out::Same, Build::Un(op), 1, 1);
+    }
+    add("IsNaN", Ty::Float, Out::Bool, Build::Un(E::IsNan), 1, 1);
+    add("IsInf", Ty::Float, Out::Bool, Build::Un(E::IsInf), 1, 1);
+    add("Not", Ty::Bool, Out::Bool, Build::Un(E::Not), 1, 1);
+    for (name, b) in [
+        ("LeakyRelu", leaky_relu as BuildFn),
+        ("Elu", elu),
+        ("Selu", selu),
+        ("HardSigmoid", hard_sigmoid),
+        ("HardSwish", hard_swish),
+        ("ThresholdedRelu", thresholded_relu),
+        ("Gelu", gelu),
+    ] {
+        add(name, Ty::Float, Out::Same, Build::Custom(b), 1, 1);
+    }
+    add("PRelu", Ty::Numeric, Out::Same, Build::Custom(prelu), 2, 2);
+    for (name, op) in [("Add", E::Add), ("Sub", E::Sub), ("Mul", E::Mul), ("Div", E::Div), ("Pow", E::Pow)] {
+        add(name, Ty::Numeric, Out::Same, Build::Bin(op), 2, 2);
+    }
+    add("Mod", Ty::Numeric, Out::Same, Build::Custom(modulo), 2, 2);
+    for (name, op) in [("Max", E::Max), ("Min", E::Min), ("Sum", E::Add)] {
+        add(name, Ty::Numeric, Out::Same, Build::Fold(op), 1, usize::MAX);
+    }
+    add("Mean", Ty::Float, Out::Same, Build::Custom(mean), 1, usize::MAX);
+    for (name, op) in [
+        ("Equal", E::Eq),
+        ("Less", E::Lt),
+        ("LessOrEqual", E::Le),
+        ("Greater", E::Gt),
+        ("GreaterOrEqual", E::Ge),
+    ] {
+        add(name, Ty::Any, Out::Bool, Build::Bin(op), 2, 2);
+    }
+    for (name, op) in [("And", E::And), ("Or", E::Or), ("Xor", E::Xor)] {
+        add(name, Ty::Bool, Out::Bool, Build::Bin(op), 2, 2);
+    }
+    add("Where", Ty::Any, Out::Same, Build::Custom(where_), 3, 3);
+    add("Clip", Ty::Numeric, Out::Same, Build::Custom(clip), 1, 3);
+    r.insert("Cast", Box::new(Cast));
+    r.insert("CastLike", Box::new(Cast));
+}

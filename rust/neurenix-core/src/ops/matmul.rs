@@ -1,0 +1,287 @@
+//! MatMul (numpy semantics, batched with broadcasting) and Gemm.
+
+use ndarray::{ArrayD, IxDyn};
+
+use crate::dtype::DType;
+use crate::error::Result;
+use crate::expr::{Expr, ExprOp};
+use crate::ir::Node;
+use crate::lower::{DevTensor, LowerCx};
+use crate::tensor::HostTensor;
+
+use super::{broadcast_shapes, OpCx, Operator, Registry, TypeShape};
+
+/// Host products are only folded below this many multiply-adds.
+const FOLD_LIMIT: usize = 1 << 22;
+
+/// Shapes of a numpy matmul: promoted operand shapes, batch shape, output.
+struct MatMulShapes {
+    batch: Vec<usize>,
+    a_batch: Vec<usize>,
+    b_batch: Vec<usize>,
+    m: usize,
+    k: usize,
+    n: usize,
+    out: Vec<usize>,
+}
+
+fn matmul_shapes(cx: &OpCx, a: &[usize], b: &[usize]) -> Result<MatMulShapes> {
+    if a.is_empty() || b.is_empty() {
+        return Err(cx.err("operands must have at least one dimension"));
+    }
+    let a2: Vec<usize> = if a.len() == 1 { vec![1, a[0]] } else { a.to_vec() };
+    let b2: Vec<usize> = if b.len() == 1 { vec![b[0], 1] } else { b.to_vec() };
+    let (m, k) = (a2[a2.len() - 2], a2[a2.len() - 1]);
+    let (k2, n) = (b2[b2.len() - 2], b2[b2.len() - 1]);
+    if k != k2 {
+        return Err(cx.err(format!("inner dimensions differ: {a:?} x {b:?}")));
+    }
+    let a_batch = a2[..a2.len() - 2].to_vec();
+    let b_batch = b2[..b2.len() - 2].to_vec();
+    let batch = broadcast_shapes(&[a_batch.clone(), b_batch.clone()])
+        .ok_or_else(|| cx.err(format!("batch dimensions of {a:?} and {b:?} do not broadcast")))?;
+    let mut out = batch.clone();
+    if a.len() > 1 {
+        out.push(m);
+    }
+    if b.len() > 1 {
+        out.push(n);
+    }
+    Ok(MatMulShapes { batch, a_batch, b_batch, m, k, n, out })
+}
+
+fn host_matmul(a: &HostTensor, b: &HostTensor, s: &MatMulShapes, dtype: DType) -> HostTensor {
+    let g: usize = s.batch.iter().product();
+    let mut full_a = s.batch.clone();
+    full_a.extend([s.m, s.k]);
+    let mut full_b = s.batch.clone();
+    full_b.extend([s.k, s.n]);
+    let mut a_shape = s.a_batch.clone();
+    a_shape.extend([s.m, s.k]);
+    let mut b_shape = s.b_batch.clone();
+    b_shape.extend([s.k, s.n]);
+    let av = a.as_float().into_shape_with_order(IxDyn(&a_shape)).unwrap();
+    let bv = b.as_float().into_shape_with_order(IxDyn(&b_shape)).unwrap();
+    let av: Vec<f64> = av.broadcast(IxDyn(&full_a)).unwrap().iter().copied().collect();
+    let bv: Vec<f64> = bv.broadcast(IxDyn(&full_b)).unwrap().iter().copied().collect();
+    let mut out = vec![0.0; g * s.m * s.n];
+    for gi in 0..g {
+        for i in 0..s.m {
+            for kk in 0..s.k {
+                let x = av[(gi * s.m + i) * s.k + kk];
+                for j in 0..s.n {
+                    out[(gi * s.m + i) * s.n + j] += x * bv[(gi * s.k + kk) * s.n + j];
+                }
+            }
+        }
+    }
+    HostTensor::float(dtype, ArrayD::from_shape_vec(IxDyn(&s.out), out).unwrap())
+}
+
+/// [.., M, K] x [.., K, N] on the device, with numpy's promotions.
+fn lower_matmul(cx: &mut LowerCx, a: &DevTensor, b: &DevTensor, s: &MatMulShapes) -> Result<DevTensor> {
+    let ft = cx.float_type();
+    let a = cx.cast(a.clone(), ft)?;
+    let b = cx.cast(b.clone(), ft)?;
+    let b_shared = s.b_batch.iter().all(|&d| d == 1);
+    let a_full = s.a_batch == s.batch;
+    let r = if b_shared && a_full {
+        // One weight matrix for every batch element: fold the batch into M.
+        let rows = s.batch.iter().product::<usize>() * s.m;
+        let a3 = cx.reshape(&a, &[1, rows, s.k])?;
+        let b3 = cx.reshape(&b, &[1, s.k, s.n])?;
+        cx.matmul(&a3, &b3, ft)?
+    } else {
+        let g: usize = s.batch.iter().product();
+        let mut ea = s.batch.clone();
+        ea.extend([s.m, s.k]);
+        let mut eb = s.batch.clone();
+        eb.extend([s.k, s.n]);
+        let mut a_sh = s.a_batch.clone();
+        a_sh.extend([s.m, s.k]);
+        let mut b_sh = s.b_batch.clone();
+        b_sh.extend([s.k, s.n]);
+        let a = cx.reshape(&a, &a_sh)?;
+        let b = cx.reshape(&b, &b_sh)?;
+        let a = cx.expand(&a, &ea)?;
+        let b = cx.expand(&b, &eb)?;
+        let a3 = cx.reshape(&a, &[g, s.m, s.k])?;
+        let b3 = cx.reshape(&b, &[g, s.k, s.n])?;
+        cx.matmul(&a3, &b3, ft)?
+    };
+    cx.reshape(&r, &s.out)
+}
+
+struct MatMul;
+
+impl Operator for MatMul {
+    fn infer(&self, cx: &OpCx) -> Result<Vec<TypeShape>> {
+        let t = cx.same_dtype(&[0, 1])?;
+        if !t.is_float() {
+            return Err(cx.unsupported_form(&format!("MatMul on {t}: only float matrix products run on the IPU")));
+        }
+        let s = matmul_shapes(cx, &cx.in_shape(0)?, &cx.in_shape(1)?)?;
+        Ok(vec![TypeShape::new(t, s.out)])
+    }
+    fn eval(&self, cx: &OpCx, inputs: &[Option<&HostTensor>]) -> Option<Result<Vec<HostTensor>>> {
+        let (a, b) = (inputs[0]?, inputs[1]?);
+        let s = match matmul_shapes(cx, a.shape(), b.shape()) {
+            Ok(s) => s,
+            Err(e) => return Some(Err(e)),
+        };
+        if s.batch.iter().product::<usize>() * s.m * s.n * s.k > FOLD_LIMIT {
+            return None;
+        }
+        Some(Ok(vec![host_matmul(a, b, &s, a.dtype)]))
+    }
+    fn lower(&self, cx: &mut LowerCx, node: &Node) -> Result<()> {
+        let (va, vb) = (node.input(0).unwrap(), node.input(1).unwrap());
+        let (sa, sb) = (cx.shape(va)?, cx.shape(vb)?);
+        let opcx = OpCx { graph: cx.graph, node, opset: cx.opset };
+        let s = matmul_shapes(&opcx, &sa, &sb)?;
+        let a = cx.tensor(va)?;
+        let b = cx.tensor(vb)?;
+        let r = lower_matmul(cx, &a, &b, &s)?;
+        cx.set(node.outputs[0], r);
+        Ok(())
+    }
+    fn flops(&self, cx: &OpCx) -> f64 {
+        match (cx.in_shape(0), cx.in_shape(1)) {
+            (Ok(a), Ok(b)) => match matmul_shapes(cx, &a, &b) {
+                Ok(s) => 2.0 * (s.batch.iter().product::<usize>() * s.m * s.n * s.k) as f64,
+                Err(_) => 0.0,
+            },
+            _ => 0.0,
+        }
+    }
+}
+
+struct Gemm;
+
+impl Gemm {
+    fn dims(cx: &OpCx) -> Result<(usize, usize, usize)> {
+        let a = cx.in_shape(0)?;
+        let b = cx.in_shape(1)?;
+        if a.len() != 2 || b.len() != 2 {
+            return Err(cx.err(format!("A and B must be matrices, got {a:?} and {b:?}")));
+        }
+        let ta = cx.node.attr_i("transA", 0)? != 0;
+        let tb = cx.node.attr_i("transB", 0)? != 0;
+        let (m, k) = if ta { (a[1], a[0]) } else { (a[0], a[1]) };
+        let (k2, n) = if tb { (b[1], b[0]) } else { (b[0], b[1]) };
+        if k != k2 {
+            return Err(cx.err(format!("inner dimensions differ: A {a:?} (transA={ta}) and B {b:?} (transB={tb})")));
+        }
+        Ok((m, k, n))
+    }
+}
+
+fn transpose2(t: &HostTensor) -> HostTensor {
+    let a = t.as_float();
+    let v = a.view().into_dimensionality::<ndarray::Ix2>().unwrap();
+    let tr = v.t().to_owned().into_dyn();
+    HostTensor::float(t.dtype, tr)
+}
+
+impl Operator for Gemm {
+    fn infer(&self, cx: &OpCx) -> Result<Vec<TypeShape>> {
+        let t = cx.same_dtype(&[0, 1, 2])?;
+        if !t.is_float() {
+            return Err(cx.unsupported_form(&format!("Gemm on {t}: only float matrix products run on the IPU")));
+        }
+        let (m, _, n) = Gemm::dims(cx)?;
+        if cx.has_input(2) {
+            let c = cx.in_shape(2)?;
+            if broadcast_shapes(&[c.clone(), vec![m, n]]) != Some(vec![m, n]) {
+                return Err(cx.err(format!("C {c:?} does not broadcast to [{m}, {n}]")));
+            }
+        }
+        Ok(vec![TypeShape::new(t, vec![m, n])])
+    }
+    fn eval(&self, cx: &OpCx, inputs: &[Option<&HostTensor>]) -> Option<Result<Vec<HostTensor>>> {
+        let (m, k, n) = Gemm::dims(cx).ok()?;
+        if m * n * k > FOLD_LIMIT {
+            return None;
+        }
+        let mut a = inputs[0]?.clone();
+        let mut b = inputs[1]?.clone();
+        let c = if cx.has_input(2) { Some(inputs[2]?) } else { None };
+        if cx.node.attr_i("transA", 0).ok()? != 0 {
+            a = transpose2(&a);
+        }
+        if cx.node.attr_i("transB", 0).ok()? != 0 {
+            b = transpose2(&b);
+        }
+        let s = MatMulShapes { batch: vec![], a_batch: vec![], b_batch: vec![], m, k, n, out: vec![m, n] };
+        let dt = a.dtype;
+        let ab = host_matmul(&a, &b, &s, DType::F64).as_float();
+        let alpha = cx.node.attr_f("alpha", 1.0).ok()? as f64;
+        let beta = cx.node.attr_f("beta", 1.0).ok()? as f64;
+        let mut y = ab.mapv(|v| crate::tensor::round_float(dt, v) * alpha);
+        if let Some(c) = c {
+            let cv = c.as_float();
+            let cb = cv.broadcast(IxDyn(&[m, n]))?;
+            y = y + cb.mapv(|v| v * beta);
+        }
+        Some(Ok(vec![HostTensor::float(dt, y)]))
+    }
+    fn lower(&self, cx: &mut LowerCx, node: &Node) -> Result<()> {
+        let opcx = OpCx { graph: cx.graph, node, opset: cx.opset };
+        let (m, k, n) = Gemm::dims(&opcx)?;
+        let ta = node.attr_i("transA", 0)? != 0;
+        let tb = node.attr_i("transB", 0)? != 0;
+        let ft = cx.float_type();
+        // Transposed constants are transposed on the host: a weight's layout
+        // is free.
+        let operand = |cx: &mut LowerCx, v, trans: bool| -> Result<DevTensor> {
+            if let Some(c) = cx.constant(v) {
+                if trans {
+                    let t = transpose2(c);
+                    let name = format!("{}^T", cx.graph.value(v).name);
+                    return cx.host_constant(&t, ft, &name);
+                }
+            }
+            let t = cx.tensor_as(v, ft)?;
+            if trans {
+                cx.transpose(&t, &[1, 0])
+            } else {
+                Ok(t)
+            }
+        };
+        let a = operand(cx, node.input(0).unwrap(), ta)?;
+        let b = operand(cx, node.input(1).unwrap(), tb)?;
+        let a3 = cx.reshape(&a, &[1, m, k])?;
+        let b3 = cx.reshape(&b, &[1, k, n])?;
+        let y = cx.matmul(&a3, &b3, ft)?;
+        let y = cx.reshape(&y, &[m, n])?;
+        let alpha = node.attr_f("alpha", 1.0)? as f64;
+        let beta = node.attr_f("beta", 1.0)? as f64;
+        let half = cx.half();
+        let mut ins = Vec::new();
+        let mut e = cx.operand_tensor(y, &mut ins);
+        if alpha != 1.0 {
+            e = Expr::bin(ExprOp::Mul, e, Expr::constf(alpha, half), half);
+        }
+        if let Some(c) = node.input(2) {
+            let mut ce = cx.operand(c, &mut ins, Some(ft))?;
+            if beta != 1.0 {
+                ce = Expr::bin(ExprOp::Mul, ce, Expr::constf(beta, half), half);
+            }
+            e = Expr::bin(ExprOp::Add, e, ce, half);
+        }
+        if ins.len() == 1 && e == Expr::input(0) {
+            cx.set(node.outputs[0], ins.pop().unwrap());
+        } else {
+            cx.set_lazy(node.outputs[0], e, ins, vec![m, n], ft);
+        }
+        Ok(())
+    }
+    fn flops(&self, cx: &OpCx) -> f64 {
+        Gemm::dims(cx).map(|(m, k, n)| 2.0 * (m * k * n) as f64).unwrap_or(0.0)
+    }
+}
+
+pub fn register(r: &mut Registry) {
+    r.insert("MatMul", Box::new(MatMul));
+    r.insert("Gemm", Box::new(Gemm));
+}

@@ -1,0 +1,184 @@
+//! Operators: for each supported op type, its shape inference, its host
+//! evaluation (constant folding) and its lowering onto the device.
+//!
+//! Families live in their own modules and register themselves in
+//! [`registry`]; adding an operator never touches the passes or the driver.
+
+use std::collections::BTreeMap;
+use std::sync::OnceLock;
+
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::ir::{Graph, Node, ValueId};
+use crate::lower::{LowerCx, PrecisionClass};
+use crate::tensor::HostTensor;
+
+pub mod elementwise;
+pub mod matmul;
+pub mod shape;
+pub mod softmax;
+
+/// Type and shape of one output.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TypeShape {
+    pub dtype: DType,
+    pub shape: Vec<usize>,
+}
+
+impl TypeShape {
+    pub fn new(dtype: DType, shape: Vec<usize>) -> TypeShape {
+        TypeShape { dtype, shape }
+    }
+}
+
+/// What an operator sees of its node and the graph around it.
+pub struct OpCx<'a> {
+    pub graph: &'a Graph,
+    pub node: &'a Node,
+    pub opset: i64,
+}
+
+impl<'a> OpCx<'a> {
+    pub fn n_inputs(&self) -> usize {
+        self.node.inputs.len()
+    }
+    pub fn has_input(&self, i: usize) -> bool {
+        self.node.input(i).is_some()
+    }
+    pub fn input(&self, i: usize) -> Result<ValueId> {
+        self.node.input(i).ok_or_else(|| self.err(format!("input {i} is missing")))
+    }
+    pub fn in_shape(&self, i: usize) -> Result<Vec<usize>> {
+        let v = self.input(i)?;
+        self.graph.shape_of(v).ok_or_else(|| self.err(format!("the shape of input '{}' is unknown", self.graph.value(v).name)))
+    }
+    pub fn in_dtype(&self, i: usize) -> Result<DType> {
+        let v = self.input(i)?;
+        self.graph.value(v).dtype.ok_or_else(|| self.err(format!("the type of input '{}' is unknown", self.graph.value(v).name)))
+    }
+    pub fn const_input(&self, i: usize) -> Option<&'a HostTensor> {
+        self.node.input(i).and_then(|v| self.graph.constant(v))
+    }
+    /// Integer list given either as input `i` (newer opsets) or as attribute
+    /// `attr` (older ones). An input that is not a compile-time constant is
+    /// an error.
+    pub fn ints_input_or_attr(&self, i: usize, attr: &str) -> Result<Option<Vec<i64>>> {
+        if self.has_input(i) {
+            return match self.const_input(i) {
+                Some(t) => Ok(Some(t.to_i64_vec())),
+                None => Err(self.unsupported_form(&format!(
+                    "input {i} must be known at compile time (a constant or computable from shapes)"
+                ))),
+            };
+        }
+        self.node.attr_ints(attr)
+    }
+    pub fn err(&self, msg: impl Into<String>) -> Error {
+        Error::shape(&self.node.name, format!("{}: {}", self.node.op_type, msg.into()))
+    }
+    pub fn unsupported_form(&self, detail: &str) -> Error {
+        Error::unsupported(&self.node.op_type, &self.node.name, &self.node.domain, self.opset, detail, supported_ops())
+    }
+    /// Requires `n` inputs of the same type; returns it.
+    pub fn same_dtype(&self, idx: &[usize]) -> Result<DType> {
+        let d0 = self.in_dtype(idx[0])?;
+        for &i in &idx[1..] {
+            if self.has_input(i) && self.in_dtype(i)? != d0 {
+                return Err(self.err(format!("inputs must share one type, got {} and {}", d0, self.in_dtype(i)?)));
+            }
+        }
+        Ok(d0)
+    }
+}
+
+pub trait Operator: Sync + Send {
+    fn infer(&self, cx: &OpCx) -> Result<Vec<TypeShape>>;
+    /// Host evaluation, for constant folding. `None` when this op is not
+    /// folded (too costly on the host, or not implemented there).
+    fn eval(&self, _cx: &OpCx, _inputs: &[Option<&HostTensor>]) -> Option<Result<Vec<HostTensor>>> {
+        None
+    }
+    fn lower(&self, cx: &mut LowerCx, node: &Node) -> Result<()>;
+    /// True for operators whose result depends only on input shapes (Shape,
+    /// Size): folded even when their inputs are not constants.
+    fn folds_without_values(&self) -> bool {
+        false
+    }
+    fn precision(&self) -> PrecisionClass {
+        PrecisionClass::Compute
+    }
+    /// Floating-point operations, for the sharding planner's balance.
+    fn flops(&self, cx: &OpCx) -> f64 {
+        cx.node
+            .outputs
+            .iter()
+            .filter_map(|&o| cx.graph.shape_of(o))
+            .map(|s| s.iter().product::<usize>() as f64)
+            .sum()
+    }
+}
+
+pub type Registry = BTreeMap<&'static str, Box<dyn Operator>>;
+
+pub fn registry() -> &'static Registry {
+    static REG: OnceLock<Registry> = OnceLock::new();
+    REG.get_or_init(|| {
+        let mut r = Registry::new();
+        elementwise::register(&mut r);
+        matmul::register(&mut r);
+        shape::register(&mut r);
+        softmax::register(&mut r);
+        r
+    })
+}
+
+/// Names of every supported operator, sorted.
+pub fn supported_ops() -> Vec<String> {
+    registry().keys().map(|k| k.to_string()).collect()
+}
+
+/// The operator for a node, or the error that names it.
+pub fn lookup(node: &Node, opset: i64) -> Result<&'static dyn Operator> {
+    if !(node.domain.is_empty() || node.domain == "ai.onnx") {
+        return Err(Error::unsupported(
+            &node.op_type,
+            &node.name,
+            &node.domain,
+            opset,
+            "only the default ONNX domain is implemented",
+            supported_ops(),
+        ));
+    }
+    registry()
+        .get(node.op_type.as_str())
+        .map(|b| b.as_ref())
+        .ok_or_else(|| Error::unsupported(&node.op_type, &node.name, &node.domain, opset, "", supported_ops()))
+}
+
+/// numpy broadcasting of several shapes.
+pub fn broadcast_shapes(shapes: &[Vec<usize>]) -> Option<Vec<usize>> {
+    let rank = shapes.iter().map(Vec::len).max().unwrap_or(0);
+    let mut out = vec![1usize; rank];
+    for s in shapes {
+        let lead = rank - s.len();
+        for (i, &d) in s.iter().enumerate() {
+            let o = &mut out[lead + i];
+            if *o == 1 {
+                *o = d;
+            } else if d != 1 && d != *o {
+                return None;
+            }
+        }
+    }
+    Some(out)
+}
+
+/// Normalises a possibly negative axis against `rank`.
+pub fn norm_axis(axis: i64, rank: usize, cx: &OpCx) -> Result<usize> {
+    let r = rank as i64;
+    let a = if axis < 0 { axis + r } else { axis };
+    if a < 0 || a >= r.max(1) {
+        return Err(cx.err(format!("axis {axis} is out of range for rank {rank}")));
+    }
+    Ok(a as usize)
+}

@@ -1,0 +1,325 @@
+//! Operators that move or relabel elements: Reshape, Flatten, Transpose,
+//! Squeeze, Unsqueeze, Identity, Dropout (inference), Constant, Shape, Size.
+//!
+//! Reshapes are free on the device (same elements, same order); transposes
+//! are exchanges.
+
+use ndarray::IxDyn;
+
+use crate::dtype::DType;
+use crate::error::Result;
+use crate::ir::{Attr, Node};
+use crate::lower::LowerCx;
+use crate::tensor::{Data, HostTensor};
+
+use super::{norm_axis, OpCx, Operator, Registry, TypeShape};
+
+/// Host transpose with numpy's `perm`.
+pub fn host_transpose(t: &HostTensor, perm: &[usize]) -> HostTensor {
+    let data = match &t.data {
+        Data::Float(a) => Data::Float(a.clone().permuted_axes(IxDyn(perm)).as_standard_layout().into_owned()),
+        Data::Int(a) => Data::Int(a.clone().permuted_axes(IxDyn(perm)).as_standard_layout().into_owned()),
+        Data::Bool(a) => Data::Bool(a.clone().permuted_axes(IxDyn(perm)).as_standard_layout().into_owned()),
+    };
+    HostTensor { dtype: t.dtype, data }
+}
+
+/// Output shape of each relabelling op, from its input shape.
+trait Relabel: Sync + Send {
+    fn out_shape(&self, cx: &OpCx, input: &[usize]) -> Result<Vec<usize>>;
+}
+
+struct Alias<R: Relabel>(R);
+
+impl<R: Relabel> Operator for Alias<R> {
+    fn infer(&self, cx: &OpCx) -> Result<Vec<TypeShape>> {
+        let s = self.0.out_shape(cx, &cx.in_shape(0)?)?;
+        let mut out = vec![TypeShape::new(cx.in_dtype(0)?, s.clone())];
+        if cx.node.op_type == "Dropout" && cx.node.outputs.len() > 1 {
+            out.push(TypeShape::new(DType::Bool, s));
+        }
+        Ok(out)
+    }
+    fn eval(&self, cx: &OpCx, inputs: &[Option<&HostTensor>]) -> Option<Result<Vec<HostTensor>>> {
+        let x = inputs[0]?;
+        let shape = match self.0.out_shape(cx, x.shape()) {
+            Ok(s) => s,
+            Err(e) => return Some(Err(e)),
+        };
+        let mut out = vec![x.reshape(&shape).ok()?];
+        if cx.node.op_type == "Dropout" && cx.node.outputs.len() > 1 {
+            out.push(HostTensor::full(DType::Bool, &shape, 1.0));
+        }
+        Some(Ok(out))
+    }
+    fn lower(&self, cx: &mut LowerCx, node: &Node) -> Result<()> {
+        let out = node.outputs[0];
+        let shape = cx.shape(out)?;
+        let x = cx.tensor(node.input(0).unwrap())?;
+        let y = cx.reshape(&x, &shape)?;
+        cx.set(out, y);
+        if node.outputs.len() > 1 {
+            // Dropout's mask in inference: all kept.
+            let m = cx.fill(crate::dtype::DeviceType::Bool, &shape, 1.0)?;
+            cx.set(node.outputs[1], m);
+        }
+        Ok(())
+    }
+    fn flops(&self, _cx: &OpCx) -> f64 {
+        0.0
+    }
+}
+
+struct ReshapeShape;
+impl Relabel for ReshapeShape {
+    fn out_shape(&self, cx: &OpCx, input: &[usize]) -> Result<Vec<usize>> {
+        let spec = if cx.opset < 5 {
+            cx.node.attr_ints("shape")?.ok_or_else(|| cx.err("missing 'shape' attribute"))?
+        } else {
+            cx.const_input(1)
+                .map(|t| t.to_i64_vec())
+                .ok_or_else(|| cx.unsupported_form("the target shape must be known at compile time"))?
+        };
+        let allow_zero = cx.node.attr_i("allowzero", 0)? != 0;
+        let total: usize = input.iter().product();
+        let mut out = Vec::with_capacity(spec.len());
+        let mut infer = None;
+        for (i, &d) in spec.iter().enumerate() {
+            match d {
+                -1 => {
+                    if infer.is_some() {
+                        return Err(cx.err("more than one -1 in the target shape"));
+                    }
+                    infer = Some(i);
+                    out.push(1);
+                }
+                0 if !allow_zero => {
+                    out.push(*input.get(i).ok_or_else(|| cx.err(format!("0 at position {i} copies a missing dimension")))?)
+                }
+                d if d < 0 => return Err(cx.err(format!("invalid dimension {d} in target shape"))),
+                d => out.push(d as usize),
+            }
+        }
+        if let Some(i) = infer {
+            let known: usize = out.iter().enumerate().filter(|(j, _)| *j != i).map(|(_, &d)| d).product();
+            if known == 0 || total % known != 0 {
+                return Err(cx.err(format!("cannot reshape {input:?} to {spec:?}")));
+            }
+            out[i] = total / known;
+        }
+        if out.iter().product::<usize>() != total {
+            return Err(cx.err(format!("cannot reshape {input:?} ({total} elements) to {spec:?}")));
+        }
+        Ok(out)
+    }
+}
+
+struct FlattenShape;
+impl Relabel for FlattenShape {
+    fn out_shape(&self, cx: &OpCx, input: &[usize]) -> Result<Vec<usize>> {
+        let r = input.len() as i64;
+        let axis = cx.node.attr_i("axis", 1)?;
+        let a = if axis < 0 { axis + r } else { axis };
+        if a < 0 || a > r {
+            return Err(cx.err(format!("axis {axis} out of range for rank {r}")));
+        }
+        let a = a as usize;
+        Ok(vec![input[..a].iter().product(), input[a..].iter().product()])
+    }
+}
+
+struct SameShape;
+impl Relabel for SameShape {
+    fn out_shape(&self, _cx: &OpCx, input: &[usize]) -> Result<Vec<usize>> {
+        Ok(input.to_vec())
+    }
+}
+
+struct SqueezeShape;
+impl Relabel for SqueezeShape {
+    fn out_shape(&self, cx: &OpCx, input: &[usize]) -> Result<Vec<usize>> {
+        let axes = if cx.opset >= 13 { cx.ints_input_or_attr(1, "axes")? } else { cx.node.attr_ints("axes")? };
+        match axes {
+            None => Ok(input.iter().copied().filter(|&d| d != 1).collect()),
+            Some(axes) => {
+                let axes: Vec<usize> =
+                    axes.iter().map(|&a| norm_axis(a, input.len(), cx)).collect::<Result<Vec<_>>>()?;
+                for &a in &axes {
+                    if input[a] != 1 {
+                        return Err(cx.err(format!("cannot squeeze axis {a} of size {}", input[a])));
+                    }
+                }
+                Ok(input.iter().enumerate().filter(|(i, _)| !axes.contains(i)).map(|(_, &d)| d).collect())
+            }
+        }
+    }
+}
+
+struct UnsqueezeShape;
+impl Relabel for UnsqueezeShape {
+    fn out_shape(&self, cx: &OpCx, input: &[usize]) -> Result<Vec<usize>> {
+        let axes = if cx.opset >= 13 { cx.ints_input_or_attr(1, "axes")? } else { cx.node.attr_ints("axes")? };
+        let axes = axes.ok_or_else(|| cx.err("missing axes"))?;
+        let rank = input.len() + axes.len();
+        let mut norm: Vec<usize> = axes.iter().map(|&a| norm_axis(a, rank, cx)).collect::<Result<Vec<_>>>()?;
+        norm.sort_unstable();
+        if norm.windows(2).any(|w| w[0] == w[1]) {
+            return Err(cx.err("repeated axis"));
+        }
+        let mut out = Vec::with_capacity(rank);
+        let mut it = input.iter();
+        for i in 0..rank {
+            if norm.contains(&i) {
+                out.push(1);
+            } else {
+                out.push(*it.next().unwrap());
+            }
+        }
+        Ok(out)
+    }
+}
+
+struct Transpose;
+
+impl Transpose {
+    fn perm(cx: &OpCx, rank: usize) -> Result<Vec<usize>> {
+        match cx.node.attr_ints("perm")? {
+            None => Ok((0..rank).rev().collect()),
+            Some(p) => {
+                let p: Vec<usize> = p.iter().map(|&a| norm_axis(a, rank, cx)).collect::<Result<Vec<_>>>()?;
+                let mut sorted = p.clone();
+                sorted.sort_unstable();
+                if sorted != (0..rank).collect::<Vec<_>>() {
+                    return Err(cx.err(format!("perm {p:?} is not a permutation of 0..{rank}")));
+                }
+                Ok(p)
+            }
+        }
+    }
+}
+
+impl Operator for Transpose {
+    fn infer(&self, cx: &OpCx) -> Result<Vec<TypeShape>> {
+        let s = cx.in_shape(0)?;
+        let p = Transpose::perm(cx, s.len())?;
+        Ok(vec![TypeShape::new(cx.in_dtype(0)?, p.iter().map(|&i| s[i]).collect())])
+    }
+    fn eval(&self, cx: &OpCx, inputs: &[Option<&HostTensor>]) -> Option<Result<Vec<HostTensor>>> {
+        let x = inputs[0]?;
+        let p = match Transpose::perm(cx, x.shape().len()) {
+            Ok(p) => p,
+            Err(e) => return Some(Err(e)),
+        };
+        Some(Ok(vec![host_transpose(x, &p)]))
+    }
+    fn lower(&self, cx: &mut LowerCx, node: &Node) -> Result<()> {
+        let x = cx.tensor(node.input(0).unwrap())?;
+        let opcx = OpCx { graph: cx.graph, node, opset: cx.opset };
+        let p = Transpose::perm(&opcx, x.shape.len())?;
+        let y = cx.transpose(&x, &p)?;
+        cx.set(node.outputs[0], y);
+        Ok(())
+    }
+    fn flops(&self, _cx: &OpCx) -> f64 {
+        0.0
+    }
+}
+
+/// Constant: always folded.
+struct Constant;
+
+impl Constant {
+    fn value(cx: &OpCx) -> Result<HostTensor> {
+        let n = cx.node;
+        if let Some(Attr::Tensor(t)) = n.attr("value") {
+            return Ok(t.clone());
+        }
+        if let Some(Attr::Float(f)) = n.attr("value_float") {
+            return Ok(HostTensor::full(DType::F32, &[], *f as f64));
+        }
+        if let Some(Attr::Int(i)) = n.attr("value_int") {
+            return Ok(HostTensor::from_i64s(&[], vec![*i]));
+        }
+        if let Some(Attr::Floats(f)) = n.attr("value_floats") {
+            return Ok(HostTensor::from_f32s(&[f.len()], f.clone()));
+        }
+        if let Some(Attr::Ints(i)) = n.attr("value_ints") {
+            return Ok(HostTensor::from_i64s(&[i.len()], i.clone()));
+        }
+        if n.attr("sparse_value").is_some() || n.attr("value_string").is_some() || n.attr("value_strings").is_some() {
+            return Err(cx.unsupported_form("sparse and string constants"));
+        }
+        Err(cx.err("has no value attribute"))
+    }
+}
+
+impl Operator for Constant {
+    fn infer(&self, cx: &OpCx) -> Result<Vec<TypeShape>> {
+        let v = Constant::value(cx)?;
+        Ok(vec![TypeShape::new(v.dtype, v.shape().to_vec())])
+    }
+    fn eval(&self, cx: &OpCx, _inputs: &[Option<&HostTensor>]) -> Option<Result<Vec<HostTensor>>> {
+        Some(Constant::value(cx).map(|v| vec![v]))
+    }
+    fn lower(&self, _cx: &mut LowerCx, node: &Node) -> Result<()> {
+        Err(crate::error::Error::Internal(format!("Constant node '{}' survived folding", node.name)))
+    }
+    fn flops(&self, _cx: &OpCx) -> f64 {
+        0.0
+    }
+}
+
+/// Shape and Size: known at compile time, so always folded.
+struct ShapeOf {
+    size: bool,
+}
+
+impl ShapeOf {
+    fn value(&self, cx: &OpCx) -> Result<HostTensor> {
+        let s = cx.in_shape(0)?;
+        if self.size {
+            return Ok(HostTensor::from_i64s(&[], vec![s.iter().product::<usize>() as i64]));
+        }
+        let r = s.len() as i64;
+        let clampi = |v: i64| -> usize { (if v < 0 { v + r } else { v }).clamp(0, r) as usize };
+        let start = clampi(cx.node.attr_i("start", 0)?);
+        let end = match cx.node.attr("end") {
+            Some(_) => clampi(cx.node.attr_i("end", r)?),
+            None => r as usize,
+        };
+        let dims: Vec<i64> = if start < end { s[start..end].iter().map(|&d| d as i64).collect() } else { vec![] };
+        Ok(HostTensor::from_i64s(&[dims.len()], dims))
+    }
+}
+
+impl Operator for ShapeOf {
+    fn infer(&self, cx: &OpCx) -> Result<Vec<TypeShape>> {
+        let v = self.value(cx)?;
+        Ok(vec![TypeShape::new(DType::I64, v.shape().to_vec())])
+    }
+    fn eval(&self, cx: &OpCx, _inputs: &[Option<&HostTensor>]) -> Option<Result<Vec<HostTensor>>> {
+        Some(self.value(cx).map(|v| vec![v]))
+    }
+    fn folds_without_values(&self) -> bool {
+        true
+    }
+    fn lower(&self, _cx: &mut LowerCx, node: &Node) -> Result<()> {
+        Err(crate::error::Error::Internal(format!("{} node '{}' survived folding", node.op_type, node.name)))
+    }
+    fn flops(&self, _cx: &OpCx) -> f64 {
+        0.0
+    }
+}
+
+pub fn register(r: &mut Registry) {
+    r.insert("Reshape", Box::new(Alias(ReshapeShape)));
+    r.insert("Flatten", Box::new(Alias(FlattenShape)));
+    r.insert("Identity", Box::new(Alias(SameShape)));
+    r.insert("Dropout", Box::new(Alias(SameShape)));
+    r.insert("Squeeze", Box::new(Alias(SqueezeShape)));
+    r.insert("Unsqueeze", Box::new(Alias(UnsqueezeShape)));
+    r.insert("Transpose", Box::new(Transpose));
+    r.insert("Constant", Box::new(Constant));
+    r.insert("Shape", Box::new(ShapeOf { size: false }));
+    r.insert("Size", Box::new(ShapeOf { size: true }));
+}

@@ -1,0 +1,101 @@
+//! Graph-level fusion that keeps the model a valid ONNX model: the rewritten
+//! graph computes the same function with fewer nodes.
+
+use crate::error::Result;
+use crate::ir::{Model, Node, ValueId};
+
+/// Replaces every read of `from` by `to`.
+fn rewire(model: &mut Model, from: ValueId, to: ValueId) {
+    for n in &mut model.graph.nodes {
+        for i in n.inputs.iter_mut().flatten() {
+            if *i == from {
+                *i = to;
+            }
+        }
+    }
+}
+
+/// Identity and inference-mode Dropout forward their input.
+fn drop_identities(model: &mut Model) -> usize {
+    let mut removed = 0;
+    let mut i = 0;
+    while i < model.graph.nodes.len() {
+        let n = &model.graph.nodes[i];
+        let forwards = n.op_type == "Identity"
+            || (n.op_type == "Dropout" && n.outputs.len() == 1 && n.input(1).is_none() && n.input(2).is_none());
+        if forwards && n.domain.is_empty() {
+            let (x, y) = (n.input(0).unwrap(), n.outputs[0]);
+            if !model.graph.outputs.contains(&y) {
+                rewire(model, y, x);
+                model.graph.nodes.remove(i);
+                removed += 1;
+                continue;
+            }
+        }
+        i += 1;
+    }
+    removed
+}
+
+/// MatMul(A, W) + C with constant W [K, N] and constant C broadcastable to the
+/// [M, N] result becomes Gemm(A, W, C).
+fn matmul_add_to_gemm(model: &mut Model) -> usize {
+    let mut fused = 0;
+    loop {
+        let uses = model.graph.use_counts();
+        let g = &model.graph;
+        let mut found = None;
+        for (ai, add) in g.nodes.iter().enumerate() {
+            if add.op_type != "Add" || add.inputs.len() != 2 {
+                continue;
+            }
+            for side in 0..2 {
+                let (y, c) = (add.input(side).unwrap(), add.input(1 - side).unwrap());
+                let Some(mi) = g.nodes.iter().position(|n| n.outputs.first() == Some(&y)) else { continue };
+                let mm = &g.nodes[mi];
+                if mm.op_type != "MatMul" || uses[y] != 1 || g.outputs.contains(&y) {
+                    continue;
+                }
+                let (a, w) = (mm.input(0).unwrap(), mm.input(1).unwrap());
+                let (Some(sa), Some(wt), Some(ct)) = (g.shape_of(a), g.constant(w), g.constant(c)) else { continue };
+                let (Some(sy), Some(so)) = (g.shape_of(y), g.shape_of(add.outputs[0])) else { continue };
+                if sa.len() != 2 || wt.shape().len() != 2 || ct.shape().len() > 2 || sy != so {
+                    continue;
+                }
+                if !ct.dtype.is_float() || g.value(a).dtype != Some(ct.dtype) {
+                    continue;
+                }
+                found = Some((ai, mi, a, w, c));
+                break;
+            }
+            if found.is_some() {
+                break;
+            }
+        }
+        let Some((ai, mi, a, w, c)) = found else { break };
+        let out = model.graph.nodes[ai].outputs[0];
+        let name = format!("{}+{}", model.graph.nodes[mi].name, model.graph.nodes[ai].name);
+        let gemm = Node {
+            name,
+            op_type: "Gemm".into(),
+            domain: String::new(),
+            inputs: vec![Some(a), Some(w), Some(c)],
+            outputs: vec![out],
+            attrs: Default::default(),
+        };
+        // Replace the MatMul in place (it comes first in topological order).
+        model.graph.nodes[mi] = gemm;
+        model.graph.nodes.remove(ai);
+        fused += 1;
+    }
+    fused
+}
+
+/// Runs every fusion; returns how many nodes were rewritten away.
+pub fn fuse(model: &mut Model) -> Result<usize> {
+    let mut n = drop_identities(model);
+    if model.opset >= 7 {
+        n += matmul_add_to_gemm(model);
+    }
+    Ok(n)
+}

@@ -1,0 +1,215 @@
+//! Graph passes: binding concrete input shapes, shape inference with
+//! constant folding, dead-node removal, and graph-level fusion.
+
+use std::collections::HashMap;
+
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::ir::{Dim, Model};
+use crate::ops::{lookup, supported_ops, OpCx};
+
+pub mod fuse;
+
+/// A concrete input the model is compiled for.
+#[derive(Debug, Clone)]
+pub struct InputSpec {
+    pub name: String,
+    pub dtype: DType,
+    pub shape: Vec<usize>,
+}
+
+/// Checks `specs` against the declared graph inputs and fixes every input
+/// shape. Named dimensions must bind consistently across inputs.
+pub fn bind_inputs(model: &mut Model, specs: &[InputSpec]) -> Result<()> {
+    let g = &mut model.graph;
+    let declared: Vec<usize> = g.inputs.clone();
+    let mut bound: HashMap<String, (usize, String)> = HashMap::new();
+    for spec in specs {
+        if !declared.iter().any(|&v| g.value(v).name == spec.name) {
+            let names: Vec<&str> = declared.iter().map(|&v| g.value(v).name.as_str()).collect();
+            return Err(Error::InputMismatch {
+                input: spec.name.clone(),
+                message: format!("the model has no input named '{}'; its inputs are: {}", spec.name, names.join(", ")),
+            });
+        }
+    }
+    for &v in &declared {
+        let name = g.value(v).name.clone();
+        let spec = specs.iter().find(|s| s.name == name).ok_or_else(|| Error::InputMismatch {
+            input: name.clone(),
+            message: format!("no value given for model input '{name}'"),
+        })?;
+        if let Some(dt) = g.value(v).dtype {
+            if dt != spec.dtype {
+                return Err(Error::InputMismatch {
+                    input: name.clone(),
+                    message: format!("input '{name}' expects {dt} but was given {}", spec.dtype),
+                });
+            }
+        }
+        if let Some(dims) = g.value(v).shape.clone() {
+            let shape_str = |d: &[Dim]| -> String {
+                let parts: Vec<String> = d
+                    .iter()
+                    .map(|x| match x {
+                        Dim::Fixed(n) => n.to_string(),
+                        Dim::Symbolic(s) if s.is_empty() => "?".to_string(),
+                        Dim::Symbolic(s) => s.clone(),
+                    })
+                    .collect();
+                format!("[{}]", parts.join(", "))
+            };
+            let mismatch = |why: String| Error::InputMismatch {
+                input: name.clone(),
+                message: format!(
+                    "input '{name}' expects shape {} but was given {:?}: {why}",
+                    shape_str(&dims),
+                    spec.shape
+                ),
+            };
+            if dims.len() != spec.shape.len() {
+                return Err(mismatch(format!("rank {} instead of {}", spec.shape.len(), dims.len())));
+            }
+            for (i, (d, &n)) in dims.iter().zip(&spec.shape).enumerate() {
+                match d {
+                    Dim::Fixed(f) if *f != n => return Err(mismatch(format!("dimension {i} is {n}, not {f}"))),
+                    Dim::Symbolic(s) if !s.is_empty() => {
+                        if let Some((prev, who)) = bound.get(s) {
+                            if *prev != n {
+                                return Err(mismatch(format!(
+                                    "dimension '{s}' is {n} here but {prev} in input '{who}'"
+                                )));
+                            }
+                        } else {
+                            bound.insert(s.clone(), (n, name.clone()));
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+        let val = g.value_mut(v);
+        val.dtype = Some(spec.dtype);
+        val.shape = Some(spec.shape.iter().map(|&d| Dim::Fixed(d)).collect());
+    }
+    Ok(())
+}
+
+/// Shape inference and constant folding in one sweep (a node's shape can
+/// depend on folded values upstream, e.g. Shape -> Gather -> Reshape).
+/// Folded nodes are removed. Returns how many were folded.
+pub fn infer_and_fold(model: &mut Model) -> Result<usize> {
+    let opset = model.opset;
+    // Name every unsupported operator at once.
+    let mut unknown: Vec<usize> = Vec::new();
+    for (i, n) in model.graph.nodes.iter().enumerate() {
+        if lookup(n, opset).is_err() {
+            unknown.push(i);
+        }
+    }
+    if let Some(&first) = unknown.first() {
+        let n = &model.graph.nodes[first];
+        let mut others: Vec<String> =
+            unknown[1..].iter().map(|&i| model.graph.nodes[i].op_type.clone()).filter(|t| *t != n.op_type).collect();
+        others.sort();
+        others.dedup();
+        let detail = if others.is_empty() { String::new() } else { format!("the model also uses {}", others.join(", ")) };
+        return Err(Error::unsupported(&n.op_type, &n.name, &n.domain, opset, &detail, supported_ops()));
+    }
+
+    let mut folded = vec![false; model.graph.nodes.len()];
+    for i in 0..model.graph.nodes.len() {
+        let (outs, values) = {
+            let g = &model.graph;
+            let node = &g.nodes[i];
+            let op = lookup(node, opset)?;
+            let cx = OpCx { graph: g, node, opset };
+            let outs = op.infer(&cx)?;
+            if outs.len() < node.outputs.len() {
+                return Err(cx.err(format!("produces {} outputs, the node names {}", outs.len(), node.outputs.len())));
+            }
+            let all_const = node.inputs.iter().flatten().all(|&v| g.constant(v).is_some());
+            let values = if all_const || op.folds_without_values() {
+                let ins: Vec<_> = node.inputs.iter().map(|v| v.and_then(|v| g.constant(v))).collect();
+                match op.eval(&cx, &ins) {
+                    Some(r) => Some(r?),
+                    None => None,
+                }
+            } else {
+                None
+            };
+            (outs, values)
+        };
+        let node_outputs = model.graph.nodes[i].outputs.clone();
+        let node_name = model.graph.nodes[i].name.clone();
+        for (k, &o) in node_outputs.iter().enumerate() {
+            let ts = &outs[k];
+            let val = model.graph.value_mut(o);
+            if let (Some(decl), true) = (val.dtype, val.constant.is_none()) {
+                if decl != ts.dtype {
+                    return Err(Error::model(format!(
+                        "value '{}' is declared {decl} but node '{node_name}' produces {}",
+                        val.name, ts.dtype
+                    )));
+                }
+            }
+            val.dtype = Some(ts.dtype);
+            val.shape = Some(ts.shape.iter().map(|&d| Dim::Fixed(d)).collect());
+        }
+        if let Some(vals) = values {
+            for (k, &o) in node_outputs.iter().enumerate() {
+                let t = vals[k].clone();
+                if t.shape() != outs[k].shape.as_slice() || t.dtype != outs[k].dtype {
+                    return Err(Error::Internal(format!(
+                        "folding node '{}' gave {} {:?}, inference said {} {:?}",
+                        model.graph.nodes[i].name,
+                        t.dtype,
+                        t.shape(),
+                        outs[k].dtype,
+                        outs[k].shape
+                    )));
+                }
+                model.graph.set_constant(o, t);
+            }
+            folded[i] = true;
+        }
+    }
+    let n = folded.iter().filter(|&&f| f).count();
+    let mut i = 0;
+    model.graph.nodes.retain(|_| {
+        let keep = !folded[i];
+        i += 1;
+        keep
+    });
+    Ok(n)
+}
+
+/// Summary of what `prepare` did.
+#[derive(Debug, Clone, Default)]
+pub struct PassStats {
+    pub nodes_in: usize,
+    pub folded: usize,
+    pub dead: usize,
+    pub fused: usize,
+    pub nodes_out: usize,
+}
+
+/// Everything before lowering: order, bind inputs, infer and fold, fuse,
+/// drop dead nodes.
+pub fn prepare(model: &mut Model, specs: &[InputSpec]) -> Result<PassStats> {
+    let mut st = PassStats { nodes_in: model.graph.nodes.len(), ..Default::default() };
+    model.graph.toposort()?;
+    bind_inputs(model, specs)?;
+    st.folded = infer_and_fold(model)?;
+    st.dead = model.graph.remove_dead_nodes();
+    st.fused = fuse::fuse(model)?;
+    st.dead += model.graph.remove_dead_nodes();
+    for &o in &model.graph.outputs {
+        let v = model.graph.value(o);
+        if v.concrete_shape().is_none() || v.dtype.is_none() {
+            return Err(Error::model(format!("graph output '{}' is not produced by any node or input", v.name)));
+        }
+    }
+    st.nodes_out = model.graph.nodes.len();
+    Ok(st)
+}

@@ -1,0 +1,395 @@
+//! Host tensors: constants of the model, values folded at compile time, and
+//! the conversions between host element types and tile-memory types.
+//!
+//! Host evaluation keeps one numeric domain per kind (f64 for floats, i64 for
+//! integers, bool) and re-rounds to the declared type after every operation,
+//! so a folded float32 result is the correctly rounded float32 one.
+
+use half::f16;
+use ndarray::{ArrayD, IxDyn};
+
+use crate::dtype::{DType, DeviceType};
+use crate::error::{Error, Result};
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Data {
+    Float(ArrayD<f64>),
+    Int(ArrayD<i64>),
+    Bool(ArrayD<bool>),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct HostTensor {
+    pub dtype: DType,
+    pub data: Data,
+}
+
+/// Rounds a value to what `dtype` can hold.
+pub fn round_float(dtype: DType, v: f64) -> f64 {
+    match dtype {
+        DType::F32 => v as f32 as f64,
+        DType::F16 => f16::from_f64(v).to_f64(),
+        DType::BF16 => half::bf16::from_f64(v).to_f64(),
+        _ => v,
+    }
+}
+
+/// Wraps an integer into `dtype`'s range (two's complement, as C casts do).
+pub fn wrap_int(dtype: DType, v: i64) -> i64 {
+    match dtype {
+        DType::I8 => v as i8 as i64,
+        DType::U8 => v as u8 as i64,
+        DType::I16 => v as i16 as i64,
+        DType::U16 => v as u16 as i64,
+        DType::I32 => v as i32 as i64,
+        DType::U32 => v as u32 as i64,
+        _ => v,
+    }
+}
+
+/// Float to integer as ONNX Cast does it: truncation toward zero, saturating.
+pub fn float_to_int(dtype: DType, v: f64) -> i64 {
+    if v.is_nan() {
+        return 0;
+    }
+    let t = v.trunc();
+    let (lo, hi) = match dtype {
+        DType::I8 => (i8::MIN as f64, i8::MAX as f64),
+        DType::U8 => (0.0, u8::MAX as f64),
+        DType::I16 => (i16::MIN as f64, i16::MAX as f64),
+        DType::U16 => (0.0, u16::MAX as f64),
+        DType::I32 => (i32::MIN as f64, i32::MAX as f64),
+        DType::U32 => (0.0, u32::MAX as f64),
+        DType::U64 => (0.0, u64::MAX as f64),
+        _ => (i64::MIN as f64, i64::MAX as f64),
+    };
+    t.clamp(lo, hi) as i64
+}
+
+impl HostTensor {
+    pub fn float(dtype: DType, a: ArrayD<f64>) -> HostTensor {
+        HostTensor { dtype, data: Data::Float(a.mapv(|v| round_float(dtype, v))) }
+    }
+    pub fn int(dtype: DType, a: ArrayD<i64>) -> HostTensor {
+        HostTensor { dtype, data: Data::Int(a.mapv(|v| wrap_int(dtype, v))) }
+    }
+    pub fn boolean(a: ArrayD<bool>) -> HostTensor {
+        HostTensor { dtype: DType::Bool, data: Data::Bool(a) }
+    }
+    pub fn from_i64s(shape: &[usize], v: Vec<i64>) -> HostTensor {
+        HostTensor { dtype: DType::I64, data: Data::Int(ArrayD::from_shape_vec(IxDyn(shape), v).expect("shape")) }
+    }
+    pub fn from_f32s(shape: &[usize], v: Vec<f32>) -> HostTensor {
+        let v: Vec<f64> = v.into_iter().map(f64::from).collect();
+        HostTensor { dtype: DType::F32, data: Data::Float(ArrayD::from_shape_vec(IxDyn(shape), v).expect("shape")) }
+    }
+    /// A tensor of `dtype` filled with `value`.
+    pub fn full(dtype: DType, shape: &[usize], value: f64) -> HostTensor {
+        if dtype.is_float() {
+            HostTensor::float(dtype, ArrayD::from_elem(IxDyn(shape), value))
+        } else if dtype == DType::Bool {
+            HostTensor::boolean(ArrayD::from_elem(IxDyn(shape), value != 0.0))
+        } else {
+            HostTensor::int(dtype, ArrayD::from_elem(IxDyn(shape), value as i64))
+        }
+    }
+
+    pub fn shape(&self) -> &[usize] {
+        match &self.data {
+            Data::Float(a) => a.shape(),
+            Data::Int(a) => a.shape(),
+            Data::Bool(a) => a.shape(),
+        }
+    }
+    pub fn numel(&self) -> usize {
+        self.shape().iter().product()
+    }
+
+    /// Values as f64 in row-major order.
+    pub fn to_f64_vec(&self) -> Vec<f64> {
+        match &self.data {
+            Data::Float(a) => a.iter().copied().collect(),
+            Data::Int(a) => a.iter().map(|&v| v as f64).collect(),
+            Data::Bool(a) => a.iter().map(|&v| if v { 1.0 } else { 0.0 }).collect(),
+        }
+    }
+    /// Values as i64 in row-major order (floats truncated).
+    pub fn to_i64_vec(&self) -> Vec<i64> {
+        match &self.data {
+            Data::Float(a) => a.iter().map(|&v| v as i64).collect(),
+            Data::Int(a) => a.iter().copied().collect(),
+            Data::Bool(a) => a.iter().map(|&v| v as i64).collect(),
+        }
+    }
+    pub fn as_float(&self) -> ArrayD<f64> {
+        match &self.data {
+            Data::Float(a) => a.clone(),
+            Data::Int(a) => a.mapv(|v| v as f64),
+            Data::Bool(a) => a.mapv(|v| if v { 1.0 } else { 0.0 }),
+        }
+    }
+    pub fn as_int(&self) -> ArrayD<i64> {
+        match &self.data {
+            Data::Float(a) => a.mapv(|v| v as i64),
+            Data::Int(a) => a.clone(),
+            Data::Bool(a) => a.mapv(|v| v as i64),
+        }
+    }
+    pub fn as_bool(&self) -> ArrayD<bool> {
+        match &self.data {
+            Data::Float(a) => a.mapv(|v| v != 0.0),
+            Data::Int(a) => a.mapv(|v| v != 0),
+            Data::Bool(a) => a.clone(),
+        }
+    }
+
+    /// ONNX Cast semantics.
+    pub fn cast(&self, to: DType) -> HostTensor {
+        if to.is_float() {
+            HostTensor::float(to, self.as_float())
+        } else if to == DType::Bool {
+            HostTensor::boolean(self.as_bool())
+        } else {
+            match &self.data {
+                Data::Float(a) => HostTensor { dtype: to, data: Data::Int(a.mapv(|v| float_to_int(to, v))) },
+                _ => HostTensor::int(to, self.as_int()),
+            }
+        }
+    }
+
+    pub fn reshape(&self, shape: &[usize]) -> Result<HostTensor> {
+        let n: usize = shape.iter().product();
+        if n != self.numel() {
+            return Err(Error::Internal(format!("reshape of {:?} to {:?}", self.shape(), shape)));
+        }
+        let data = match &self.data {
+            Data::Float(a) => Data::Float(ArrayD::from_shape_vec(IxDyn(shape), a.iter().copied().collect()).unwrap()),
+            Data::Int(a) => Data::Int(ArrayD::from_shape_vec(IxDyn(shape), a.iter().copied().collect()).unwrap()),
+            Data::Bool(a) => Data::Bool(ArrayD::from_shape_vec(IxDyn(shape), a.iter().copied().collect()).unwrap()),
+        };
+        Ok(HostTensor { dtype: self.dtype, data })
+    }
+
+    /// Decodes little-endian raw bytes of `dtype`.
+    pub fn from_bytes(dtype: DType, shape: &[usize], bytes: &[u8]) -> Result<HostTensor> {
+        let n: usize = shape.iter().product();
+        if bytes.len() != n * dtype.size() {
+            return Err(Error::InvalidArgument(format!(
+                "{} bytes do not hold a {dtype} tensor of shape {shape:?} ({} bytes)",
+                bytes.len(),
+                n * dtype.size()
+            )));
+        }
+        let sh = IxDyn(shape);
+        macro_rules! ints {
+            ($t:ty) => {{
+                let v: Vec<i64> = bytes
+                    .chunks_exact(std::mem::size_of::<$t>())
+                    .map(|c| <$t>::from_le_bytes(c.try_into().unwrap()) as i64)
+                    .collect();
+                Data::Int(ArrayD::from_shape_vec(sh, v).unwrap())
+            }};
+        }
+        let data = match dtype {
+            DType::F32 => Data::Float(
+                ArrayD::from_shape_vec(
+                    sh,
+                    bytes.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap()) as f64).collect(),
+                )
+                .unwrap(),
+            ),
+            DType::F64 => Data::Float(
+                ArrayD::from_shape_vec(sh, bytes.chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().unwrap())).collect())
+                    .unwrap(),
+            ),
+            DType::F16 => Data::Float(
+                ArrayD::from_shape_vec(
+                    sh,
+                    bytes.chunks_exact(2).map(|c| f16::from_le_bytes(c.try_into().unwrap()).to_f64()).collect(),
+                )
+                .unwrap(),
+            ),
+            DType::BF16 => Data::Float(
+                ArrayD::from_shape_vec(
+                    sh,
+                    bytes.chunks_exact(2).map(|c| half::bf16::from_le_bytes(c.try_into().unwrap()).to_f64()).collect(),
+                )
+                .unwrap(),
+            ),
+            DType::Bool => Data::Bool(ArrayD::from_shape_vec(sh, bytes.iter().map(|&b| b != 0).collect()).unwrap()),
+            DType::I8 => ints!(i8),
+            DType::U8 => ints!(u8),
+            DType::I16 => ints!(i16),
+            DType::U16 => ints!(u16),
+            DType::I32 => ints!(i32),
+            DType::U32 => ints!(u32),
+            DType::I64 => ints!(i64),
+            DType::U64 => ints!(u64),
+        };
+        Ok(HostTensor { dtype, data })
+    }
+
+    /// Encodes as little-endian raw bytes of its own dtype.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.numel() * self.dtype.size());
+        match &self.data {
+            Data::Float(a) => {
+                for &v in a.iter() {
+                    match self.dtype {
+                        DType::F64 => out.extend_from_slice(&v.to_le_bytes()),
+                        DType::F16 => out.extend_from_slice(&f16::from_f64(v).to_le_bytes()),
+                        DType::BF16 => out.extend_from_slice(&half::bf16::from_f64(v).to_le_bytes()),
+                        _ => out.extend_from_slice(&(v as f32).to_le_bytes()),
+                    }
+                }
+            }
+            Data::Int(a) => {
+                let size = self.dtype.size();
+                for &v in a.iter() {
+                    out.extend_from_slice(&v.to_le_bytes()[..size]);
+                }
+            }
+            Data::Bool(a) => out.extend(a.iter().map(|&b| b as u8)),
+        }
+        out
+    }
+
+    /// Encodes for tile memory of type `dev`; integers outside int32 are an error.
+    pub fn to_device_bytes(&self, dev: DeviceType, what: &str) -> Result<Vec<u8>> {
+        let mut out = Vec::with_capacity(self.numel() * dev.size());
+        match dev {
+            DeviceType::F32 => {
+                for v in self.as_float().iter() {
+                    out.extend_from_slice(&(*v as f32).to_le_bytes());
+                }
+            }
+            DeviceType::F16 => {
+                for v in self.as_float().iter() {
+                    out.extend_from_slice(&f16::from_f64(*v).to_le_bytes());
+                }
+            }
+            DeviceType::I32 => {
+                for v in self.as_int().iter() {
+                    let x = i32::try_from(*v).map_err(|_| {
+                        Error::InvalidArgument(format!(
+                            "{what} holds {v}, outside the int32 range the IPU computes integers in"
+                        ))
+                    })?;
+                    out.extend_from_slice(&x.to_le_bytes());
+                }
+            }
+            DeviceType::Bool => out.extend(self.as_bool().iter().map(|&b| b as u8)),
+        }
+        Ok(out)
+    }
+}
+
+/// Converts raw host data of `from` into tile-memory data of `to`, with fast
+/// paths for the common cases. Integers that do not fit int32 are an error
+/// naming `what`.
+pub fn host_to_device(from: DType, bytes: &[u8], to: DeviceType, what: &str) -> Result<Vec<u8>> {
+    match (from, to) {
+        (DType::F32, DeviceType::F32) | (DType::I32, DeviceType::I32) | (DType::Bool, DeviceType::Bool) => {
+            Ok(bytes.to_vec())
+        }
+        (DType::F16, DeviceType::F16) => Ok(bytes.to_vec()),
+        (DType::F32, DeviceType::F16) => {
+            let mut out = Vec::with_capacity(bytes.len() / 2);
+            for c in bytes.chunks_exact(4) {
+                out.extend_from_slice(&f16::from_f32(f32::from_le_bytes(c.try_into().unwrap())).to_le_bytes());
+            }
+            Ok(out)
+        }
+        (DType::I64, DeviceType::I32) => {
+            let mut out = Vec::with_capacity(bytes.len() / 2);
+            for (i, c) in bytes.chunks_exact(8).enumerate() {
+                let v = i64::from_le_bytes(c.try_into().unwrap());
+                let x = i32::try_from(v).map_err(|_| Error::InputMismatch {
+                    input: what.to_string(),
+                    message: format!(
+                        "input '{what}' element {i} is {v}, outside the int32 range the IPU computes integers in"
+                    ),
+                })?;
+                out.extend_from_slice(&x.to_le_bytes());
+            }
+            Ok(out)
+        }
+        _ => {
+            let n = bytes.len() / from.size();
+            let t = HostTensor::from_bytes(from, &[n], bytes)?;
+            t.to_device_bytes(to, &format!("input '{what}'")).map_err(|e| match e {
+                Error::InvalidArgument(m) => Error::InputMismatch { input: what.to_string(), message: m },
+                other => other,
+            })
+        }
+    }
+}
+
+/// Converts tile-memory data of `from` into host data of the model's declared
+/// type `to`.
+pub fn device_to_host(from: DeviceType, bytes: &[u8], to: DType) -> Result<Vec<u8>> {
+    match (from, to) {
+        (DeviceType::F32, DType::F32) | (DeviceType::I32, DType::I32) | (DeviceType::Bool, DType::Bool) => {
+            Ok(bytes.to_vec())
+        }
+        (DeviceType::F16, DType::F16) => Ok(bytes.to_vec()),
+        (DeviceType::F16, DType::F32) => {
+            let mut out = Vec::with_capacity(bytes.len() * 2);
+            for c in bytes.chunks_exact(2) {
+                out.extend_from_slice(&f16::from_le_bytes(c.try_into().unwrap()).to_f32().to_le_bytes());
+            }
+            Ok(out)
+        }
+        (DeviceType::I32, DType::I64) => {
+            let mut out = Vec::with_capacity(bytes.len() * 2);
+            for c in bytes.chunks_exact(4) {
+                out.extend_from_slice(&(i32::from_le_bytes(c.try_into().unwrap()) as i64).to_le_bytes());
+            }
+            Ok(out)
+        }
+        _ => {
+            let n = bytes.len() / from.size();
+            let t = HostTensor::from_bytes(from.as_dtype(), &[n], bytes)?;
+            Ok(t.cast(to).to_bytes())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn roundtrip_bytes() {
+        for dt in [DType::F32, DType::F64, DType::F16, DType::I64, DType::I32, DType::U8, DType::Bool, DType::I8] {
+            let t = HostTensor::full(dt, &[2, 3], 1.0);
+            let b = t.to_bytes();
+            assert_eq!(b.len(), 6 * dt.size());
+            assert_eq!(HostTensor::from_bytes(dt, &[2, 3], &b).unwrap(), t);
+        }
+    }
+
+    #[test]
+    fn cast_follows_onnx() {
+        let t = HostTensor::float(DType::F32, ArrayD::from_shape_vec(IxDyn(&[3]), vec![-1.7, 2.5, 300.0]).unwrap());
+        assert_eq!(t.cast(DType::I32).to_i64_vec(), vec![-1, 2, 300]);
+        assert_eq!(t.cast(DType::U8).to_i64_vec(), vec![0, 2, 255]);
+        assert_eq!(t.cast(DType::Bool).to_i64_vec(), vec![1, 1, 1]);
+    }
+
+    #[test]
+    fn int64_inputs_outside_int32_are_rejected() {
+        let bytes = (1i64 << 40).to_le_bytes();
+        let e = host_to_device(DType::I64, &bytes, DeviceType::I32, "ids").unwrap_err();
+        assert!(matches!(e, Error::InputMismatch { .. }));
+        assert!(e.to_string().contains("ids"));
+    }
+
+    #[test]
+    fn half_conversion_rounds_to_nearest_even() {
+        // 1 + 2^-11 is exactly between two halves: ties to even (1.0).
+        let x = 1.0f32 + 2f32.powi(-11);
+        let out = host_to_device(DType::F32, &x.to_le_bytes(), DeviceType::F16, "x").unwrap();
+        assert_eq!(f16::from_le_bytes([out[0], out[1]]).to_f32(), 1.0);
+    }
+}
