@@ -1,0 +1,1 @@
+"""Hardware back ends of neurenix."""

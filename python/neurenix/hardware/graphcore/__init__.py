@@ -1,0 +1,60 @@
+"""neurenix IPU: one API for Graphcore IPUs, with a tile-level IPU simulator
+as the default device.
+
+>>> from neurenix.hardware.graphcore import GraphCoreManager, IPUModel
+>>> with GraphCoreManager(num_ipus=1, ipu_model=IPUModel(num_ipus=1, tiles_per_ipu=16)) as ipu:
+...     compiled = ipu.compile_model("model.onnx", example_inputs)   # doctest: +SKIP
+...     outputs = ipu.execute_model(compiled, inputs)                 # doctest: +SKIP
+"""
+
+from .compiled import CompiledModel, TensorSpec
+from .errors import (
+    DeviceNotAttachedError,
+    DeviceUnavailableError,
+    IncompatibleExecutableError,
+    InputMismatchError,
+    InvalidOptionError,
+    InvalidOptionTypeError,
+    IPUError,
+    IPUInternalError,
+    IPUOutOfMemoryError,
+    IPUStateError,
+    ModelFormatError,
+    TileOverflow,
+    UnsupportedOperatorError,
+)
+from .manager import GraphCoreManager, get_graphcore_manager
+from .options import IPUModel
+from .report import CompileReport, ExecutionReport
+
+
+def supported_operators() -> list:
+    """Names of the ONNX operators neurenix compiles."""
+    from neurenix import _native
+
+    return list(_native.supported_ops())
+
+
+__all__ = [
+    "GraphCoreManager",
+    "get_graphcore_manager",
+    "IPUModel",
+    "CompiledModel",
+    "TensorSpec",
+    "CompileReport",
+    "ExecutionReport",
+    "supported_operators",
+    "IPUError",
+    "InvalidOptionError",
+    "InvalidOptionTypeError",
+    "DeviceUnavailableError",
+    "DeviceNotAttachedError",
+    "IPUOutOfMemoryError",
+    "TileOverflow",
+    "UnsupportedOperatorError",
+    "ModelFormatError",
+    "InputMismatchError",
+    "IncompatibleExecutableError",
+    "IPUStateError",
+    "IPUInternalError",
+]

@@ -1,0 +1,105 @@
+"""A model compiled for a set of IPUs, and the conversion of user inputs to
+what it was compiled for."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, List, NamedTuple, Optional, Sequence, Tuple
+
+import numpy as np
+
+from .errors import InputMismatchError
+from .report import CompileReport, ExecutionReport
+
+
+class TensorSpec(NamedTuple):
+    """Name, element type (numpy name) and shape of a model input or output."""
+
+    name: str
+    dtype: str
+    shape: Tuple[int, ...]
+
+
+class CompiledModel:
+    """A model compiled for the simulated IPUs of one manager.
+
+    ``inputs``/``outputs`` describe what :meth:`GraphCoreManager.execute_model`
+    takes and returns; ``report`` is the :class:`CompileReport`;
+    ``last_execution`` the :class:`ExecutionReport` of the latest run.
+    """
+
+    def __init__(self, native: Any, name: str, system: str, num_ipus: int):
+        self._native = native
+        self.name = name
+        self.system = system
+        self.num_ipus = num_ipus
+        self.inputs: List[TensorSpec] = [TensorSpec(n, d, tuple(s)) for n, d, s, _ in native.inputs()]
+        self.outputs: List[TensorSpec] = [TensorSpec(n, d, tuple(s)) for n, d, s, _ in native.outputs()]
+        self.device_types = {n: dev for n, _, _, dev in native.inputs()}
+        batch = self.inputs[0].shape[0] if self.inputs and self.inputs[0].shape else 1
+        self.report = CompileReport.from_native(native.report(), batch_size=batch)
+        self.last_execution: Optional[ExecutionReport] = None
+
+    def __repr__(self) -> str:
+        ins = ", ".join(f"{s.name}: {s.dtype}{list(s.shape)}" for s in self.inputs)
+        outs = ", ".join(f"{s.name}: {s.dtype}{list(s.shape)}" for s in self.outputs)
+        return f"<CompiledModel {self.name!r} ({ins}) -> ({outs}) on {self.num_ipus} IPU(s)>"
+
+
+def _as_array(value: Any, spec_name: str, declared: Optional[str]) -> np.ndarray:
+    if isinstance(value, np.ndarray):
+        return value
+    if isinstance(value, np.generic):
+        return np.asarray(value)
+    if isinstance(value, (list, tuple, int, float, bool)):
+        # Python data has no element type of its own: take the model's.
+        try:
+            return np.asarray(value, dtype=declared) if declared else np.asarray(value)
+        except (ValueError, TypeError) as e:
+            raise InputMismatchError(f"input '{spec_name}' cannot be read as an array: {e}", spec_name) from None
+    if hasattr(value, "__array__"):
+        return np.asarray(value)
+    raise InputMismatchError(
+        f"input '{spec_name}' must be a numpy array (or array-like), got {type(value).__name__}", spec_name
+    )
+
+
+def arrange_inputs(
+    names: Sequence[str], declared: Sequence[Optional[str]], inputs: Any, what: str
+) -> List[np.ndarray]:
+    """Inputs given as one array, a sequence in input order, or a mapping by
+    name, as a list of arrays in input order."""
+    n = len(names)
+    if isinstance(inputs, Mapping):
+        unknown = [k for k in inputs if k not in names]
+        if unknown:
+            raise InputMismatchError(
+                f"{what}: unknown input name(s) {', '.join(map(repr, unknown))}; the model's inputs are "
+                f"{', '.join(map(repr, names))}",
+                str(unknown[0]),
+            )
+        missing = [k for k in names if k not in inputs]
+        if missing:
+            raise InputMismatchError(f"{what}: missing input(s) {', '.join(map(repr, missing))}", missing[0])
+        return [_as_array(inputs[k], k, d) for k, d in zip(names, declared)]
+    if isinstance(inputs, (list, tuple)) and not (n == 1 and _looks_like_data(inputs)):
+        if len(inputs) != n:
+            raise InputMismatchError(
+                f"{what}: the model has {n} input(s) ({', '.join(map(repr, names))}) but {len(inputs)} were given",
+                names[0] if names else "",
+            )
+        return [_as_array(x, k, d) for x, k, d in zip(inputs, names, declared)]
+    if n != 1:
+        raise InputMismatchError(
+            f"{what}: the model has {n} inputs ({', '.join(map(repr, names))}); pass a list in that order or a "
+            "dict by name",
+            names[0] if names else "",
+        )
+    return [_as_array(inputs, names[0], declared[0])]
+
+
+def _looks_like_data(seq: Sequence[Any]) -> bool:
+    """A list of numbers (one input given as nested lists), not a list of inputs."""
+    return len(seq) > 0 and all(isinstance(x, (int, float, bool, list, tuple)) for x in seq) and not any(
+        isinstance(x, np.ndarray) for x in seq
+    )

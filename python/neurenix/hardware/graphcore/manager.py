@@ -1,0 +1,350 @@
+"""GraphCoreManager: attach IPUs, compile models for them, run them."""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from typing import Any, Dict, List, Optional
+
+import numpy as np
+
+from . import onnx_import
+from .compiled import CompiledModel, arrange_inputs
+from .errors import (
+    DeviceNotAttachedError,
+    IncompatibleExecutableError,
+    InputMismatchError,
+    InvalidOptionTypeError,
+)
+from .options import (
+    IPUModel,
+    check_bool,
+    check_device_id,
+    check_memory_proportion,
+    check_num_ipus,
+    check_positive,
+    check_precision,
+    check_threads,
+    options_from_env,
+)
+from .report import ExecutionReport
+
+
+def _native():
+    from neurenix import _native
+
+    return _native
+
+
+_NEW, _ATTACHED, _CLOSED = "new", "attached", "closed"
+
+
+class GraphCoreManager:
+    """Manages a group of IPUs: attach, compile, execute, report.
+
+    >>> with GraphCoreManager(num_ipus=1, precision="float32",
+    ...                       ipu_model=IPUModel(num_ipus=1, tiles_per_ipu=4)) as ipu:
+    ...     compiled = ipu.compile_model(model, example_inputs)   # doctest: +SKIP
+    ...     outputs = ipu.execute_model(compiled, inputs)          # doctest: +SKIP
+
+    Arguments:
+        num_ipus: IPUs to attach and compile for (a power of two). The model is
+            sharded over them as pipeline stages.
+        precision: ``"float32"``, ``"float16"`` (weights and activations in
+            half) or ``"mixed"`` (half for matmuls, convolutions and
+            activations; float32 for softmax, normalisations, reductions and
+            outputs).
+        memory_proportion: fraction of each tile's memory the matmul and
+            convolution planners may use for temporaries, in (0, 1].
+        enable_half_partials: accumulate matmul and convolution partial sums
+            in half (only where their inputs are half).
+        compile_only: compile against the system without attaching; execution
+            then raises :class:`DeviceNotAttachedError`.
+        device_id: attach this device (numbered like ``gc-info``: single IPUs
+            first, then pairs, fours, ...); default: the first free group.
+        ipu_model: the simulated system (:class:`IPUModel`); default
+            ``$NEURENIX_IPU_MODEL`` or 16 x ipu2.
+        wait_for_device: wait for busy IPUs instead of failing at once.
+        attach_timeout: seconds to wait when ``wait_for_device``.
+        simulator_threads: host threads the simulator uses (default: all cores).
+    """
+
+    def __init__(
+        self,
+        num_ipus: int = 1,
+        precision: str = "float16",
+        memory_proportion: float = 0.6,
+        enable_half_partials: bool = True,
+        compile_only: bool = False,
+        device_id: Optional[int] = None,
+        ipu_model: Optional[IPUModel] = None,
+        wait_for_device: bool = False,
+        attach_timeout: float = 60.0,
+        simulator_threads: Optional[int] = None,
+    ):
+        if ipu_model is None:
+            ipu_model = IPUModel.from_env() or IPUModel()
+        elif not isinstance(ipu_model, IPUModel):
+            raise InvalidOptionTypeError(
+                f"ipu_model must be an IPUModel, got {type(ipu_model).__name__}", "ipu_model"
+            )
+        self.ipu_model = ipu_model
+        self._system = ipu_model.spec()
+        self._describe = ipu_model.describe()
+        self.num_ipus = check_num_ipus(num_ipus, ipu_model.num_ipus)
+        self.precision = check_precision(precision)
+        self.memory_proportion = check_memory_proportion(memory_proportion)
+        self.enable_half_partials = check_bool("enable_half_partials", enable_half_partials)
+        self.compile_only = check_bool("compile_only", compile_only)
+        self.device_id = check_device_id(device_id)
+        self.wait_for_device = check_bool("wait_for_device", wait_for_device)
+        self.attach_timeout = check_positive("attach_timeout", attach_timeout)
+        self.simulator_threads = check_threads(simulator_threads)
+        self._lock = threading.RLock()
+        self._state = _NEW
+        self._device = None
+        self._devices = None  # native DeviceManager, created on first use
+        self._loaded: "weakref.WeakSet[CompiledModel]" = weakref.WeakSet()
+        self.last_execution_report: Optional[ExecutionReport] = None
+        if self.device_id is not None:
+            self._check_device_id(self.device_id)
+
+    # -- lifecycle ------------------------------------------------------------
+
+    def _device_manager(self):
+        if self._devices is None:
+            self._devices = _native().DeviceManager(self._system)
+        return self._devices
+
+    def _check_device_id(self, device_id: int) -> None:
+        from .errors import InvalidOptionError
+
+        devices = self._device_manager().devices()
+        if device_id >= len(devices):
+            raise InvalidOptionError(
+                f"device_id {device_id} does not exist; this system has devices 0..{len(devices) - 1}", "device_id"
+            )
+        size = len(devices[device_id]["ipus"])
+        if size != self.num_ipus:
+            raise InvalidOptionError(
+                f"device_id {device_id} is a group of {size} IPU(s) but num_ipus={self.num_ipus}", "device_id"
+            )
+
+    def initialize(self) -> "GraphCoreManager":
+        """Attaches the IPUs (unless ``compile_only``). Calling it again is a no-op."""
+        with self._lock:
+            if self._state == _ATTACHED:
+                return self
+            if not self.compile_only:
+                timeout = self.attach_timeout if self.wait_for_device else 0.0
+                dev_id = -1 if self.device_id is None else self.device_id
+                self._device = self._device_manager().attach(self.num_ipus, dev_id, timeout)
+            self._state = _ATTACHED
+            return self
+
+    def finalize(self) -> None:
+        """Detaches the IPUs and frees the simulated tile memory of every model
+        loaded on them. Calling it again is a no-op."""
+        with self._lock:
+            if self._state != _ATTACHED:
+                if self._state == _NEW:
+                    self._state = _CLOSED
+                return
+            for cm in list(self._loaded):
+                cm._native.unload()
+            self._loaded = weakref.WeakSet()
+            if self._device is not None:
+                self._device.detach()
+                self._device = None
+            self._state = _CLOSED
+
+    @property
+    def is_initialized(self) -> bool:
+        return self._state == _ATTACHED
+
+    @property
+    def device(self) -> Optional[Dict[str, Any]]:
+        """The attached device: its id and IPUs (None if not attached)."""
+        d = self._device
+        return None if d is None else {"id": d.id, "ipus": list(d.ipus)}
+
+    def __enter__(self) -> "GraphCoreManager":
+        return self.initialize()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.finalize()
+
+    def __del__(self) -> None:
+        try:
+            if getattr(self, "_device", None) is not None:
+                self._device.detach()
+        except Exception:
+            pass
+
+    def __repr__(self) -> str:
+        return (
+            f"GraphCoreManager(num_ipus={self.num_ipus}, precision={self.precision!r}, "
+            f"memory_proportion={self.memory_proportion:g}, enable_half_partials={self.enable_half_partials}, "
+            f"compile_only={self.compile_only}, ipu_model={self._system!r}, state={self._state!r})"
+        )
+
+    # -- inventory -------------------------------------------------------------
+
+    def get_ipu_count(self) -> int:
+        """IPUs in the system (attached or not)."""
+        return self.ipu_model.num_ipus
+
+    def get_ipu_info(self) -> List[Dict[str, Any]]:
+        """One entry per IPU of the system: id, version, chip, tiles, bytes per
+        tile, clock, target kind, and status (``attached`` by this manager,
+        ``busy`` with the holder's pid, or ``free``)."""
+        d = self._describe
+        mine = set(self._device.ipus) if self._device is not None else set()
+        dm = self._device_manager()
+        out = []
+        for ipu in range(self.ipu_model.num_ipus):
+            if ipu in mine:
+                status, pid = "attached", None
+            else:
+                pid = dm.holder_pid(ipu)
+                status = "free" if pid == 0 else "busy"
+                pid = None if pid <= 0 else pid
+            out.append(
+                {
+                    "id": ipu,
+                    "version": d["version"],
+                    "chip": d["chip"],
+                    "tiles": d["tiles_per_ipu"],
+                    "bytes_per_tile": d["bytes_per_tile"],
+                    "memory_bytes": d["tiles_per_ipu"] * d["bytes_per_tile"],
+                    "clock_hz": d["clock_hz"],
+                    "target": "simulator",
+                    "status": status,
+                    "holder_pid": pid,
+                }
+            )
+        return out
+
+    # -- compile ---------------------------------------------------------------
+
+    def _example_specs(self, native_model: Any, example_inputs: Any) -> List[tuple]:
+        declared = native_model.inputs()
+        names = [n for n, _, _ in declared]
+        dtypes = [d for _, d, _ in declared]
+        if example_inputs is None:
+            specs = []
+            for n, d, dims in declared:
+                if dims is None or any(not isinstance(x, int) or x < 0 for x in dims):
+                    raise InputMismatchError(
+                        f"input '{n}' has a dynamic shape {dims}; pass example_inputs to fix it", n
+                    )
+                specs.append((n, d or "float32", list(dims)))
+            return specs
+        arrays = arrange_inputs(names, dtypes, example_inputs, "example_inputs")
+        return [(n, a.dtype.name, list(a.shape)) for n, a in zip(names, arrays)]
+
+    def compile_model(self, model: Any, example_inputs: Any = None) -> CompiledModel:
+        """Compiles an ONNX model (``onnx.ModelProto``, serialized bytes or a
+        path) for the shapes and types of ``example_inputs`` (one array, a
+        sequence in input order, or a mapping by name; may be omitted when
+        every input shape is fixed). Raises :class:`UnsupportedOperatorError`,
+        :class:`ModelFormatError`, :class:`InputMismatchError` or
+        :class:`IPUOutOfMemoryError`; the manager stays usable after any."""
+        proto = onnx_import.load(model)
+        native_model = onnx_import.to_native(proto)
+        specs = self._example_specs(native_model, example_inputs)
+        exe = _native().compile(
+            native_model,
+            specs,
+            self._system,
+            self.num_ipus,
+            self.precision,
+            self.memory_proportion,
+            self.enable_half_partials,
+        )
+        return CompiledModel(exe, proto.graph.name or "model", self._system, self.num_ipus)
+
+    def optimize_model(self, model: Any, example_inputs: Any = None) -> "onnx.ModelProto":
+        """Graph-level optimisation only (constant folding, dead-node removal,
+        fusion), for the shapes of ``example_inputs``. Returns an equivalent
+        ONNX model, specialised to those shapes."""
+        proto = onnx_import.load(model)
+        native_model = onnx_import.to_native(proto)
+        specs = self._example_specs(native_model, example_inputs)
+        optimized, _stats = native_model.optimize(specs)
+        return onnx_import.from_native(optimized, proto)
+
+    # -- execute ---------------------------------------------------------------
+
+    def execute_model(self, compiled: CompiledModel, inputs: Any) -> List[np.ndarray]:
+        """Runs a compiled model. ``inputs``: one array, a sequence in input
+        order, or a mapping by name, with exactly the compiled shapes and the
+        model's element types. Returns the outputs, in graph-output order and
+        the model's declared types. Attaches the IPUs first if needed."""
+        if not isinstance(compiled, CompiledModel):
+            raise InvalidOptionTypeError(
+                f"compiled must be a CompiledModel from compile_model, got {type(compiled).__name__}", "compiled"
+            )
+        if compiled.system != self._system or compiled.num_ipus != self.num_ipus:
+            raise IncompatibleExecutableError(
+                f"this model was compiled for {compiled.num_ipus} IPU(s) of '{compiled.system}', but this manager "
+                f"has {self.num_ipus} IPU(s) of '{self._system}'; compile it with this manager"
+            )
+        if self.compile_only:
+            raise DeviceNotAttachedError(
+                "this manager was created with compile_only=True and has no device to run on; "
+                "create one with compile_only=False to execute"
+            )
+        names = [s.name for s in compiled.inputs]
+        arrays = arrange_inputs(names, [s.dtype for s in compiled.inputs], inputs, "inputs")
+        raw = []
+        for spec, a in zip(compiled.inputs, arrays):
+            if a.dtype.name != spec.dtype:
+                raise InputMismatchError(
+                    f"input '{spec.name}' must be {spec.dtype}, got {a.dtype.name}; convert it with "
+                    f".astype(np.{spec.dtype})",
+                    spec.name,
+                )
+            if tuple(a.shape) != spec.shape:
+                raise InputMismatchError(
+                    f"input '{spec.name}' must have shape {list(spec.shape)} (as compiled), got {list(a.shape)}; "
+                    "compile the model again for other shapes",
+                    spec.name,
+                )
+            raw.append(np.ascontiguousarray(a, dtype=a.dtype.newbyteorder("<")).tobytes())
+        with self._lock:
+            if self._state == _CLOSED:
+                raise DeviceNotAttachedError(
+                    "this manager has been finalized; call initialize() to attach its IPUs again"
+                )
+            if self._state == _NEW:
+                self.initialize()
+            if not compiled._native.loaded:
+                compiled._native.load(self.simulator_threads)
+            self._loaded.add(compiled)
+            outs = compiled._native.run(raw)
+            stats = compiled._native.last_run()
+        result = [
+            np.frombuffer(bytearray(b), dtype=np.dtype(s.dtype).newbyteorder("<")).astype(s.dtype).reshape(s.shape)
+            for b, s in zip(outs, compiled.outputs)
+        ]
+        if stats is not None:
+            rep = ExecutionReport.from_native(stats, compiled.report.clock_hz, compiled.report.batch_size)
+            compiled.last_execution = rep
+            self.last_execution_report = rep
+        return result
+
+
+_default_manager: Optional[GraphCoreManager] = None
+_default_lock = threading.Lock()
+
+
+def get_graphcore_manager() -> GraphCoreManager:
+    """The process-wide manager, created on first use (thread-safely) from the
+    ``NEURENIX_*`` environment variables (see :func:`options.options_from_env`)."""
+    global _default_manager
+    if _default_manager is None:
+        with _default_lock:
+            if _default_manager is None:
+                _default_manager = GraphCoreManager(**options_from_env())
+    return _default_manager
