@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 #include <set>
+#include <tuple>
 
 #include "neurenix/error.h"
 
@@ -267,6 +268,9 @@ std::unique_ptr<Executable> compile(std::unique_ptr<Graph> gp) {
       case StepKind::kExchange: {
         std::map<uint32_t, uint64_t> in, out;
         std::map<uint32_t, uint64_t> cross;  // bytes leaving each IPU
+        // The exchange fabric multicasts: data sent once can be received by
+        // any number of tiles, so a sender pays for each distinct run once.
+        std::set<std::tuple<uint32_t, uint64_t, uint64_t, int64_t>> sent;
         for (const Copy& cp : g.exchanges()[st.index].copies) {
           uint64_t bytes = cp.count * dtype_size(g.var(cp.src).dtype);
           c.bytes += bytes;
@@ -277,7 +281,7 @@ std::unique_ptr<Executable> compile(std::unique_ptr<Graph> gp) {
           uint32_t si = g.ipu_of_tile(cp.src_tile), di = g.ipu_of_tile(cp.dst_tile);
           if (si != di) cross[si] += bytes;
           in[cp.dst_tile] += bytes;
-          out[cp.src_tile] += bytes;
+          if (sent.insert({cp.src_tile, cp.src_byte, cp.count, cp.src_stride}).second) out[cp.src_tile] += bytes;
         }
         uint64_t worst = 0;
         for (auto& [tile, b] : in) worst = std::max(worst, b);

@@ -30,7 +30,8 @@ struct MatMulPlan {
   uint64_t groups = 0, m = 0, n = 0, k = 0;
   // Parallel splits (product <= tiles) and the serial split of N.
   uint32_t g_split = 1, m_split = 1, n_split = 1, k_split = 1, serial_split = 1;
-  uint64_t temp_bytes = 0;   // planner temporaries on the busiest tile
+  uint64_t temp_bytes = 0;      // planner temporaries on the busiest tile
+  uint64_t resident_bytes = 0;  // operands laid out by the plan, and the result
   uint64_t cycles = 0;       // estimate for the whole operation
   bool meets_memory_target = true;
   uint32_t tiles_used() const { return g_split * m_split * n_split * k_split; }

@@ -67,6 +67,13 @@ void evaluate(const TargetSpec& t, const MatMulProblem& p, MatMulPlan& plan) {
     recv_bytes = plan.k_split * rows_per * gb * nb * pb;
   }
   plan.temp_bytes = a_bytes + b_bytes + part_bytes + recv_bytes;
+  // Operands this plan lays out itself, and the result, stay on the tiles.
+  const uint64_t ob = dtype_size(p.out_dtype);
+  const uint64_t n_per_tile = ceil_div(p.n, plan.n_split);
+  uint64_t resident = gb * ceil_div(mb, plan.k_split) * n_per_tile * ob;
+  if (p.a_unmapped) resident += gb * mb * kb * eb;
+  if (p.b_unmapped) resident += gb * kb * n_per_tile * eb;
+  plan.resident_bytes = resident;
   const uint64_t ex = t.exchange_bytes_per_cycle;
   uint64_t per_chunk = t.sync_cycles + b_bytes / ex;  // operand exchange
   per_chunk += t.sync_cycles + gb * matmul_vertex_cycles(t, p.in_dtype, p.partials, mb, nb, kb);
@@ -91,9 +98,21 @@ std::string MatMulPlan::describe() const {
 
 MatMulPlan plan_matmul(const TargetSpec& target, uint32_t tiles, uint64_t bytes_per_tile, const MatMulProblem& p,
                        double proportion) {
+  // Among plans whose temporaries meet the memory target (and which fit the
+  // tile with what they keep resident), the fastest. Failing that, the plan
+  // with the fewest temporaries that fits; failing that, the smallest.
   const double budget = proportion * static_cast<double>(bytes_per_tile);
-  MatMulPlan best, smallest;
-  bool have_best = false, have_smallest = false;
+  MatMulPlan best, fallback, smallest;
+  bool have_best = false, have_fallback = false, have_smallest = false;
+  auto faster = [](const MatMulPlan& a, const MatMulPlan& b) {
+    if (a.cycles != b.cycles) return a.cycles < b.cycles;
+    if (a.temp_bytes != b.temp_bytes) return a.temp_bytes < b.temp_bytes;
+    return a.tiles_used() < b.tiles_used();
+  };
+  auto leaner = [](const MatMulPlan& a, const MatMulPlan& b) {
+    if (a.temp_bytes != b.temp_bytes) return a.temp_bytes < b.temp_bytes;
+    return a.cycles < b.cycles;
+  };
   auto gs = split_candidates(p.groups, tiles);
   auto ms = split_candidates(p.m, tiles);
   auto ns = split_candidates(p.n, tiles);
@@ -123,17 +142,18 @@ MatMulPlan plan_matmul(const TargetSpec& target, uint32_t tiles, uint64_t bytes_
             plan.k_split = k;
             plan.serial_split = s;
             evaluate(target, p, plan);
-            auto better = [](const MatMulPlan& a, const MatMulPlan& b) {
-              if (a.cycles != b.cycles) return a.cycles < b.cycles;
-              if (a.temp_bytes != b.temp_bytes) return a.temp_bytes < b.temp_bytes;
-              return a.tiles_used() < b.tiles_used();
-            };
-            if (static_cast<double>(plan.temp_bytes) <= budget && (!have_best || better(plan, best))) {
+            const bool fits = plan.temp_bytes + plan.resident_bytes <= bytes_per_tile;
+            if (fits && static_cast<double>(plan.temp_bytes) <= budget && (!have_best || faster(plan, best))) {
               best = plan;
               have_best = true;
             }
-            if (!have_smallest || plan.temp_bytes < smallest.temp_bytes ||
-                (plan.temp_bytes == smallest.temp_bytes && plan.cycles < smallest.cycles)) {
+            if (fits && (!have_fallback || leaner(plan, fallback))) {
+              fallback = plan;
+              have_fallback = true;
+            }
+            const uint64_t total = plan.temp_bytes + plan.resident_bytes;
+            if (!have_smallest || total < smallest.temp_bytes + smallest.resident_bytes ||
+                (total == smallest.temp_bytes + smallest.resident_bytes && plan.cycles < smallest.cycles)) {
               smallest = plan;
               have_smallest = true;
             }
@@ -143,8 +163,9 @@ MatMulPlan plan_matmul(const TargetSpec& target, uint32_t tiles, uint64_t bytes_
     }
   NX_CHECK(have_smallest, "matmul planner found no plan");
   if (have_best) return best;
-  smallest.meets_memory_target = false;
-  return smallest;
+  MatMulPlan chosen = have_fallback ? fallback : smallest;
+  chosen.meets_memory_target = false;
+  return chosen;
 }
 
 namespace {

@@ -15,14 +15,31 @@ fn rewire(model: &mut Model, from: ValueId, to: ValueId) {
     }
 }
 
-/// Identity and inference-mode Dropout forward their input.
+/// Nodes that forward their input unchanged: Identity, inference-mode
+/// Dropout, reshapes to the same shape, casts to the same type.
+fn forwards_input(model: &Model, n: &Node) -> bool {
+    let g = &model.graph;
+    let same_shape = || match (n.input(0), n.outputs.first()) {
+        (Some(x), Some(&y)) => g.shape_of(x).is_some() && g.shape_of(x) == g.shape_of(y),
+        _ => false,
+    };
+    match n.op_type.as_str() {
+        "Identity" => true,
+        "Dropout" => n.outputs.len() == 1 && n.input(1).is_none() && n.input(2).is_none(),
+        "Reshape" | "Flatten" | "Squeeze" | "Unsqueeze" => same_shape(),
+        "Cast" => {
+            same_shape() && n.input(0).and_then(|x| g.value(x).dtype) == n.outputs.first().and_then(|&y| g.value(y).dtype)
+        }
+        _ => false,
+    }
+}
+
 fn drop_identities(model: &mut Model) -> usize {
     let mut removed = 0;
     let mut i = 0;
     while i < model.graph.nodes.len() {
         let n = &model.graph.nodes[i];
-        let forwards = n.op_type == "Identity"
-            || (n.op_type == "Dropout" && n.outputs.len() == 1 && n.input(1).is_none() && n.input(2).is_none());
+        let forwards = forwards_input(model, n);
         if forwards && n.domain.is_empty() {
             let (x, y) = (n.input(0).unwrap(), n.outputs[0]);
             if !model.graph.outputs.contains(&y) {

@@ -1,0 +1,184 @@
+// Helpers shared by the unit tests: tiny systems, running a graph end to end,
+// byte conversions, error matching, and reference arithmetic that does not
+// reuse the core's own code (so a bug there cannot hide in the reference).
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <initializer_list>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "neurenix/compiler.h"
+#include "neurenix/engine.h"
+#include "neurenix/error.h"
+#include "neurenix/graph.h"
+#include "neurenix/target.h"
+
+namespace nxtest {
+
+using namespace neurenix;
+
+inline SystemSpec tiny(uint32_t tiles, uint32_t ipus = 1, uint64_t bytes_per_tile = 0) {
+  SystemSpec s;
+  s.version = "ipu2";
+  s.num_ipus = ipus;
+  s.tiles_per_ipu = tiles;
+  s.bytes_per_tile = bytes_per_tile;
+  s.validate();
+  return s;
+}
+
+template <typename T>
+std::vector<uint8_t> to_bytes(const std::vector<T>& v) {
+  std::vector<uint8_t> b(v.size() * sizeof(T));
+  if (!v.empty()) std::memcpy(b.data(), v.data(), b.size());
+  return b;
+}
+
+template <typename T>
+std::vector<T> from_bytes(const std::vector<uint8_t>& b) {
+  std::vector<T> v(b.size() / sizeof(T));
+  if (!v.empty()) std::memcpy(v.data(), b.data(), v.size() * sizeof(T));
+  return v;
+}
+
+template <typename T>
+std::shared_ptr<const std::vector<uint8_t>> shared_bytes(const std::vector<T>& v) {
+  return std::make_shared<const std::vector<uint8_t>>(to_bytes(v));
+}
+
+// Compiles `g`, loads it, writes `inputs` (in stream order), runs once and
+// returns every output's bytes. The executable is handed back when asked for.
+inline std::vector<std::vector<uint8_t>> run_graph(std::unique_ptr<Graph> g,
+                                                   const std::vector<std::vector<uint8_t>>& inputs,
+                                                   unsigned threads = 1,
+                                                   std::shared_ptr<Executable>* exe_out = nullptr) {
+  std::shared_ptr<Executable> exe = compile(std::move(g));
+  if (exe_out) *exe_out = exe;
+  EXPECT_TRUE(exe->fits());
+  if (!exe->fits()) return {};
+  Engine e(exe, threads);
+  EXPECT_EQ(e.num_inputs(), inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) e.write_input(static_cast<uint32_t>(i), inputs[i].data(), inputs[i].size());
+  e.run();
+  std::vector<std::vector<uint8_t>> out(e.num_outputs());
+  for (size_t i = 0; i < out.size(); ++i) {
+    out[i].resize(e.output_bytes(static_cast<uint32_t>(i)));
+    e.read_output(static_cast<uint32_t>(i), out[i].data(), out[i].size());
+  }
+  return out;
+}
+
+// Runs `fn` and checks that it throws an neurenix::Error of `code` whose
+// message contains every string of `needles`.
+inline void expect_error_impl(const std::function<void()>& fn, ErrorCode code, std::initializer_list<std::string> needles) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), code) << "message: " << e.what();
+    EXPECT_EQ(std::string(e.what()).rfind(std::string("[") + error_code_name(code) + "] ", 0), 0u) << e.what();
+    for (const std::string& n : needles) EXPECT_NE(e.message().find(n), std::string::npos) << "'" << n << "' not in: " << e.message();
+    return;
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "threw a non-neurenix exception: " << e.what();
+    return;
+  }
+  ADD_FAILURE() << "no error thrown, expected " << error_code_name(code);
+}
+
+#define EXPECT_NX_ERROR(code, stmt, ...)                                                 \
+  do {                                                                                   \
+    SCOPED_TRACE(#stmt);                                                                 \
+    ::nxtest::expect_error_impl([&]() { stmt; }, ::neurenix::ErrorCode::code, {__VA_ARGS__}); \
+  } while (0)
+
+// ---------------------------------------------------------------------------
+// Independent binary16 reference: decodes with ldexp and rounds a double to
+// the nearest binary16 (ties to even) with plain integer logic.
+
+inline double ref_half_to_double(uint16_t h) {
+  const int sign = (h >> 15) & 1;
+  const int exp = (h >> 10) & 0x1f;
+  const int man = h & 0x3ff;
+  double v;
+  if (exp == 0) v = std::ldexp(static_cast<double>(man), -24);
+  else if (exp == 31) v = man ? NAN : INFINITY;
+  else v = std::ldexp(static_cast<double>(1024 + man), exp - 25);
+  return sign ? -v : v;
+}
+
+// Rounds to an integer, ties to even, without relying on the FPU mode.
+inline double ref_round_even(double q) {
+  double fl = std::floor(q);
+  double frac = q - fl;
+  if (frac > 0.5) return fl + 1;
+  if (frac < 0.5) return fl;
+  return std::fmod(fl, 2.0) == 0 ? fl : fl + 1;
+}
+
+// Nearest binary16 of a double. NaN maps to a quiet NaN of the same sign.
+inline uint16_t ref_double_to_half(double x) {
+  const uint16_t sign = std::signbit(x) ? 0x8000 : 0;
+  if (std::isnan(x)) return static_cast<uint16_t>(sign | 0x7e00);
+  double a = std::fabs(x);
+  if (a >= 65520.0) return static_cast<uint16_t>(sign | 0x7c00);  // at or past the midpoint to 2^16
+  if (a < std::ldexp(1.0, -14)) {
+    double q = ref_round_even(a * std::ldexp(1.0, 24));  // units of 2^-24; 1024 becomes the smallest normal
+    return static_cast<uint16_t>(sign | static_cast<uint16_t>(q));
+  }
+  int e;
+  std::frexp(a, &e);  // a = f * 2^e, f in [0.5, 1)
+  e -= 1;             // a in [2^e, 2^(e+1))
+  double q = ref_round_even(a * std::ldexp(1.0, 10 - e));  // in [1024, 2048]
+  uint32_t bits = (static_cast<uint32_t>(e + 15) << 10) + (static_cast<uint32_t>(q) - 1024);
+  return static_cast<uint16_t>(sign | bits);
+}
+
+inline double ref_round_half(double x) { return ref_half_to_double(ref_double_to_half(x)); }
+
+// Distance in units in the last place between two floats (0 for equal,
+// including +0/-0; large for NaN against a number).
+inline int64_t ulp_distance(float a, float b) {
+  if (std::isnan(a) || std::isnan(b)) return (std::isnan(a) && std::isnan(b)) ? 0 : INT64_MAX;
+  auto key = [](float f) -> int64_t {
+    int32_t i;
+    std::memcpy(&i, &f, 4);
+    return i < 0 ? static_cast<int64_t>(INT32_MIN) - i : i;
+  };
+  int64_t d = key(a) - key(b);
+  return d < 0 ? -d : d;
+}
+
+// Row-major strides of a shape, in elements.
+inline std::vector<int64_t> row_major_strides(const std::vector<uint64_t>& shape) {
+  std::vector<int64_t> s(shape.size(), 1);
+  for (int i = static_cast<int>(shape.size()) - 2; i >= 0; --i) s[i] = s[i + 1] * static_cast<int64_t>(shape[i + 1]);
+  return s;
+}
+
+// Multi-index of flat element `f` in `shape`.
+inline std::vector<uint64_t> unravel(uint64_t f, const std::vector<uint64_t>& shape) {
+  std::vector<uint64_t> idx(shape.size());
+  for (size_t d = shape.size(); d-- > 0;) {
+    idx[d] = shape[d] ? f % shape[d] : 0;
+    f = shape[d] ? f / shape[d] : 0;
+  }
+  return idx;
+}
+
+// Flat index in `in_shape` of the element that broadcasting (numpy rules)
+// sends to multi-index `out_idx` of the result.
+inline uint64_t broadcast_source(const std::vector<uint64_t>& out_idx, const std::vector<uint64_t>& in_shape) {
+  const size_t lead = out_idx.size() - in_shape.size();
+  uint64_t f = 0;
+  for (size_t i = 0; i < in_shape.size(); ++i) f = f * in_shape[i] + (in_shape[i] == 1 ? 0 : out_idx[lead + i]);
+  return f;
+}
+
+}  // namespace nxtest

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Installs neurenix IPU and its test tools, then runs the whole test suite:
+# Rust (cargo test), C++ (GoogleTest via CMake/CTest) and Python (pytest).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-python3}
+JOBS=${JOBS:-$(nproc 2>/dev/null || echo 2)}
+
+scripts/install.sh --test
+
+echo "== cargo test"
+cargo test --locked -p neurenix-core -p neurenix-sys
+
+echo "== C++ unit tests (GoogleTest)"
+cmake -S cpp -B build/cpp -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build build/cpp -j "$JOBS" >/dev/null
+ctest --test-dir build/cpp --output-on-failure -j "$JOBS"
+
+echo "== pytest"
+# Run from outside the source tree so the installed package is the one tested.
+cd tests && "$PYTHON" -m pytest -q "$@"
