@@ -121,7 +121,8 @@ std::unique_ptr<Executable> compile(std::unique_ptr<Graph> gp) {
       }
       case StepKind::kStreamOut: {
         VarId v = g.outputs()[st.index].tensor.var;
-        NX_CHECK(written[v] || g.var(v).kind == VarKind::kConstant, "output '" + g.outputs()[st.index].name + "' is never written");
+        NX_CHECK(written[v] || g.var(v).kind == VarKind::kConstant || g.var(v).numel == 0,
+                 "output '" + g.outputs()[st.index].name + "' is never written");
         live[v].touch(s);
         break;
       }
@@ -270,9 +271,9 @@ std::unique_ptr<Executable> compile(std::unique_ptr<Graph> gp) {
         std::map<uint32_t, uint64_t> cross;  // bytes leaving each IPU
         // The exchange fabric multicasts: data sent once can be received by
         // any number of tiles, so a sender pays for each distinct run once.
-        std::set<std::tuple<uint32_t, uint64_t, uint64_t, int64_t>> sent;
+        std::set<std::tuple<uint32_t, uint64_t, uint64_t, int64_t, uint64_t, int64_t>> sent;
         for (const Copy& cp : g.exchanges()[st.index].copies) {
-          uint64_t bytes = cp.count * dtype_size(g.var(cp.src).dtype);
+          uint64_t bytes = cp.count * cp.outer * dtype_size(g.var(cp.src).dtype);
           c.bytes += bytes;
           if (cp.src_tile == cp.dst_tile) {
             in[cp.dst_tile] += bytes / 2;  // on-tile copy: memory bandwidth, not exchange
@@ -281,7 +282,8 @@ std::unique_ptr<Executable> compile(std::unique_ptr<Graph> gp) {
           uint32_t si = g.ipu_of_tile(cp.src_tile), di = g.ipu_of_tile(cp.dst_tile);
           if (si != di) cross[si] += bytes;
           in[cp.dst_tile] += bytes;
-          if (sent.insert({cp.src_tile, cp.src_byte, cp.count, cp.src_stride}).second) out[cp.src_tile] += bytes;
+          if (sent.insert({cp.src_tile, cp.src_byte, cp.count, cp.src_stride, cp.outer, cp.src_outer}).second)
+            out[cp.src_tile] += bytes;
         }
         uint64_t worst = 0;
         for (auto& [tile, b] : in) worst = std::max(worst, b);

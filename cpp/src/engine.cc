@@ -1,5 +1,6 @@
 #include "neurenix/engine.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -224,13 +225,24 @@ void Engine::run() {
           uint8_t* dst = arenas_[sched[i].dst_tile];
           for (const Copy* c : sched[i].copies) {
             const size_t es = dtype_size(g.var(c->src).dtype);
-            const uint8_t* src = arenas_[c->src_tile] + c->src_byte;
-            uint8_t* d = dst + c->dst_byte;
-            if (c->src_stride == 1 || c->count == 1) {
-              std::memmove(d, src, c->count * es);
-            } else {
-              for (uint64_t k = 0; k < c->count; ++k)
-                std::memcpy(d + k * es, src + static_cast<int64_t>(k) * c->src_stride * static_cast<int64_t>(es), es);
+            for (uint64_t o = 0; o < c->outer; ++o) {
+              const uint8_t* src = arenas_[c->src_tile] + c->src_byte + static_cast<int64_t>(o) * c->src_outer * static_cast<int64_t>(es);
+              uint8_t* d = dst + c->dst_byte + static_cast<int64_t>(o) * c->dst_outer * static_cast<int64_t>(es);
+              if (c->src_stride == 1 || c->count == 1) {
+                std::memmove(d, src, c->count * es);
+              } else if (c->src_stride == 0) {
+                // One element repeated: double the filled prefix.
+                std::memcpy(d, src, es);
+                uint64_t done = 1;
+                while (done < c->count) {
+                  const uint64_t n = std::min(done, c->count - done);
+                  std::memcpy(d + done * es, d, n * es);
+                  done += n;
+                }
+              } else {
+                for (uint64_t k = 0; k < c->count; ++k)
+                  std::memcpy(d + k * es, src + static_cast<int64_t>(k) * c->src_stride * static_cast<int64_t>(es), es);
+              }
             }
           }
         });

@@ -4,48 +4,98 @@
 
 namespace neurenix {
 
-void copy_view(Graph& g, uint32_t ex, const View& src, const View& dst) {
-  NX_CHECK(src.shape == dst.shape, "copy_view between views of different shapes");
+void copy_view(Graph& g, uint32_t ex, const View& src_in, const View& dst_in) {
+  NX_CHECK(src_in.shape == dst_in.shape, "copy_view between views of different shapes");
+  // A rank-0 view is one element: treat it as a 1-element vector.
+  View src = src_in, dst = dst_in;
+  if (src.shape.empty()) {
+    src.shape = dst.shape = {1};
+    src.strides = dst.strides = {1};
+  }
   NX_CHECK(g.var(src.var).dtype == g.var(dst.var).dtype, "copy_view between different element types");
   const uint64_t n = src.numel();
   if (n == 0) return;
   const size_t rank = src.shape.size();
-  std::vector<uint64_t> idx(rank, 0);
-  int64_t sflat = src.offset, dflat = dst.offset;
-  size_t shint = 0, dhint = 0;
+  const Variable& sv = g.var(src.var);
+  const Variable& dv = g.var(dst.var);
   std::vector<Copy>& out = g.exchange(ex).copies;
+  // The innermost dimension is walked in chunks that stay inside one source
+  // and one destination interval: there, tile-local indices advance
+  // linearly, so a chunk is one copy (or extends the previous one).
+  const uint64_t inner = src.shape[rank - 1];
+  const int64_t s_in = src.strides[rank - 1];
+  const int64_t d_in = dst.strides[rank - 1];
+  const uint64_t rows = n / inner;
+  std::vector<uint64_t> idx(rank - 1, 0);
+  int64_t srow = src.offset, drow = dst.offset;
+  size_t shint = 0, dhint = 0;
   bool open = false;
   Copy cur{};
-  for (uint64_t e = 0; e < n; ++e) {
-    uint32_t st, dt;
-    uint64_t sl, dl;
-    g.locate(src.var, static_cast<uint64_t>(sflat), &st, &sl, &shint);
-    g.locate(dst.var, static_cast<uint64_t>(dflat), &dt, &dl, &dhint);
-    bool extended = false;
-    if (open && st == cur.src_tile && dt == cur.dst_tile && dl == cur.dst_local + cur.count) {
-      int64_t step = static_cast<int64_t>(sl) - static_cast<int64_t>(cur.src_local);
-      if (cur.count == 1) {
-        cur.src_stride = step;
-        cur.count = 2;
-        extended = true;
-      } else if (step == cur.src_stride * static_cast<int64_t>(cur.count)) {
-        cur.count += 1;
-        extended = true;
+  auto emit = [&](uint32_t st, uint64_t sl, int64_t stride, uint32_t dt, uint64_t dl, uint64_t count) {
+    if (open && st == cur.src_tile && dt == cur.dst_tile) {
+      if (cur.outer == 1 && dl == cur.dst_local + cur.count) {
+        // Continues the row.
+        const int64_t step = static_cast<int64_t>(sl) - static_cast<int64_t>(cur.src_local);
+        if (cur.count == 1 && (count == 1 || step == stride)) {
+          cur.src_stride = step;
+          cur.count += count;
+          return;
+        }
+        if ((count == 1 || stride == cur.src_stride) && step == cur.src_stride * static_cast<int64_t>(cur.count)) {
+          cur.count += count;
+          return;
+        }
+      }
+      // Starts another row of the same pattern.
+      const bool same_row = count == cur.count && (count == 1 || stride == cur.src_stride);
+      const int64_t ds = static_cast<int64_t>(dl) - static_cast<int64_t>(cur.dst_local);
+      const int64_t ss = static_cast<int64_t>(sl) - static_cast<int64_t>(cur.src_local);
+      if (same_row && cur.outer == 1 && ds >= static_cast<int64_t>(cur.count)) {
+        cur.outer = 2;
+        cur.src_outer = ss;
+        cur.dst_outer = ds;
+        return;
+      }
+      if (same_row && cur.outer > 1 && ds == cur.dst_outer * static_cast<int64_t>(cur.outer) &&
+          ss == cur.src_outer * static_cast<int64_t>(cur.outer)) {
+        cur.outer += 1;
+        return;
       }
     }
-    if (!extended) {
-      if (open) out.push_back(cur);
-      cur = Copy{src.var, st, sl, 1, dst.var, dt, dl, 1};
-      open = true;
+    if (open) out.push_back(cur);
+    cur = Copy{src.var, st, sl, count == 1 ? 1 : stride, dst.var, dt, dl, count};
+    open = true;
+  };
+  for (uint64_t r = 0; r < rows; ++r) {
+    uint64_t i = 0;
+    while (i < inner) {
+      const int64_t sflat = srow + static_cast<int64_t>(i) * s_in;
+      const int64_t dflat = drow + static_cast<int64_t>(i) * d_in;
+      uint32_t st, dt;
+      uint64_t sl, dl;
+      g.locate(src.var, static_cast<uint64_t>(sflat), &st, &sl, &shint);
+      g.locate(dst.var, static_cast<uint64_t>(dflat), &dt, &dl, &dhint);
+      uint64_t len = inner - i;
+      if (d_in != 1) {
+        len = 1;
+      } else {
+        const TileInterval& di = dv.mapping[dhint];
+        len = std::min<uint64_t>(len, di.end - static_cast<uint64_t>(dflat));
+        const TileInterval& si = sv.mapping[shint];
+        if (s_in > 0) len = std::min<uint64_t>(len, (si.end - static_cast<uint64_t>(sflat) + s_in - 1) / s_in);
+        else if (s_in < 0) len = std::min<uint64_t>(len, (static_cast<uint64_t>(sflat) - si.begin) / static_cast<uint64_t>(-s_in) + 1);
+      }
+      emit(st, sl, s_in, dt, dl, len);
+      i += len;
     }
-    // Advance the row-major counter.
-    for (size_t d = rank; d-- > 0;) {
+    // Advance the row counter over the outer dimensions.
+    for (size_t d = rank - 1; d-- > 0;) {
       idx[d] += 1;
-      sflat += src.strides[d];
-      dflat += dst.strides[d];
+      srow += src.strides[d];
+      drow += dst.strides[d];
       if (idx[d] < src.shape[d]) break;
-      sflat -= src.strides[d] * static_cast<int64_t>(src.shape[d]);
-      dflat -= dst.strides[d] * static_cast<int64_t>(dst.shape[d]);
+      srow -= src.strides[d] * static_cast<int64_t>(src.shape[d]);
+      drow -= dst.strides[d] * static_cast<int64_t>(dst.shape[d]);
       idx[d] = 0;
     }
   }

@@ -39,14 +39,18 @@ void check_mapping(const Graph& g, VarId id) {
   uint32_t prev = 0;
   for (size_t i = 0; i < v.tiles.size(); ++i) {
     const TileShare& s = v.tiles[i];
-    if (i) ASSERT_GT(s.tile, prev);
+    if (i) {
+      ASSERT_GT(s.tile, prev);
+    }
     prev = s.tile;
     ASSERT_EQ(s.count, next_local[s.tile]);
     uint64_t last_begin = 0;
     for (size_t k = 0; k < s.intervals.size(); ++k) {
       const TileInterval& iv = v.mapping.at(s.intervals[k]);
       ASSERT_EQ(iv.tile, s.tile);
-      if (k) ASSERT_GT(iv.begin, last_begin);
+      if (k) {
+        ASSERT_GT(iv.begin, last_begin);
+      }
       last_begin = iv.begin;
     }
     ASSERT_EQ(v.share(s.tile), &s);
@@ -175,8 +179,11 @@ TEST(Graph, MapLinearlyCoversEveryElementOnceWithinTheIpu) {
           const uint64_t per = (chunks + want_tiles - 1) / want_tiles * eff;
           for (size_t i = 0; i < v.mapping.size(); ++i) {
             const uint64_t len = v.mapping[i].end - v.mapping[i].begin;
-            if (i + 1 < v.mapping.size()) ASSERT_EQ(len, per);
-            else ASSERT_LE(len, per);
+            if (i + 1 < v.mapping.size()) {
+              ASSERT_EQ(len, per);
+            } else {
+              ASSERT_LE(len, per);
+            }
           }
         }
       }

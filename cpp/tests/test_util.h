@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -155,6 +156,36 @@ inline int64_t ulp_distance(float a, float b) {
   return d < 0 ? -d : d;
 }
 
+// Host data in a device element type, from and to doubles (binary16 through
+// the reference rounding above, never through the core's converters).
+inline std::vector<uint8_t> encode(DType dt, const std::vector<double>& v) {
+  std::vector<uint8_t> out(v.size() * dtype_size(dt));
+  for (size_t i = 0; i < v.size(); ++i) {
+    uint8_t* p = out.data() + i * dtype_size(dt);
+    switch (dt) {
+      case DType::kFloat32: { float x = static_cast<float>(v[i]); std::memcpy(p, &x, 4); break; }
+      case DType::kFloat16: { uint16_t h = ref_double_to_half(v[i]); std::memcpy(p, &h, 2); break; }
+      case DType::kInt32: { int32_t x = static_cast<int32_t>(v[i]); std::memcpy(p, &x, 4); break; }
+      case DType::kBool: *p = v[i] != 0; break;
+    }
+  }
+  return out;
+}
+
+inline std::vector<double> decode(DType dt, const std::vector<uint8_t>& b) {
+  std::vector<double> out(b.size() / dtype_size(dt));
+  for (size_t i = 0; i < out.size(); ++i) {
+    const uint8_t* p = b.data() + i * dtype_size(dt);
+    switch (dt) {
+      case DType::kFloat32: { float x; std::memcpy(&x, p, 4); out[i] = x; break; }
+      case DType::kFloat16: { uint16_t h; std::memcpy(&h, p, 2); out[i] = ref_half_to_double(h); break; }
+      case DType::kInt32: { int32_t x; std::memcpy(&x, p, 4); out[i] = x; break; }
+      case DType::kBool: out[i] = *p; break;
+    }
+  }
+  return out;
+}
+
 // Row-major strides of a shape, in elements.
 inline std::vector<int64_t> row_major_strides(const std::vector<uint64_t>& shape) {
   std::vector<int64_t> s(shape.size(), 1);
@@ -179,6 +210,57 @@ inline uint64_t broadcast_source(const std::vector<uint64_t>& out_idx, const std
   uint64_t f = 0;
   for (size_t i = 0; i < in_shape.size(); ++i) f = f * in_shape[i] + (in_shape[i] == 1 ? 0 : out_idx[lead + i]);
   return f;
+}
+
+// Every (source, destination) tile-local element index pair a copy moves,
+// in order: `outer` rows of `count` elements.
+inline std::vector<std::pair<int64_t, int64_t>> copy_pairs(const Copy& c) {
+  std::vector<std::pair<int64_t, int64_t>> out;
+  for (uint64_t o = 0; o < c.outer; ++o)
+    for (uint64_t k = 0; k < c.count; ++k)
+      out.push_back({static_cast<int64_t>(c.src_local) + static_cast<int64_t>(o) * c.src_outer + static_cast<int64_t>(k) * c.src_stride,
+                     static_cast<int64_t>(c.dst_local) + static_cast<int64_t>(o) * c.dst_outer + static_cast<int64_t>(k)});
+  return out;
+}
+
+inline uint64_t copy_elements(const Copy& c) { return c.count * c.outer; }
+
+// First and last program step (of the executable's program) that touches
+// each variable, derived from the steps themselves; constants live throughout.
+struct LiveRange {
+  int64_t first = -1;
+  int64_t last = -1;
+  bool overlaps(const LiveRange& o) const { return first >= 0 && o.first >= 0 && first <= o.last && o.first <= last; }
+};
+
+inline std::vector<LiveRange> live_ranges(const Executable& exe) {
+  const Graph& g = exe.graph();
+  std::vector<LiveRange> live(g.num_vars());
+  auto touch = [&](VarId v, int64_t s) {
+    if (live[v].first < 0) live[v].first = s;
+    live[v].last = std::max(live[v].last, s);
+  };
+  const auto& prog = exe.program();
+  for (int64_t s = 0; s < static_cast<int64_t>(prog.size()); ++s) {
+    const Step& st = prog[s];
+    switch (st.kind) {
+      case StepKind::kCompute:
+        for (const auto& v : g.compute_sets()[st.index].vertices)
+          for (Field* f : const_cast<Vertex&>(*v).all_fields()) touch(f->var, s);
+        break;
+      case StepKind::kExchange:
+        for (const Copy& c : g.exchanges()[st.index].copies) {
+          touch(c.src, s);
+          touch(c.dst, s);
+        }
+        break;
+      case StepKind::kStreamIn: touch(g.inputs()[st.index].tensor.var, s); break;
+      case StepKind::kStreamOut: touch(g.outputs()[st.index].tensor.var, s); break;
+    }
+  }
+  for (size_t v = 0; v < g.num_vars(); ++v)
+    if (g.var(static_cast<VarId>(v)).kind == VarKind::kConstant) live[v] = {0, static_cast<int64_t>(prog.size())};
+  return live;
 }
 
 }  // namespace nxtest

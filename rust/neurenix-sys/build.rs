@@ -4,13 +4,19 @@
 use std::path::{Path, PathBuf};
 
 fn collect(dir: &Path, ext: &[&str], out: &mut Vec<PathBuf>) {
-    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
     let mut entries: Vec<_> = entries.flatten().map(|e| e.path()).collect();
     entries.sort();
     for p in entries {
         if p.is_dir() {
             collect(&p, ext, out);
-        } else if p.extension().and_then(|e| e.to_str()).is_some_and(|e| ext.contains(&e)) {
+        } else if p
+            .extension()
+            .and_then(|e| e.to_str())
+            .is_some_and(|e| ext.contains(&e))
+        {
             out.push(p);
         }
     }
@@ -18,7 +24,10 @@ fn collect(dir: &Path, ext: &[&str], out: &mut Vec<PathBuf>) {
 
 fn main() {
     let manifest = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap());
-    let cpp = manifest.join("../../cpp").canonicalize().expect("the cpp/ directory next to rust/");
+    let cpp = manifest
+        .join("../../cpp")
+        .canonicalize()
+        .expect("the cpp/ directory next to rust/");
     let mut sources = Vec::new();
     collect(&cpp.join("src"), &["cc"], &mut sources);
     let mut headers = Vec::new();
@@ -36,7 +45,9 @@ fn main() {
         .opt_level(3);
     // The host builds for itself (pip install from source), so it may use its
     // own vector units. NEURENIX_NATIVE_SIMD=0 turns this off.
-    let native = std::env::var("NEURENIX_NATIVE_SIMD").map(|v| v != "0").unwrap_or(true);
+    let native = std::env::var("NEURENIX_NATIVE_SIMD")
+        .map(|v| v != "0")
+        .unwrap_or(true);
     let target = std::env::var("TARGET").unwrap_or_default();
     let host = std::env::var("HOST").unwrap_or_default();
     #[cfg(target_arch = "x86_64")]

@@ -137,6 +137,8 @@ class SumPartialsVertex : public Vertex {
  public:
   SumPartialsVertex(uint32_t tile, Field in, Field out, uint32_t parts, uint32_t rows, uint32_t cols, uint32_t ld_out,
                     DType partials_dtype, DType out_dtype);
+  // Adds bias[r] to every element of row r (convolution bias).
+  void set_bias(Field bias, DType dtype);
   const char* name() const override { return "SumPartials"; }
   void compute(uint8_t* mem) const override;
   uint64_t cycles(const TargetSpec& t) const override;
@@ -149,6 +151,109 @@ class SumPartialsVertex : public Vertex {
   Field in_, out_;
   uint32_t parts_, rows_, cols_, ld_out_;
   DType partials_, out_dtype_;
+  bool has_bias_ = false;
+  Field bias_;
+  DType bias_dtype_ = DType::kFloat32;
+};
+
+// ---------------------------------------------------------------------------
+// Convolution: one tile's block of a 2-D convolution (one group, one image
+// segment): out[co][r][wo] for `rows` output rows starting at `ho0`, from an
+// input window holding rows [hi0, hi0 + in_rows) of `cin` channels (each row
+// `in_w` wide; rows outside the window are padding) and weights
+// [cout][cin][kh][kw] (leading dimension `ldw` between output channels).
+
+struct ConvWindow {
+  uint32_t cin = 0, cout = 0;
+  uint32_t in_w = 0, in_h = 0;      // full input width and height
+  int32_t hi0 = 0;                  // first input row held
+  uint32_t in_rows = 0;             // input rows held
+  uint32_t ho0 = 0, rows = 0, out_w = 0;
+  uint32_t kh = 1, kw = 1, sh = 1, sw = 1, dh = 1, dw = 1;
+  int32_t pad_top = 0, pad_left = 0;
+  uint32_t ldw = 0;                 // between output channels in the weight field
+  uint32_t ld_out = 0;              // between output channels in the output field
+};
+
+class ConvVertex : public Vertex {
+ public:
+  ConvVertex(uint32_t tile, Field in, Field weights, Field out, ConvWindow shape, DType in_dtype, DType partials_dtype,
+             DType out_dtype);
+  void set_bias(Field bias, DType dtype);
+  const char* name() const override { return "Conv"; }
+  void compute(uint8_t* mem) const override;
+  uint64_t cycles(const TargetSpec& t) const override;
+  uint64_t code_bytes() const override { return 2048; }
+
+ protected:
+  void list_fields(std::vector<Field*>& out) override;
+
+ private:
+  Field in_, w_, out_;
+  ConvWindow s_;
+  DType in_dtype_, partials_, out_dtype_;
+  bool has_bias_ = false;
+  Field bias_;
+  DType bias_dtype_ = DType::kFloat32;
+};
+
+// ---------------------------------------------------------------------------
+// Pooling over the two innermost dimensions of `planes` planes: max or average
+// windows, input window rows [hi0, hi0 + in_rows) held per plane.
+
+enum class PoolMode : uint8_t { kMax, kAverage, kAverageIncludePad };
+
+struct PoolWindow {
+  uint32_t planes = 0;
+  uint32_t in_w = 0, in_h = 0;
+  int32_t hi0 = 0;
+  uint32_t in_rows = 0;
+  uint32_t ho0 = 0, rows = 0, out_w = 0;
+  uint32_t kh = 1, kw = 1, sh = 1, sw = 1, dh = 1, dw = 1;
+  int32_t pad_top = 0, pad_left = 0;
+  uint32_t pad_bottom = 0, pad_right = 0;  // explicit end pads (count_include_pad divisor)
+  uint32_t ld_out = 0;                     // between planes in the output field
+};
+
+class PoolVertex : public Vertex {
+ public:
+  PoolVertex(uint32_t tile, Field in, Field out, PoolWindow shape, PoolMode mode, DType dtype);
+  const char* name() const override { return "Pool"; }
+  void compute(uint8_t* mem) const override;
+  uint64_t cycles(const TargetSpec& t) const override;
+  uint64_t code_bytes() const override { return 768; }
+
+ protected:
+  void list_fields(std::vector<Field*>& out) override;
+
+ private:
+  Field in_, out_;
+  PoolWindow s_;
+  PoolMode mode_;
+  DType dtype_;
+};
+
+// ---------------------------------------------------------------------------
+// Dynamic gather (embedding lookup): out[i][c] = table[index[i]][c] for a
+// column slice of the table held by this tile (rows x cols, leading dimension
+// ld). Negative indices count from the end; out-of-range indices give zeros.
+
+class GatherVertex : public Vertex {
+ public:
+  GatherVertex(uint32_t tile, Field table, Field indices, Field out, uint32_t rows, uint32_t cols, uint32_t ld,
+               DType dtype);
+  const char* name() const override { return "Gather"; }
+  void compute(uint8_t* mem) const override;
+  uint64_t cycles(const TargetSpec& t) const override;
+  uint64_t code_bytes() const override { return 384; }
+
+ protected:
+  void list_fields(std::vector<Field*>& out) override;
+
+ private:
+  Field table_, idx_, out_;
+  uint32_t rows_, cols_, ld_;
+  DType dtype_;
 };
 
 // Accumulating helper shared by codelets and tests: C[m x n] = A . B in float

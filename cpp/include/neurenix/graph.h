@@ -122,9 +122,11 @@ struct ComputeSet {
   std::vector<std::unique_ptr<Vertex>> vertices;
 };
 
-// Moves `count` elements from one tile's memory to another's (or within a
-// tile). Source elements are `src_stride` apart in the source's tile-local
-// order (0 repeats one element); destinations are contiguous.
+// Moves `outer` rows of `count` elements from one tile's memory to another's
+// (or within a tile). In a row, source elements are `src_stride` apart in the
+// source's tile-local order (0 repeats one element) and destinations are
+// contiguous; successive rows start `src_outer` / `dst_outer` elements further
+// on. One descriptor per such 2-D pattern, as the exchange's strided sends.
 struct Copy {
   VarId src;
   uint32_t src_tile;
@@ -134,6 +136,9 @@ struct Copy {
   uint32_t dst_tile;
   uint64_t dst_local;
   uint64_t count;
+  uint64_t outer = 1;
+  int64_t src_outer = 0;
+  int64_t dst_outer = 0;
   // Set by the compiler.
   uint64_t src_byte = 0;
   uint64_t dst_byte = 0;

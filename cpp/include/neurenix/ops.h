@@ -26,15 +26,19 @@ struct MatMulOptions {
   std::string name = "matmul";
 };
 
-struct MatMulPlan {
-  uint64_t groups = 0, m = 0, n = 0, k = 0;
-  // Parallel splits (product <= tiles) and the serial split of N.
+// How a grouped product is split over tiles: G, M, N in parallel, K in
+// parallel with a reduction stage, N also in serial passes.
+struct SplitPlan {
   uint32_t g_split = 1, m_split = 1, n_split = 1, k_split = 1, serial_split = 1;
   uint64_t temp_bytes = 0;      // planner temporaries on the busiest tile
   uint64_t resident_bytes = 0;  // operands laid out by the plan, and the result
-  uint64_t cycles = 0;       // estimate for the whole operation
+  uint64_t cycles = 0;          // estimate for the whole operation
   bool meets_memory_target = true;
   uint32_t tiles_used() const { return g_split * m_split * n_split * k_split; }
+};
+
+struct MatMulPlan : SplitPlan {
+  uint64_t groups = 0, m = 0, n = 0, k = 0;
   std::string describe() const;
 };
 
@@ -50,6 +54,48 @@ MatMulPlan plan_matmul(const TargetSpec& target, uint32_t tiles, uint64_t bytes_
                        double available_memory_proportion);
 
 Tensor matmul(Graph& g, const Tensor& a, const Tensor& b, const MatMulOptions& opts, MatMulPlan* plan_out = nullptr);
+
+// ---------------------------------------------------------------------------
+// 2-D convolution, NCHW: x [N, C, H, W], weights [Co, C/groups, kh, kw],
+// optional bias [Co] -> [N, Co, Ho, Wo]. Planned like a grouped matmul
+// (G = groups, M = output rows N*Ho, N = output channels per group, K = input
+// channels per group) with the same memory target; each tile receives the
+// input rows its output rows need (halo included) by exchange.
+
+struct ConvOptions {
+  uint32_t groups = 1;
+  uint32_t kh = 1, kw = 1, sh = 1, sw = 1, dh = 1, dw = 1;
+  uint32_t pad_top = 0, pad_left = 0, pad_bottom = 0, pad_right = 0;
+  double available_memory_proportion = 0.6;
+  DType partials = DType::kFloat32;
+  DType out_dtype = DType::kFloat32;
+  uint32_t ipu = 0;
+  std::string name = "conv";
+};
+
+struct ConvPlan : SplitPlan {
+  uint64_t batch = 0, in_channels = 0, out_channels = 0, groups = 0, out_h = 0, out_w = 0, kernel = 0;
+  std::string describe() const;
+};
+
+Tensor conv(Graph& g, const Tensor& x, const Tensor& w, const Tensor* bias, const ConvOptions& o,
+            ConvPlan* plan_out = nullptr);
+
+// Max / average pooling over the two innermost dimensions of [..., H, W].
+struct PoolOptions {
+  PoolMode mode = PoolMode::kMax;
+  uint32_t kh = 1, kw = 1, sh = 1, sw = 1, dh = 1, dw = 1;
+  uint32_t pad_top = 0, pad_left = 0, pad_bottom = 0, pad_right = 0;
+  uint32_t out_h = 0, out_w = 0;  // given by the caller (ceil_mode decides them)
+  uint32_t ipu = 0;
+  std::string name = "pool";
+};
+Tensor pool(Graph& g, const Tensor& x, const PoolOptions& o);
+
+// Gather with indices known only at run time: table [V, D] (rows = V),
+// indices int32 of any shape -> [..., D]. The table is split by columns over
+// tiles; every table tile receives all indices and looks up its columns.
+Tensor gather_rows(Graph& g, const Tensor& table, const Tensor& indices, uint32_t ipu, const std::string& name);
 
 // ---------------------------------------------------------------------------
 // Element-wise map of an expression over operands broadcast (numpy rules) to

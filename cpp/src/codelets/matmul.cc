@@ -46,50 +46,6 @@ void round_to_half_n(float* x, size_t n) {
 
 }  // namespace
 
-void gemm_f32(const float* a, const float* b, float* c, uint32_t m, uint32_t n, uint32_t k, uint32_t lda, uint32_t ldb,
-              uint32_t ldc, bool accumulate) {
-  if (!accumulate)
-    for (uint32_t i = 0; i < m; ++i) std::fill(c + static_cast<size_t>(i) * ldc, c + static_cast<size_t>(i) * ldc + n, 0.0f);
-  // Blocked i-k-j loop: the innermost loop streams a row of B into a row of C
-  // and vectorises; blocking over k keeps the B panel in cache.
-  constexpr uint32_t kKb = 128, kNb = 512;
-  for (uint32_t n0 = 0; n0 < n; n0 += kNb) {
-    const uint32_t n1 = std::min(n, n0 + kNb);
-    for (uint32_t k0 = 0; k0 < k; k0 += kKb) {
-      const uint32_t k1 = std::min(k, k0 + kKb);
-      uint32_t i = 0;
-      for (; i + 4 <= m; i += 4) {
-        float* __restrict c0 = c + static_cast<size_t>(i) * ldc;
-        float* __restrict c1 = c0 + ldc;
-        float* __restrict c2 = c1 + ldc;
-        float* __restrict c3 = c2 + ldc;
-        const float* a0 = a + static_cast<size_t>(i) * lda;
-        for (uint32_t kk = k0; kk < k1; ++kk) {
-          const float x0 = a0[kk], x1 = a0[lda + kk], x2 = a0[2 * static_cast<size_t>(lda) + kk],
-                      x3 = a0[3 * static_cast<size_t>(lda) + kk];
-          const float* __restrict br = b + static_cast<size_t>(kk) * ldb;
-          for (uint32_t j = n0; j < n1; ++j) {
-            const float bv = br[j];
-            c0[j] += x0 * bv;
-            c1[j] += x1 * bv;
-            c2[j] += x2 * bv;
-            c3[j] += x3 * bv;
-          }
-        }
-      }
-      for (; i < m; ++i) {
-        float* __restrict ci = c + static_cast<size_t>(i) * ldc;
-        const float* ai = a + static_cast<size_t>(i) * lda;
-        for (uint32_t kk = k0; kk < k1; ++kk) {
-          const float x = ai[kk];
-          const float* __restrict br = b + static_cast<size_t>(kk) * ldb;
-          for (uint32_t j = n0; j < n1; ++j) ci[j] += x * br[j];
-        }
-      }
-    }
-  }
-}
-
 MatMulVertex::MatMulVertex(uint32_t tile_, Field a, Field b, Field c, MatMulBlock shape, DType in_dtype,
                            DType partials_dtype, DType out_dtype)
     : a_(a), b_(b), c_(c), s_(shape), in_(in_dtype), partials_(partials_dtype), out_(out_dtype) {
@@ -163,9 +119,18 @@ SumPartialsVertex::SumPartialsVertex(uint32_t tile_, Field in, Field out, uint32
   NX_CHECK(rows == 0 || static_cast<uint64_t>(rows - 1) * ld_out + cols <= out_.count, "partials output exceeds its field");
 }
 
+void SumPartialsVertex::set_bias(Field bias, DType dtype) {
+  NX_CHECK(bias.count >= rows_, "partials bias shorter than its rows");
+  bias_ = bias;
+  bias_.access = Access::kRead;
+  bias_dtype_ = dtype;
+  has_bias_ = true;
+}
+
 void SumPartialsVertex::list_fields(std::vector<Field*>& out) {
   out.push_back(&in_);
   out.push_back(&out_);
+  if (has_bias_) out.push_back(&bias_);
 }
 
 uint64_t SumPartialsVertex::cycles(const TargetSpec& t) const {
@@ -188,6 +153,13 @@ void SumPartialsVertex::compute(uint8_t* mem) const {
     }
     for (uint64_t i = 0; i < n; ++i) acc[i] += part[i];
     if (partials_ == DType::kFloat16) round_to_half_n(acc.data(), n);
+  }
+  if (has_bias_) {
+    for (uint32_t r = 0; r < rows_; ++r) {
+      const float bv = static_cast<float>(load_element(mem + bias_.byte_offset, bias_dtype_, r));
+      for (uint32_t c = 0; c < cols_; ++c) acc[static_cast<size_t>(r) * cols_ + c] += bv;
+    }
+    if (partials_ == DType::kFloat16 || out_dtype_ == DType::kFloat16) round_to_half_n(acc.data(), n);
   }
   store_block(acc.data(), rows_, cols_, mem + out_.byte_offset, out_dtype_, ld_out_);
 }

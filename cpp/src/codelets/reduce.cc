@@ -155,7 +155,14 @@ void ReduceVertex::compute(uint8_t* mem) const {
     switch (final_) {
       case ReduceFinal::kNone: break;
       case ReduceFinal::kScale:
-        r = is_float(out_dtype_) ? static_cast<double>(static_cast<float>(r) * static_cast<float>(scale_)) : r * scale_;
+        if (is_float(out_dtype_)) {
+          r = static_cast<double>(static_cast<float>(r) * static_cast<float>(scale_));
+        } else {
+          // Integer results truncate toward zero; nudge exact quotients
+          // (6 * (1/3)) past the rounding error of the reciprocal first.
+          const double v = r * scale_;
+          r = std::trunc(v + std::copysign(std::fabs(v) * 1e-12, v));
+        }
         break;
       case ReduceFinal::kSqrt: r = std::sqrt(static_cast<float>(r)); break;
       case ReduceFinal::kLog: r = std::log(static_cast<float>(r)); break;

@@ -13,45 +13,12 @@
 #include "neurenix/error.h"
 #include "neurenix/exchange.h"
 #include "neurenix/ops.h"
+#include "planning.h"
 
 namespace neurenix::ops {
 namespace {
 
-uint64_t ceil_div(uint64_t a, uint64_t b) { return b == 0 ? 0 : (a + b - 1) / b; }
-
-// Candidate split counts for a dimension of size d: small counts, powers of two
-// and the counts that give power-of-two block sizes, each reduced to the
-// number of non-empty blocks it really produces.
-std::vector<uint32_t> split_candidates(uint64_t d, uint64_t max_split) {
-  std::set<uint64_t> raw;
-  uint64_t lim = std::min(d, max_split);
-  for (uint64_t s = 1; s <= std::min<uint64_t>(lim, 16); ++s) raw.insert(s);
-  for (uint64_t s = 16; s <= lim; s *= 2) {
-    raw.insert(s);
-    if (s * 3 / 2 <= lim) raw.insert(s * 3 / 2);
-  }
-  for (uint64_t b = 1; b <= d; b *= 2) raw.insert(ceil_div(d, b));
-  raw.insert(lim);
-  std::set<uint32_t> eff;
-  for (uint64_t s : raw) {
-    if (s == 0 || s > lim) continue;
-    uint64_t block = ceil_div(d, s);
-    eff.insert(static_cast<uint32_t>(ceil_div(d, block)));
-  }
-  if (eff.empty()) eff.insert(1);
-  return {eff.begin(), eff.end()};
-}
-
-uint64_t matmul_vertex_cycles(const TargetSpec& t, DType in, DType partials, uint64_t m, uint64_t n, uint64_t k) {
-  const bool half = in == DType::kFloat16;
-  const uint64_t rate = half ? t.fp16_flops_per_cycle : t.fp32_flops_per_cycle;
-  const uint64_t depth = half ? 16 : 8;
-  uint64_t compute = 2 * m * n * ceil_div(k, depth) * depth / rate;
-  if (partials == DType::kFloat16) compute = compute * 9 / 10;
-  return t.vertex_overhead_cycles + compute + 8 * m;
-}
-
-void evaluate(const TargetSpec& t, const MatMulProblem& p, MatMulPlan& plan) {
+void evaluate(const TargetSpec& t, const MatMulProblem& p, SplitPlan& plan) {
   const uint64_t eb = dtype_size(p.in_dtype), pb = dtype_size(p.partials);
   const uint64_t gb = ceil_div(p.groups, plan.g_split), mb = ceil_div(p.m, plan.m_split);
   const uint64_t chunk = ceil_div(p.n, plan.serial_split);
@@ -76,7 +43,7 @@ void evaluate(const TargetSpec& t, const MatMulProblem& p, MatMulPlan& plan) {
   plan.resident_bytes = resident;
   const uint64_t ex = t.exchange_bytes_per_cycle;
   uint64_t per_chunk = t.sync_cycles + b_bytes / ex;  // operand exchange
-  per_chunk += t.sync_cycles + gb * matmul_vertex_cycles(t, p.in_dtype, p.partials, mb, nb, kb);
+  per_chunk += t.sync_cycles + gb * amp_cycles(t, p.in_dtype, p.partials, mb, nb, kb);
   if (plan.k_split > 1) {
     per_chunk += t.sync_cycles + (plan.k_split - 1) * rows_per * gb * nb * pb / ex;
     per_chunk += t.sync_cycles + t.vertex_overhead_cycles + plan.k_split * rows_per * gb * nb / 2;
@@ -98,94 +65,17 @@ std::string MatMulPlan::describe() const {
 
 MatMulPlan plan_matmul(const TargetSpec& target, uint32_t tiles, uint64_t bytes_per_tile, const MatMulProblem& p,
                        double proportion) {
-  // Among plans whose temporaries meet the memory target (and which fit the
-  // tile with what they keep resident), the fastest. Failing that, the plan
-  // with the fewest temporaries that fits; failing that, the smallest.
-  const double budget = proportion * static_cast<double>(bytes_per_tile);
-  MatMulPlan best, fallback, smallest;
-  bool have_best = false, have_fallback = false, have_smallest = false;
-  auto faster = [](const MatMulPlan& a, const MatMulPlan& b) {
-    if (a.cycles != b.cycles) return a.cycles < b.cycles;
-    if (a.temp_bytes != b.temp_bytes) return a.temp_bytes < b.temp_bytes;
-    return a.tiles_used() < b.tiles_used();
-  };
-  auto leaner = [](const MatMulPlan& a, const MatMulPlan& b) {
-    if (a.temp_bytes != b.temp_bytes) return a.temp_bytes < b.temp_bytes;
-    return a.cycles < b.cycles;
-  };
-  auto gs = split_candidates(p.groups, tiles);
-  auto ms = split_candidates(p.m, tiles);
-  auto ns = split_candidates(p.n, tiles);
-  auto ks = split_candidates(p.k, tiles);
-  std::vector<uint32_t> serials;
-  for (uint64_t s = 1; s <= std::max<uint64_t>(1, p.n); s *= 2) {
-    serials.push_back(static_cast<uint32_t>(s));
-    if (s >= 64) break;
-  }
-  for (uint32_t g : gs)
-    for (uint32_t m : ms) {
-      if (static_cast<uint64_t>(g) * m > tiles) break;
-      for (uint32_t n : ns) {
-        if (static_cast<uint64_t>(g) * m * n > tiles) break;
-        for (uint32_t k : ks) {
-          if (static_cast<uint64_t>(g) * m * n * k > tiles) break;
-          for (uint32_t s : serials) {
-            if (static_cast<uint64_t>(s) * n > std::max<uint64_t>(1, p.n)) break;
-            MatMulPlan plan;
-            plan.groups = p.groups;
-            plan.m = p.m;
-            plan.n = p.n;
-            plan.k = p.k;
-            plan.g_split = g;
-            plan.m_split = m;
-            plan.n_split = n;
-            plan.k_split = k;
-            plan.serial_split = s;
-            evaluate(target, p, plan);
-            const bool fits = plan.temp_bytes + plan.resident_bytes <= bytes_per_tile;
-            if (fits && static_cast<double>(plan.temp_bytes) <= budget && (!have_best || faster(plan, best))) {
-              best = plan;
-              have_best = true;
-            }
-            if (fits && (!have_fallback || leaner(plan, fallback))) {
-              fallback = plan;
-              have_fallback = true;
-            }
-            const uint64_t total = plan.temp_bytes + plan.resident_bytes;
-            if (!have_smallest || total < smallest.temp_bytes + smallest.resident_bytes ||
-                (total == smallest.temp_bytes + smallest.resident_bytes && plan.cycles < smallest.cycles)) {
-              smallest = plan;
-              have_smallest = true;
-            }
-          }
-        }
-      }
-    }
-  NX_CHECK(have_smallest, "matmul planner found no plan");
-  if (have_best) return best;
-  MatMulPlan chosen = have_fallback ? fallback : smallest;
-  chosen.meets_memory_target = false;
-  return chosen;
+  MatMulPlan plan;
+  static_cast<SplitPlan&>(plan) = search_splits(p.groups, p.m, p.n, p.k, tiles, bytes_per_tile, proportion,
+                                                [&](SplitPlan& s) { evaluate(target, p, s); });
+  plan.groups = p.groups;
+  plan.m = p.m;
+  plan.n = p.n;
+  plan.k = p.k;
+  return plan;
 }
 
 namespace {
-
-struct Range {
-  uint64_t begin, end;
-  uint64_t size() const { return end - begin; }
-  bool empty() const { return end <= begin; }
-};
-
-Range part(uint64_t total, uint64_t parts, uint64_t i) {
-  uint64_t block = ceil_div(total, parts);
-  uint64_t b = std::min(total, i * block), e = std::min(total, (i + 1) * block);
-  return {b, e};
-}
-
-Range sub(Range r, uint64_t parts, uint64_t i) {
-  Range p = part(r.size(), parts, i);
-  return {r.begin + p.begin, r.begin + p.end};
-}
 
 // Appends the intervals of a row-major block of a [G, R, C] variable.
 void block_intervals(std::vector<TileInterval>& out, uint64_t rows_total, uint64_t cols_total, Range gr, Range rr,

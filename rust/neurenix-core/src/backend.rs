@@ -37,12 +37,63 @@ pub struct MatMulParams {
     pub name: String,
 }
 
+/// 2-D convolution parameters (NCHW / OIHW). Pads: top, left, bottom, right.
+#[derive(Debug, Clone)]
+pub struct ConvParams {
+    pub groups: u32,
+    pub kernel: [u32; 2],
+    pub strides: [u32; 2],
+    pub dilations: [u32; 2],
+    pub pads: [u32; 4],
+    pub available_memory_proportion: f64,
+    pub partials: DeviceType,
+    pub out_dtype: DeviceType,
+    pub ipu: u32,
+    pub name: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PoolMode {
+    Max = 0,
+    Average = 1,
+    AverageIncludePad = 2,
+}
+
+/// Pooling over the two innermost dimensions. Pads: top, left, bottom, right.
+#[derive(Debug, Clone)]
+pub struct PoolParams {
+    pub mode: PoolMode,
+    pub kernel: [u32; 2],
+    pub strides: [u32; 2],
+    pub dilations: [u32; 2],
+    pub pads: [u32; 4],
+    pub out_hw: [u32; 2],
+    pub ipu: u32,
+    pub name: String,
+}
+
+fn not_implemented(what: &str) -> crate::error::Error {
+    crate::error::Error::Internal(format!("this backend does not implement {what}"))
+}
+
 /// A graph library for one device. Tensor handles are small integers valid
 /// within one backend instance. Shapes are row-major.
 pub trait Backend {
-    fn add_input(&mut self, name: &str, dtype: DeviceType, shape: &[usize], ipu: u32) -> Result<TensorId>;
-    fn add_constant(&mut self, name: &str, dtype: DeviceType, shape: &[usize], data: &[u8], ipu: u32)
-        -> Result<TensorId>;
+    fn add_input(
+        &mut self,
+        name: &str,
+        dtype: DeviceType,
+        shape: &[usize],
+        ipu: u32,
+    ) -> Result<TensorId>;
+    fn add_constant(
+        &mut self,
+        name: &str,
+        dtype: DeviceType,
+        shape: &[usize],
+        data: &[u8],
+        ipu: u32,
+    ) -> Result<TensorId>;
     /// [G, M, K] x [G, K, N] -> [G, M, N].
     fn matmul(&mut self, a: TensorId, b: TensorId, p: &MatMulParams) -> Result<TensorId>;
     /// Element-wise expression over operands broadcast to `out_shape`.
@@ -82,8 +133,40 @@ pub trait Backend {
         name: &str,
     ) -> Result<TensorId>;
     fn concat(&mut self, xs: &[TensorId], axis: usize, ipu: u32, name: &str) -> Result<TensorId>;
-    fn fill(&mut self, dtype: DeviceType, shape: &[usize], value: f64, ipu: u32, name: &str) -> Result<TensorId>;
+    fn fill(
+        &mut self,
+        dtype: DeviceType,
+        shape: &[usize],
+        value: f64,
+        ipu: u32,
+        name: &str,
+    ) -> Result<TensorId>;
     fn copy_to_ipu(&mut self, x: TensorId, ipu: u32, name: &str) -> Result<TensorId>;
     /// Streams `x` back to the host as output number (call order).
     fn mark_output(&mut self, x: TensorId, name: &str) -> Result<()>;
+    /// x [N, C, H, W] (*) w [Co, C/groups, kh, kw] (+ bias [Co]) -> [N, Co, Ho, Wo].
+    fn conv(
+        &mut self,
+        _x: TensorId,
+        _w: TensorId,
+        _bias: Option<TensorId>,
+        _p: &ConvParams,
+    ) -> Result<TensorId> {
+        Err(not_implemented("conv"))
+    }
+    /// [..., H, W] -> [..., out_h, out_w].
+    fn pool(&mut self, _x: TensorId, _p: &PoolParams) -> Result<TensorId> {
+        Err(not_implemented("pool"))
+    }
+    /// table [V, D], int32 indices (any shape, n elements) -> [n, D]; indices
+    /// are only known at run time.
+    fn gather_rows(
+        &mut self,
+        _table: TensorId,
+        _indices: TensorId,
+        _ipu: u32,
+        _name: &str,
+    ) -> Result<TensorId> {
+        Err(not_implemented("gather_rows"))
+    }
 }

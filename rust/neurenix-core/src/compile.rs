@@ -29,7 +29,10 @@ impl CompileOptions {
             )));
         }
         if self.num_ipus == 0 || !self.num_ipus.is_power_of_two() {
-            return Err(Error::InvalidArgument(format!("num_ipus must be a power of two, got {}", self.num_ipus)));
+            return Err(Error::InvalidArgument(format!(
+                "num_ipus must be a power of two, got {}",
+                self.num_ipus
+            )));
         }
         Ok(())
     }
@@ -46,13 +49,21 @@ pub struct Lowered {
 }
 
 /// Prepares `model` for `inputs` and lowers it onto `backend`.
-pub fn lower_model(model: &Model, inputs: &[InputSpec], opts: &CompileOptions, backend: &mut dyn Backend) -> Result<Lowered> {
+pub fn lower_model(
+    model: &Model,
+    inputs: &[InputSpec],
+    opts: &CompileOptions,
+    backend: &mut dyn Backend,
+) -> Result<Lowered> {
     opts.validate()?;
     let mut m = model.clone();
     let stats = prepare(&mut m, inputs)?;
     let node_ipu = assign_ipus(&m, opts.num_ipus);
-    let lopts =
-        LowerOptions { precision: opts.precision, memory_proportion: opts.memory_proportion, half_partials: opts.half_partials };
+    let lopts = LowerOptions {
+        precision: opts.precision,
+        memory_proportion: opts.memory_proportion,
+        half_partials: opts.half_partials,
+    };
     let g = &m.graph;
     let mut cx = LowerCx::new(backend, g, m.opset, &lopts, &node_ipu);
     // Inputs go to the IPU of their first reader, in the input float type.
@@ -69,9 +80,18 @@ pub fn lower_model(model: &Model, inputs: &[InputSpec], opts: &CompileOptions, b
             .unwrap_or(0);
         let dtype = val.dtype.expect("bound input");
         let shape = val.concrete_shape().expect("bound input");
-        let dev = if dtype.is_float() { cx.input_float() } else { dtype.device_default() };
+        let dev = if dtype.is_float() {
+            cx.input_float()
+        } else {
+            dtype.device_default()
+        };
         cx.bind_input(v, dev, ipu)?;
-        in_bind.push(Binding { name: val.name.clone(), dtype, shape, device_dtype: dev });
+        in_bind.push(Binding {
+            name: val.name.clone(),
+            dtype,
+            shape,
+            device_dtype: dev,
+        });
     }
     let mut placement = Vec::new();
     for (i, node) in g.nodes.iter().enumerate() {
@@ -80,13 +100,21 @@ pub fn lower_model(model: &Model, inputs: &[InputSpec], opts: &CompileOptions, b
         op.lower(&mut cx, node)?;
         for &o in &node.outputs {
             if !cx.is_set(o) && g.constant(o).is_none() {
-                return Err(Error::Internal(format!("lowering node '{}' left output {o} unset", node.name)));
+                return Err(Error::Internal(format!(
+                    "lowering node '{}' left output {o} unset",
+                    node.name
+                )));
             }
         }
         placement.push((node.name.clone(), node.op_type.clone(), node_ipu[i]));
     }
     let outputs = cx.finish_outputs()?;
-    Ok(Lowered { inputs: in_bind, outputs, stats, placement })
+    Ok(Lowered {
+        inputs: in_bind,
+        outputs,
+        stats,
+        placement,
+    })
 }
 
 /// Graph-level optimisation only: the prepared model (folded, fused, pruned),

@@ -92,7 +92,11 @@ impl DType {
             "uint32" => DType::U32,
             "uint64" => DType::U64,
             "bfloat16" => DType::BF16,
-            _ => return Err(Error::InvalidArgument(format!("unsupported element type '{name}'"))),
+            _ => {
+                return Err(Error::InvalidArgument(format!(
+                    "unsupported element type '{name}'"
+                )))
+            }
         })
     }
 
@@ -112,7 +116,14 @@ impl DType {
     pub fn is_int(self) -> bool {
         matches!(
             self,
-            DType::U8 | DType::I8 | DType::U16 | DType::I16 | DType::I32 | DType::I64 | DType::U32 | DType::U64
+            DType::U8
+                | DType::I8
+                | DType::U16
+                | DType::I16
+                | DType::I32
+                | DType::I64
+                | DType::U32
+                | DType::U64
         )
     }
 
@@ -182,5 +193,87 @@ impl DeviceType {
 impl std::fmt::Display for DeviceType {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.name())
+    }
+}
+
+#[cfg(test)]
+mod dtype_unit_tests {
+    use super::*;
+
+    const ALL: [DType; 13] = [
+        DType::F32,
+        DType::U8,
+        DType::I8,
+        DType::U16,
+        DType::I16,
+        DType::I32,
+        DType::I64,
+        DType::Bool,
+        DType::F16,
+        DType::F64,
+        DType::U32,
+        DType::U64,
+        DType::BF16,
+    ];
+
+    #[test]
+    fn onnx_codes_and_names_round_trip() {
+        for dt in ALL {
+            assert_eq!(DType::from_onnx(dt.onnx_code()), Some(dt));
+            assert_eq!(DType::from_name(dt.name()).unwrap(), dt);
+            assert_eq!(dt.to_string(), dt.name());
+        }
+        // ONNX: 1 float, 7 int64, 9 bool, 10 float16, 16 bfloat16; 8 is
+        // string and 14/15 complex, which have no element type here.
+        assert_eq!(DType::from_onnx(1), Some(DType::F32));
+        assert_eq!(DType::from_onnx(7), Some(DType::I64));
+        assert_eq!(DType::from_onnx(16), Some(DType::BF16));
+        for code in [0, 8, 14, 15, 17, -1] {
+            assert_eq!(DType::from_onnx(code), None, "code {code}");
+        }
+        assert!(matches!(
+            DType::from_name("complex64"),
+            Err(Error::InvalidArgument(_))
+        ));
+    }
+
+    #[test]
+    fn sizes_kinds_and_device_types() {
+        for dt in ALL {
+            assert_eq!(
+                dt.size(),
+                match dt {
+                    DType::U8 | DType::I8 | DType::Bool => 1,
+                    DType::U16 | DType::I16 | DType::F16 | DType::BF16 => 2,
+                    DType::F32 | DType::I32 | DType::U32 => 4,
+                    _ => 8,
+                }
+            );
+            assert!(!(dt.is_float() && dt.is_int()));
+            assert_eq!(dt.is_float() || dt.is_int(), dt != DType::Bool);
+            let dev = dt.device_default();
+            assert_eq!(dev.is_float(), dt.is_float());
+            if dt == DType::Bool {
+                assert_eq!(dev, DeviceType::Bool);
+            } else if dt.is_int() {
+                assert_eq!(
+                    dev,
+                    DeviceType::I32,
+                    "{dt}: the IPU computes integers in int32"
+                );
+            } else {
+                assert_eq!(dev, DeviceType::F32);
+            }
+        }
+        for (dev, size, code) in [
+            (DeviceType::F32, 4, 0),
+            (DeviceType::F16, 2, 1),
+            (DeviceType::I32, 4, 2),
+            (DeviceType::Bool, 1, 3),
+        ] {
+            assert_eq!((dev.size(), dev.code()), (size, code));
+            assert_eq!(dev.as_dtype().name(), dev.name());
+            assert_eq!(dev.as_dtype().size(), dev.size());
+        }
     }
 }

@@ -27,10 +27,17 @@ pub enum Error {
     ShapeMismatch { node: String, message: String },
     /// Some tiles overflow.
     #[error("{message}")]
-    OutOfMemory { tiles: Vec<TileOverflow>, message: String },
+    OutOfMemory {
+        tiles: Vec<TileOverflow>,
+        message: String,
+    },
     /// The IPUs asked for are attached elsewhere.
     #[error("{message}")]
-    DeviceUnavailable { ipus: Vec<u32>, pids: Vec<i32>, message: String },
+    DeviceUnavailable {
+        ipus: Vec<u32>,
+        pids: Vec<i32>,
+        message: String,
+    },
     /// An operator (or operator form) the compiler does not implement.
     #[error("{message}")]
     Unsupported {
@@ -66,9 +73,19 @@ impl Error {
         };
         match code {
             "invalid_argument" => Error::InvalidArgument(msg),
-            "shape_mismatch" => Error::ShapeMismatch { node: String::new(), message: msg },
-            "out_of_memory" => Error::OutOfMemory { tiles: Vec::new(), message: msg },
-            "device_unavailable" => Error::DeviceUnavailable { ipus: Vec::new(), pids: Vec::new(), message: msg },
+            "shape_mismatch" => Error::ShapeMismatch {
+                node: String::new(),
+                message: msg,
+            },
+            "out_of_memory" => Error::OutOfMemory {
+                tiles: Vec::new(),
+                message: msg,
+            },
+            "device_unavailable" => Error::DeviceUnavailable {
+                ipus: Vec::new(),
+                pids: Vec::new(),
+                message: msg,
+            },
             "unsupported" => Error::Unsupported {
                 op_type: String::new(),
                 node: String::new(),
@@ -86,7 +103,11 @@ impl Error {
         let message = message.into();
         Error::ShapeMismatch {
             node: node.to_string(),
-            message: if node.is_empty() { message } else { format!("node '{node}': {message}") },
+            message: if node.is_empty() {
+                message
+            } else {
+                format!("node '{node}': {message}")
+            },
         }
     }
 
@@ -94,9 +115,22 @@ impl Error {
         Error::ModelFormat(message.into())
     }
 
-    pub fn unsupported(op_type: &str, node: &str, domain: &str, opset: i64, detail: &str, supported: Vec<String>) -> Error {
-        let dom = if domain.is_empty() { "ai.onnx".to_string() } else { domain.to_string() };
-        let mut message = format!("operator {op_type} (node '{node}', domain {dom}, opset {opset}) is not supported");
+    pub fn unsupported(
+        op_type: &str,
+        node: &str,
+        domain: &str,
+        opset: i64,
+        detail: &str,
+        supported: Vec<String>,
+    ) -> Error {
+        let dom = if domain.is_empty() {
+            "ai.onnx".to_string()
+        } else {
+            domain.to_string()
+        };
+        let mut message = format!(
+            "operator {op_type} (node '{node}', domain {dom}, opset {opset}) is not supported"
+        );
         if !detail.is_empty() {
             let _ = write!(message, ": {detail}");
         }
@@ -126,8 +160,11 @@ impl Error {
                 group_digits(t.capacity)
             );
             if !t.largest.is_empty() {
-                let parts: Vec<String> =
-                    t.largest.iter().map(|(n, b)| format!("{n} ({} B)", group_digits(*b))).collect();
+                let parts: Vec<String> = t
+                    .largest
+                    .iter()
+                    .map(|(n, b)| format!("{n} ({} B)", group_digits(*b)))
+                    .collect();
                 let _ = writeln!(message, "  largest on this tile: {}", parts.join(", "));
             }
         }
@@ -158,19 +195,32 @@ mod tests {
 
     #[test]
     fn parses_core_codes() {
-        assert!(matches!(Error::from_core("[out_of_memory] x"), Error::OutOfMemory { .. }));
-        assert!(matches!(Error::from_core("[invalid_argument] bad key"), Error::InvalidArgument(m) if m == "bad key"));
+        assert!(matches!(
+            Error::from_core("[out_of_memory] x"),
+            Error::OutOfMemory { .. }
+        ));
+        assert!(
+            matches!(Error::from_core("[invalid_argument] bad key"), Error::InvalidArgument(m) if m == "bad key")
+        );
         assert!(matches!(Error::from_core("no code"), Error::Internal(_)));
     }
 
     #[test]
     fn oom_message_names_tiles() {
         let e = Error::out_of_memory(
-            vec![TileOverflow { ipu: 0, tile: 37, used: 702144, capacity: 638976, largest: vec![("w".into(), 500000)] }],
+            vec![TileOverflow {
+                ipu: 0,
+                tile: 37,
+                used: 702144,
+                capacity: 638976,
+                largest: vec![("w".into(), 500000)],
+            }],
             "",
         );
         let msg = e.to_string();
-        assert!(msg.contains("Out of memory on IPU 0 tile 37: 702,144 bytes used but tiles only have 638,976 bytes"));
+        assert!(msg.contains(
+            "Out of memory on IPU 0 tile 37: 702,144 bytes used but tiles only have 638,976 bytes"
+        ));
         assert!(msg.contains("w (500,000 B)"));
     }
 

@@ -64,11 +64,60 @@ pub enum ExprOp {
 /// The names the C++ core gives the codes, in code order (checked against
 /// the core by a test in neurenix-sys).
 pub const EXPR_OP_NAMES: &[&str] = &[
-    "input", "const_f", "const_i", "neg", "abs", "relu", "sigmoid", "tanh", "exp", "log", "sqrt", "rsqrt",
-    "reciprocal", "erf", "gelu_erf", "gelu_tanh", "floor", "ceil", "round", "sign", "sin", "cos", "not", "isnan",
-    "isinf", "square", "softplus", "softsign", "cast_f32", "cast_f16", "cast_i32", "cast_bool", "add", "sub", "mul",
-    "div", "pow", "min", "max", "mod", "fmod", "eq", "lt", "le", "gt", "ge", "and", "or", "xor", "select", "clamp",
-    "leaky_relu", "elu", "hard_sigmoid",
+    "input",
+    "const_f",
+    "const_i",
+    "neg",
+    "abs",
+    "relu",
+    "sigmoid",
+    "tanh",
+    "exp",
+    "log",
+    "sqrt",
+    "rsqrt",
+    "reciprocal",
+    "erf",
+    "gelu_erf",
+    "gelu_tanh",
+    "floor",
+    "ceil",
+    "round",
+    "sign",
+    "sin",
+    "cos",
+    "not",
+    "isnan",
+    "isinf",
+    "square",
+    "softplus",
+    "softsign",
+    "cast_f32",
+    "cast_f16",
+    "cast_i32",
+    "cast_bool",
+    "add",
+    "sub",
+    "mul",
+    "div",
+    "pow",
+    "min",
+    "max",
+    "mod",
+    "fmod",
+    "eq",
+    "lt",
+    "le",
+    "gt",
+    "ge",
+    "and",
+    "or",
+    "xor",
+    "select",
+    "clamp",
+    "leaky_relu",
+    "elu",
+    "hard_sigmoid",
 ];
 
 /// One postfix instruction, as the device executes it.
@@ -94,28 +143,73 @@ pub struct Expr {
 
 impl Expr {
     fn leaf(op: ExprOp) -> Expr {
-        Expr { op, args: Vec::new(), input: 0, imm: 0.0, imm2: 0.0, half: false }
+        Expr {
+            op,
+            args: Vec::new(),
+            input: 0,
+            imm: 0.0,
+            imm2: 0.0,
+            half: false,
+        }
     }
     pub fn input(i: usize) -> Expr {
-        Expr { input: i as u32, ..Expr::leaf(ExprOp::Input) }
+        Expr {
+            input: i as u32,
+            ..Expr::leaf(ExprOp::Input)
+        }
     }
     pub fn constf(v: f64, half: bool) -> Expr {
-        Expr { imm: v, half, ..Expr::leaf(ExprOp::ConstF) }
+        Expr {
+            imm: v,
+            half,
+            ..Expr::leaf(ExprOp::ConstF)
+        }
     }
     pub fn consti(v: i64) -> Expr {
-        Expr { imm: v as f64, ..Expr::leaf(ExprOp::ConstI) }
+        Expr {
+            imm: v as f64,
+            ..Expr::leaf(ExprOp::ConstI)
+        }
     }
     pub fn un(op: ExprOp, a: Expr, half: bool) -> Expr {
-        Expr { op, args: vec![a], input: 0, imm: 0.0, imm2: 0.0, half }
+        Expr {
+            op,
+            args: vec![a],
+            input: 0,
+            imm: 0.0,
+            imm2: 0.0,
+            half,
+        }
     }
     pub fn bin(op: ExprOp, a: Expr, b: Expr, half: bool) -> Expr {
-        Expr { op, args: vec![a, b], input: 0, imm: 0.0, imm2: 0.0, half }
+        Expr {
+            op,
+            args: vec![a, b],
+            input: 0,
+            imm: 0.0,
+            imm2: 0.0,
+            half,
+        }
     }
     pub fn select(c: Expr, a: Expr, b: Expr, half: bool) -> Expr {
-        Expr { op: ExprOp::Select, args: vec![c, a, b], input: 0, imm: 0.0, imm2: 0.0, half }
+        Expr {
+            op: ExprOp::Select,
+            args: vec![c, a, b],
+            input: 0,
+            imm: 0.0,
+            imm2: 0.0,
+            half,
+        }
     }
     pub fn param(op: ExprOp, a: Expr, imm: f64, imm2: f64, half: bool) -> Expr {
-        Expr { op, args: vec![a], input: 0, imm, imm2, half }
+        Expr {
+            op,
+            args: vec![a],
+            input: 0,
+            imm,
+            imm2,
+            half,
+        }
     }
 
     /// Shifts operand indices by `by` (when merging operand lists).
@@ -142,7 +236,13 @@ impl Expr {
         for a in &self.args {
             a.flatten_into(out);
         }
-        out.push(ExprInstr { op: self.op as u16, arg: self.input, imm: self.imm, imm2: self.imm2, half: self.half });
+        out.push(ExprInstr {
+            op: self.op as u16,
+            arg: self.input,
+            imm: self.imm,
+            imm2: self.imm2,
+            half: self.half,
+        });
     }
 }
 
@@ -159,9 +259,22 @@ mod tests {
 
     #[test]
     fn flattens_postfix() {
-        let e = Expr::bin(ExprOp::Add, Expr::input(0), Expr::un(ExprOp::Exp, Expr::input(1), false), false);
+        let e = Expr::bin(
+            ExprOp::Add,
+            Expr::input(0),
+            Expr::un(ExprOp::Exp, Expr::input(1), false),
+            false,
+        );
         let ops: Vec<u16> = e.flatten().iter().map(|i| i.op).collect();
-        assert_eq!(ops, vec![ExprOp::Input as u16, ExprOp::Input as u16, ExprOp::Exp as u16, ExprOp::Add as u16]);
+        assert_eq!(
+            ops,
+            vec![
+                ExprOp::Input as u16,
+                ExprOp::Input as u16,
+                ExprOp::Exp as u16,
+                ExprOp::Add as u16
+            ]
+        );
     }
 }
 
@@ -207,7 +320,7 @@ pub fn erf(x: f64) -> f64 {
             term *= -x2 / n;
             let add = term / (2.0 * n + 1.0);
             sum += add;
-            if add.abs() < 1e-17 * sum.abs() {
+            if add.abs() <= 1e-17 * sum.abs() {
                 break;
             }
         }
@@ -325,7 +438,12 @@ fn int_div(a: i64, b: i64) -> i64 {
 
 /// Evaluates `e` over host inputs broadcast to `shape`. `round` rounds float
 /// intermediates (the declared float type of the node).
-pub fn eval_host(e: &Expr, inputs: &[&HostTensor], shape: &[usize], round: &dyn Fn(f64) -> f64) -> Result<Data> {
+pub fn eval_host(
+    e: &Expr,
+    inputs: &[&HostTensor],
+    shape: &[usize],
+    round: &dyn Fn(f64) -> f64,
+) -> Result<Data> {
     use ExprOp::*;
     let to_f = |d: Data| -> ArrayD<f64> {
         match d {
@@ -334,8 +452,11 @@ pub fn eval_host(e: &Expr, inputs: &[&HostTensor], shape: &[usize], round: &dyn 
             Data::Bool(a) => a.mapv(|v| v as i64 as f64),
         }
     };
-    let args: Vec<Data> =
-        e.args.iter().map(|a| eval_host(a, inputs, shape, round)).collect::<Result<Vec<_>>>()?;
+    let args: Vec<Data> = e
+        .args
+        .iter()
+        .map(|a| eval_host(a, inputs, shape, round))
+        .collect::<Result<Vec<_>>>()?;
     let out = match e.op {
         Input => {
             let t = inputs
@@ -352,14 +473,16 @@ pub fn eval_host(e: &Expr, inputs: &[&HostTensor], shape: &[usize], round: &dyn 
         CastF32 | CastF16 => {
             let a = to_f(args.into_iter().next().unwrap());
             let f: fn(f64) -> f64 = if e.op == CastF16 {
-                |v| half::f16::from_f64(v).to_f64()
+                |v| crate::tensor::f64_to_f16(v).to_f64()
             } else {
                 |v| v as f32 as f64
             };
             Data::Float(a.mapv(f))
         }
         CastI32 => match args.into_iter().next().unwrap() {
-            Data::Float(a) => Data::Int(a.mapv(|v| crate::tensor::float_to_int(crate::dtype::DType::I32, v))),
+            Data::Float(a) => {
+                Data::Int(a.mapv(|v| crate::tensor::float_to_int(crate::dtype::DType::I32, v)))
+            }
             Data::Int(a) => Data::Int(a.mapv(|v| v as i32 as i64)),
             Data::Bool(a) => Data::Int(a.mapv(|v| v as i64)),
         },
@@ -374,8 +497,9 @@ pub fn eval_host(e: &Expr, inputs: &[&HostTensor], shape: &[usize], round: &dyn 
         },
         IsNan => Data::Bool(to_f(args.into_iter().next().unwrap()).mapv(f64::is_nan)),
         IsInf => Data::Bool(to_f(args.into_iter().next().unwrap()).mapv(f64::is_infinite)),
-        Neg | Abs | Relu | Sigmoid | Tanh | Exp | Log | Sqrt | Rsqrt | Reciprocal | Erf | GeluErf | GeluTanh | Floor
-        | Ceil | Round | Sign | Sin | Cos | Square | Softplus | Softsign | Clamp | LeakyRelu | Elu | HardSigmoid => {
+        Neg | Abs | Relu | Sigmoid | Tanh | Exp | Log | Sqrt | Rsqrt | Reciprocal | Erf
+        | GeluErf | GeluTanh | Floor | Ceil | Round | Sign | Sin | Cos | Square | Softplus
+        | Softsign | Clamp | LeakyRelu | Elu | HardSigmoid => {
             match args.into_iter().next().unwrap() {
                 Data::Int(a) => Data::Int(a.mapv(|v| match e.op {
                     Neg => v.wrapping_neg(),
@@ -392,34 +516,36 @@ pub fn eval_host(e: &Expr, inputs: &[&HostTensor], shape: &[usize], round: &dyn 
             let mut it = args.into_iter();
             let (a, b) = (it.next().unwrap(), it.next().unwrap());
             match (a, b) {
-                (Data::Int(a), Data::Int(b)) => Data::Int(Zip::from(&a).and(&b).map_collect(|&x, &y| match e.op {
-                    Add => x.wrapping_add(y),
-                    Sub => x.wrapping_sub(y),
-                    Mul => x.wrapping_mul(y),
-                    Div => int_div(x, y),
-                    Pow => (x as f64).powf(y as f64) as i64,
-                    Min => x.min(y),
-                    Max => x.max(y),
-                    Mod => {
-                        if y == 0 {
-                            0
-                        } else {
-                            let r = x.wrapping_rem(y);
-                            if r != 0 && ((r < 0) != (y < 0)) {
-                                r + y
+                (Data::Int(a), Data::Int(b)) => {
+                    Data::Int(Zip::from(&a).and(&b).map_collect(|&x, &y| match e.op {
+                        Add => x.wrapping_add(y),
+                        Sub => x.wrapping_sub(y),
+                        Mul => x.wrapping_mul(y),
+                        Div => int_div(x, y),
+                        Pow => (x as f64).powf(y as f64) as i64,
+                        Min => x.min(y),
+                        Max => x.max(y),
+                        Mod => {
+                            if y == 0 {
+                                0
                             } else {
-                                r
+                                let r = x.wrapping_rem(y);
+                                if r != 0 && ((r < 0) != (y < 0)) {
+                                    r + y
+                                } else {
+                                    r
+                                }
                             }
                         }
-                    }
-                    _ => {
-                        if y == 0 {
-                            0
-                        } else {
-                            x.wrapping_rem(y)
+                        _ => {
+                            if y == 0 {
+                                0
+                            } else {
+                                x.wrapping_rem(y)
+                            }
                         }
-                    }
-                })),
+                    }))
+                }
                 (a, b) => {
                     let (a, b) = (to_f(a), to_f(b));
                     Data::Float(Zip::from(&a).and(&b).map_collect(|&x, &y| match e.op {
@@ -462,22 +588,32 @@ pub fn eval_host(e: &Expr, inputs: &[&HostTensor], shape: &[usize], round: &dyn 
                 }
             };
             match (a, b) {
-                (Data::Int(a), Data::Int(b)) => Data::Bool(Zip::from(&a).and(&b).map_collect(|x, y| cmp(x.cmp(y)))),
-                (Data::Bool(a), Data::Bool(b)) => Data::Bool(Zip::from(&a).and(&b).map_collect(|x, y| cmp(x.cmp(y)))),
+                (Data::Int(a), Data::Int(b)) => {
+                    Data::Bool(Zip::from(&a).and(&b).map_collect(|x, y| cmp(x.cmp(y))))
+                }
+                (Data::Bool(a), Data::Bool(b)) => {
+                    Data::Bool(Zip::from(&a).and(&b).map_collect(|x, y| cmp(x.cmp(y))))
+                }
                 (a, b) => {
                     let (a, b) = (to_f(a), to_f(b));
-                    Data::Bool(Zip::from(&a).and(&b).map_collect(|x, y| x.partial_cmp(y).map(cmp).unwrap_or(false)))
+                    Data::Bool(
+                        Zip::from(&a)
+                            .and(&b)
+                            .map_collect(|x, y| x.partial_cmp(y).map(cmp).unwrap_or(false)),
+                    )
                 }
             }
         }
         And | Or | Xor => {
             let mut it = args.into_iter();
             match (it.next().unwrap(), it.next().unwrap()) {
-                (Data::Bool(a), Data::Bool(b)) => Data::Bool(Zip::from(&a).and(&b).map_collect(|&x, &y| match e.op {
-                    And => x && y,
-                    Or => x || y,
-                    _ => x != y,
-                })),
+                (Data::Bool(a), Data::Bool(b)) => {
+                    Data::Bool(Zip::from(&a).and(&b).map_collect(|&x, &y| match e.op {
+                        And => x && y,
+                        Or => x || y,
+                        _ => x != y,
+                    }))
+                }
                 _ => return Err(Error::Internal("logical op on non-bool".into())),
             }
         }
@@ -488,15 +624,26 @@ pub fn eval_host(e: &Expr, inputs: &[&HostTensor], shape: &[usize], round: &dyn 
                 _ => return Err(Error::Internal("select condition is not bool".into())),
             };
             match (it.next().unwrap(), it.next().unwrap()) {
-                (Data::Int(a), Data::Int(b)) => {
-                    Data::Int(Zip::from(&c).and(&a).and(&b).map_collect(|&c, &x, &y| if c { x } else { y }))
-                }
-                (Data::Bool(a), Data::Bool(b)) => {
-                    Data::Bool(Zip::from(&c).and(&a).and(&b).map_collect(|&c, &x, &y| if c { x } else { y }))
-                }
+                (Data::Int(a), Data::Int(b)) => Data::Int(
+                    Zip::from(&c)
+                        .and(&a)
+                        .and(&b)
+                        .map_collect(|&c, &x, &y| if c { x } else { y }),
+                ),
+                (Data::Bool(a), Data::Bool(b)) => Data::Bool(
+                    Zip::from(&c)
+                        .and(&a)
+                        .and(&b)
+                        .map_collect(|&c, &x, &y| if c { x } else { y }),
+                ),
                 (a, b) => {
                     let (a, b) = (to_f(a), to_f(b));
-                    Data::Float(Zip::from(&c).and(&a).and(&b).map_collect(|&c, &x, &y| if c { x } else { y }))
+                    Data::Float(
+                        Zip::from(&c)
+                            .and(&a)
+                            .and(&b)
+                            .map_collect(|&c, &x, &y| if c { x } else { y }),
+                    )
                 }
             }
         }

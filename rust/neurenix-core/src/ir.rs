@@ -47,7 +47,17 @@ pub struct Value {
 impl Value {
     /// The shape if every dimension is fixed.
     pub fn concrete_shape(&self) -> Option<Vec<usize>> {
-        self.shape.as_ref()?.iter().map(|d| if let Dim::Fixed(n) = d { Some(*n) } else { None }).collect()
+        self.shape
+            .as_ref()?
+            .iter()
+            .map(|d| {
+                if let Dim::Fixed(n) = d {
+                    Some(*n)
+                } else {
+                    None
+                }
+            })
+            .collect()
     }
 }
 
@@ -146,7 +156,12 @@ impl Graph {
         if let Some(&id) = self.by_name.get(name) {
             return id;
         }
-        self.add_value(Value { name: name.to_string(), dtype: None, shape: None, constant: None })
+        self.add_value(Value {
+            name: name.to_string(),
+            dtype: None,
+            shape: None,
+            constant: None,
+        })
     }
     pub fn add_value(&mut self, v: Value) -> ValueId {
         let id = self.values.len();
@@ -222,7 +237,8 @@ impl Graph {
                 }
             }
         }
-        let mut ready: std::collections::VecDeque<NodeId> = (0..n).filter(|&i| indeg[i] == 0).collect();
+        let mut ready: std::collections::VecDeque<NodeId> =
+            (0..n).filter(|&i| indeg[i] == 0).collect();
         let mut order = Vec::with_capacity(n);
         while let Some(i) = ready.pop_front() {
             order.push(i);
@@ -234,11 +250,20 @@ impl Graph {
             }
         }
         if order.len() != n {
-            let stuck: Vec<&str> =
-                (0..n).filter(|i| indeg[*i] > 0).take(5).map(|i| self.nodes[i].name.as_str()).collect();
-            return Err(Error::model(format!("the graph has a cycle through nodes {}", stuck.join(", "))));
+            let stuck: Vec<&str> = (0..n)
+                .filter(|i| indeg[*i] > 0)
+                .take(5)
+                .map(|i| self.nodes[i].name.as_str())
+                .collect();
+            return Err(Error::model(format!(
+                "the graph has a cycle through nodes {}",
+                stuck.join(", ")
+            )));
         }
-        let mut old: Vec<Option<Node>> = std::mem::take(&mut self.nodes).into_iter().map(Some).collect();
+        let mut old: Vec<Option<Node>> = std::mem::take(&mut self.nodes)
+            .into_iter()
+            .map(Some)
+            .collect();
         self.nodes = order.into_iter().map(|i| old[i].take().unwrap()).collect();
         Ok(())
     }
@@ -266,5 +291,118 @@ impl Graph {
             k
         });
         before - self.nodes.len()
+    }
+}
+
+#[cfg(test)]
+mod ir_unit_tests {
+    use super::*;
+
+    fn node(attrs: Vec<(&str, Attr)>) -> Node {
+        Node {
+            name: "n".into(),
+            op_type: "Op".into(),
+            domain: String::new(),
+            inputs: vec![Some(0), None, Some(1)],
+            outputs: vec![2],
+            attrs: attrs.into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
+        }
+    }
+
+    #[test]
+    fn attribute_accessors_convert_and_default() {
+        let n = node(vec![
+            ("i", Attr::Int(3)),
+            ("f", Attr::Float(0.5)),
+            ("s", Attr::String("tanh".into())),
+            ("is", Attr::Ints(vec![1, -2])),
+            ("fs", Attr::Floats(vec![0.25])),
+        ]);
+        assert_eq!(n.attr_i("i", 0).unwrap(), 3);
+        assert_eq!(n.attr_i("missing", 7).unwrap(), 7);
+        assert_eq!(n.attr_f("f", 0.0).unwrap(), 0.5);
+        assert_eq!(
+            n.attr_f("i", 0.0).unwrap(),
+            3.0,
+            "an int attribute reads as a float"
+        );
+        assert_eq!(n.attr_s("s", "none").unwrap(), "tanh");
+        assert_eq!(n.attr_s("missing", "none").unwrap(), "none");
+        assert_eq!(n.attr_ints("is").unwrap(), Some(vec![1, -2]));
+        assert_eq!(
+            n.attr_ints("i").unwrap(),
+            Some(vec![3]),
+            "a single int reads as a list"
+        );
+        assert_eq!(n.attr_ints("missing").unwrap(), None);
+        assert_eq!(n.attr_floats("fs").unwrap(), Some(vec![0.25]));
+        for bad in [
+            n.attr_i("s", 0).unwrap_err(),
+            n.attr_f("s", 0.0).unwrap_err(),
+            n.attr_s("i", "").unwrap_err(),
+        ] {
+            match bad {
+                Error::ModelFormat(m) => assert!(m.contains("node 'n' (Op)"), "{m}"),
+                other => panic!("{other:?}"),
+            }
+        }
+        assert!(n.attr_ints("f").is_err());
+        assert_eq!(n.input(0), Some(0));
+        assert_eq!(n.input(1), None, "omitted optional input");
+        assert_eq!(n.input(9), None, "absent input");
+    }
+
+    #[test]
+    fn values_by_name_fresh_names_and_use_counts() {
+        let mut g = Graph::default();
+        let a = g.value_named("a");
+        assert_eq!(g.value_named("a"), a, "existing names are found");
+        let b = g.fresh_value("a");
+        assert_eq!(g.value(b).name, "a_1");
+        let c = g.fresh_value("a");
+        assert_eq!(g.value(c).name, "a_2");
+        assert_eq!(g.find("a_2"), Some(c));
+        assert_eq!(g.find("nope"), None);
+        g.nodes.push(Node {
+            name: "add".into(),
+            op_type: "Add".into(),
+            domain: String::new(),
+            inputs: vec![Some(a), Some(a)],
+            outputs: vec![b],
+            attrs: BTreeMap::new(),
+        });
+        g.outputs = vec![b, a];
+        assert_eq!(g.use_counts(), vec![3, 1, 0]);
+        assert_eq!(g.producers().get(&b), Some(&0));
+        assert_eq!(g.producers().get(&a), None);
+    }
+
+    #[test]
+    fn constants_fix_type_and_shape() {
+        let mut g = Graph::default();
+        let v = g.value_named("w");
+        assert_eq!(g.shape_of(v), None);
+        g.set_constant(v, HostTensor::from_i64s(&[2, 1], vec![4, 5]));
+        assert_eq!(g.shape_of(v), Some(vec![2, 1]));
+        assert_eq!(g.value(v).dtype, Some(DType::I64));
+        assert_eq!(g.constant(v).unwrap().to_i64_vec(), vec![4, 5]);
+        let sym = Value {
+            name: "s".into(),
+            dtype: None,
+            shape: Some(vec![Dim::Fixed(2), Dim::Symbolic("N".into())]),
+            constant: None,
+        };
+        assert_eq!(
+            sym.concrete_shape(),
+            None,
+            "a symbolic dimension is not concrete"
+        );
+        let none = Value {
+            name: "u".into(),
+            dtype: None,
+            shape: None,
+            constant: None,
+        };
+        assert_eq!(none.concrete_shape(), None);
     }
 }

@@ -9,7 +9,9 @@
 
 use std::collections::HashMap;
 
-use crate::backend::{Backend, MatMulParams, ReduceFinal, ReduceOp, TensorId};
+use crate::backend::{
+    Backend, ConvParams, MatMulParams, PoolParams, ReduceFinal, ReduceOp, TensorId,
+};
 use crate::dtype::{DType, DeviceType};
 use crate::error::{Error, Result};
 use crate::expr::{Expr, ExprOp};
@@ -112,6 +114,7 @@ pub struct LowerCx<'a> {
     slots: HashMap<ValueId, Slot>,
     copies: HashMap<(ValueId, u32), DevTensor>,
     consts: HashMap<(ValueId, DeviceType, u32), DevTensor>,
+    derived: HashMap<(ValueId, &'static str, DeviceType, u32), DevTensor>,
     uses: Vec<usize>,
 }
 
@@ -136,6 +139,7 @@ impl<'a> LowerCx<'a> {
             slots: HashMap::new(),
             copies: HashMap::new(),
             consts: HashMap::new(),
+            derived: HashMap::new(),
             uses,
         }
     }
@@ -161,7 +165,15 @@ impl<'a> LowerCx<'a> {
         let shape = self.shape(v)?;
         let name = self.graph.value(v).name.clone();
         let id = self.backend.add_input(&name, dt, &shape, ipu)?;
-        self.slots.insert(v, Slot::Tensor(DevTensor { id, shape, dtype: dt, ipu }));
+        self.slots.insert(
+            v,
+            Slot::Tensor(DevTensor {
+                id,
+                shape,
+                dtype: dt,
+                ipu,
+            }),
+        );
         Ok(())
     }
 
@@ -197,15 +209,20 @@ impl<'a> LowerCx<'a> {
     }
 
     pub fn shape(&self, v: ValueId) -> Result<Vec<usize>> {
-        self.graph
-            .shape_of(v)
-            .ok_or_else(|| Error::Internal(format!("value '{}' has no inferred shape", self.graph.value(v).name)))
+        self.graph.shape_of(v).ok_or_else(|| {
+            Error::Internal(format!(
+                "value '{}' has no inferred shape",
+                self.graph.value(v).name
+            ))
+        })
     }
     pub fn dtype(&self, v: ValueId) -> Result<DType> {
-        self.graph
-            .value(v)
-            .dtype
-            .ok_or_else(|| Error::Internal(format!("value '{}' has no inferred type", self.graph.value(v).name)))
+        self.graph.value(v).dtype.ok_or_else(|| {
+            Error::Internal(format!(
+                "value '{}' has no inferred type",
+                self.graph.value(v).name
+            ))
+        })
     }
     pub fn constant(&self, v: ValueId) -> Option<&'a HostTensor> {
         self.graph.constant(v)
@@ -219,9 +236,26 @@ impl<'a> LowerCx<'a> {
 
     /// Records `v` as an element-wise expression over `inputs`, to be fused
     /// into its consumer or materialised when needed.
-    pub fn set_lazy(&mut self, v: ValueId, expr: Expr, inputs: Vec<DevTensor>, shape: Vec<usize>, dtype: DeviceType) {
+    pub fn set_lazy(
+        &mut self,
+        v: ValueId,
+        expr: Expr,
+        inputs: Vec<DevTensor>,
+        shape: Vec<usize>,
+        dtype: DeviceType,
+    ) {
         let name = self.name();
-        self.slots.insert(v, Slot::Lazy(LazyMap { expr, inputs, shape, dtype, ipu: self.current_ipu, name }));
+        self.slots.insert(
+            v,
+            Slot::Lazy(LazyMap {
+                expr,
+                inputs,
+                shape,
+                dtype,
+                ipu: self.current_ipu,
+                name,
+            }),
+        );
     }
 
     pub fn is_set(&self, v: ValueId) -> bool {
@@ -245,7 +279,12 @@ impl<'a> LowerCx<'a> {
         }
         let name = format!("{}/to_ipu{}", self.graph.value(v).name, self.current_ipu);
         let id = self.backend.copy_to_ipu(home.id, self.current_ipu, &name)?;
-        let t = DevTensor { id, shape: home.shape.clone(), dtype: home.dtype, ipu: self.current_ipu };
+        let t = DevTensor {
+            id,
+            shape: home.shape.clone(),
+            dtype: home.dtype,
+            ipu: self.current_ipu,
+        };
         self.copies.insert((v, self.current_ipu), t.clone());
         Ok(t)
     }
@@ -273,11 +312,46 @@ impl<'a> LowerCx<'a> {
         Ok(t)
     }
 
+    /// A constant computed on the host from constant `v` by `f` (a transposed
+    /// weight, say), created once per IPU and type like `v` itself.
+    pub fn derived_constant(
+        &mut self,
+        v: ValueId,
+        tag: &'static str,
+        dt: DeviceType,
+        f: &dyn Fn(&HostTensor) -> HostTensor,
+    ) -> Result<DevTensor> {
+        let key = (v, tag, dt, self.current_ipu);
+        if let Some(t) = self.derived.get(&key) {
+            return Ok(t.clone());
+        }
+        let c = self
+            .graph
+            .constant(v)
+            .ok_or_else(|| Error::Internal("derived_constant of a non-constant".into()))?;
+        let name = format!("{}{tag}", self.graph.value(v).name);
+        let t = self.host_constant(&f(c), dt, &name)?;
+        self.derived.insert(key, t.clone());
+        Ok(t)
+    }
+
     /// Places a host tensor on this node's IPU as a constant of type `dt`.
-    pub fn host_constant(&mut self, c: &HostTensor, dt: DeviceType, name: &str) -> Result<DevTensor> {
+    pub fn host_constant(
+        &mut self,
+        c: &HostTensor,
+        dt: DeviceType,
+        name: &str,
+    ) -> Result<DevTensor> {
         let bytes = c.to_device_bytes(dt, &format!("constant '{name}'"))?;
-        let id = self.backend.add_constant(name, dt, c.shape(), &bytes, self.current_ipu)?;
-        Ok(DevTensor { id, shape: c.shape().to_vec(), dtype: dt, ipu: self.current_ipu })
+        let id = self
+            .backend
+            .add_constant(name, dt, c.shape(), &bytes, self.current_ipu)?;
+        Ok(DevTensor {
+            id,
+            shape: c.shape().to_vec(),
+            dtype: dt,
+            ipu: self.current_ipu,
+        })
     }
 
     fn materialize(&mut self, v: ValueId) -> Result<DevTensor> {
@@ -286,8 +360,15 @@ impl<'a> LowerCx<'a> {
             Some(Slot::Lazy(l)) => {
                 let l = l.clone();
                 let ins: Vec<TensorId> = l.inputs.iter().map(|t| t.id).collect();
-                let id = self.backend.map(&l.expr.flatten(), &ins, l.dtype, &l.shape, l.ipu, &l.name)?;
-                let t = DevTensor { id, shape: l.shape, dtype: l.dtype, ipu: l.ipu };
+                let id =
+                    self.backend
+                        .map(&l.expr.flatten(), &ins, l.dtype, &l.shape, l.ipu, &l.name)?;
+                let t = DevTensor {
+                    id,
+                    shape: l.shape,
+                    dtype: l.dtype,
+                    ipu: l.ipu,
+                };
                 self.slots.insert(v, Slot::Tensor(t.clone()));
                 Ok(t)
             }
@@ -302,7 +383,12 @@ impl<'a> LowerCx<'a> {
     /// construction: the producer's expression itself when it can be fused,
     /// else a reference to a device tensor appended to `inputs`. `want`
     /// converts the result (an exact cast instruction).
-    pub fn operand(&mut self, v: ValueId, inputs: &mut Vec<DevTensor>, want: Option<DeviceType>) -> Result<Expr> {
+    pub fn operand(
+        &mut self,
+        v: ValueId,
+        inputs: &mut Vec<DevTensor>,
+        want: Option<DeviceType>,
+    ) -> Result<Expr> {
         let (mut e, dt) = self.operand_raw(v, inputs)?;
         if let Some(w) = want {
             if w != dt {
@@ -312,7 +398,11 @@ impl<'a> LowerCx<'a> {
         Ok(e)
     }
 
-    fn operand_raw(&mut self, v: ValueId, inputs: &mut Vec<DevTensor>) -> Result<(Expr, DeviceType)> {
+    fn operand_raw(
+        &mut self,
+        v: ValueId,
+        inputs: &mut Vec<DevTensor>,
+    ) -> Result<(Expr, DeviceType)> {
         if let Some(c) = self.graph.constant(v) {
             if c.numel() == 1 {
                 // Scalars become immediates.
@@ -320,7 +410,16 @@ impl<'a> LowerCx<'a> {
                 let x = c.to_f64_vec()[0];
                 let e = match dt {
                     DeviceType::F32 | DeviceType::F16 => Expr::constf(x, dt == DeviceType::F16),
-                    DeviceType::I32 => Expr::consti(x as i64),
+                    DeviceType::I32 => {
+                        let i = c.to_i64_vec()[0];
+                        if i32::try_from(i).is_err() {
+                            return Err(Error::InvalidArgument(format!(
+                                "constant '{}' holds {i}, outside the int32 range the IPU computes integers in",
+                                self.graph.value(v).name
+                            )));
+                        }
+                        Expr::consti(i)
+                    }
                     DeviceType::Bool => Expr::un(ExprOp::CastBool, Expr::consti(x as i64), false),
                 };
                 return Ok((e, dt));
@@ -352,11 +451,24 @@ impl<'a> LowerCx<'a> {
 
     // -- device operations, on this node's IPU ---------------------------------
 
-    pub fn map_now(&mut self, expr: &Expr, inputs: &[DevTensor], dtype: DeviceType, shape: &[usize]) -> Result<DevTensor> {
+    pub fn map_now(
+        &mut self,
+        expr: &Expr,
+        inputs: &[DevTensor],
+        dtype: DeviceType,
+        shape: &[usize],
+    ) -> Result<DevTensor> {
         let ins: Vec<TensorId> = inputs.iter().map(|t| t.id).collect();
         let name = self.name();
-        let id = self.backend.map(&expr.flatten(), &ins, dtype, shape, self.current_ipu, &name)?;
-        Ok(DevTensor { id, shape: shape.to_vec(), dtype, ipu: self.current_ipu })
+        let id = self
+            .backend
+            .map(&expr.flatten(), &ins, dtype, shape, self.current_ipu, &name)?;
+        Ok(DevTensor {
+            id,
+            shape: shape.to_vec(),
+            dtype,
+            ipu: self.current_ipu,
+        })
     }
 
     pub fn cast(&mut self, t: DevTensor, want: DeviceType) -> Result<DevTensor> {
@@ -368,11 +480,22 @@ impl<'a> LowerCx<'a> {
         self.map_now(&e, &[t], want, &shape)
     }
 
-    pub fn matmul(&mut self, a: &DevTensor, b: &DevTensor, out_dtype: DeviceType) -> Result<DevTensor> {
+    pub fn matmul(
+        &mut self,
+        a: &DevTensor,
+        b: &DevTensor,
+        out_dtype: DeviceType,
+    ) -> Result<DevTensor> {
         if a.shape.len() != 3 || b.shape.len() != 3 {
-            return Err(Error::Internal("matmul operands must be [G, M, K] and [G, K, N]".into()));
+            return Err(Error::Internal(
+                "matmul operands must be [G, M, K] and [G, K, N]".into(),
+            ));
         }
-        let partials = if a.dtype == DeviceType::F16 && self.opts.half_partials { DeviceType::F16 } else { DeviceType::F32 };
+        let partials = if a.dtype == DeviceType::F16 && self.opts.half_partials {
+            DeviceType::F16
+        } else {
+            DeviceType::F32
+        };
         let p = MatMulParams {
             available_memory_proportion: self.opts.memory_proportion,
             partials,
@@ -381,7 +504,12 @@ impl<'a> LowerCx<'a> {
             name: self.name(),
         };
         let id = self.backend.matmul(a.id, b.id, &p)?;
-        Ok(DevTensor { id, shape: vec![a.shape[0], a.shape[1], b.shape[2]], dtype: out_dtype, ipu: self.current_ipu })
+        Ok(DevTensor {
+            id,
+            shape: vec![a.shape[0], a.shape[1], b.shape[2]],
+            dtype: out_dtype,
+            ipu: self.current_ipu,
+        })
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -395,10 +523,29 @@ impl<'a> LowerCx<'a> {
         out_dtype: DeviceType,
     ) -> Result<DevTensor> {
         let name = self.name();
-        let id = self.backend.reduce(x.id, axes, op, final_op, scale, out_dtype, self.current_ipu, &name)?;
-        let shape: Vec<usize> =
-            x.shape.iter().enumerate().filter(|(i, _)| !axes.contains(i)).map(|(_, &d)| d).collect();
-        Ok(DevTensor { id, shape, dtype: out_dtype, ipu: self.current_ipu })
+        let id = self.backend.reduce(
+            x.id,
+            axes,
+            op,
+            final_op,
+            scale,
+            out_dtype,
+            self.current_ipu,
+            &name,
+        )?;
+        let shape: Vec<usize> = x
+            .shape
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| !axes.contains(i))
+            .map(|(_, &d)| d)
+            .collect();
+        Ok(DevTensor {
+            id,
+            shape,
+            dtype: out_dtype,
+            ipu: self.current_ipu,
+        })
     }
 
     pub fn reshape(&mut self, x: &DevTensor, shape: &[usize]) -> Result<DevTensor> {
@@ -407,17 +554,38 @@ impl<'a> LowerCx<'a> {
         }
         let n: usize = shape.iter().product();
         if n != x.numel() {
-            return Err(Error::Internal(format!("reshape {:?} -> {:?}", x.shape, shape)));
+            return Err(Error::Internal(format!(
+                "reshape {:?} -> {:?}",
+                x.shape, shape
+            )));
         }
         let id = self.backend.reshape(x.id, shape)?;
-        Ok(DevTensor { id, shape: shape.to_vec(), dtype: x.dtype, ipu: x.ipu })
+        Ok(DevTensor {
+            id,
+            shape: shape.to_vec(),
+            dtype: x.dtype,
+            ipu: x.ipu,
+        })
     }
 
     /// Materialises a strided view of x.
-    pub fn rearrange(&mut self, x: &DevTensor, offset: i64, shape: &[usize], strides: &[i64]) -> Result<DevTensor> {
+    pub fn rearrange(
+        &mut self,
+        x: &DevTensor,
+        offset: i64,
+        shape: &[usize],
+        strides: &[i64],
+    ) -> Result<DevTensor> {
         let name = self.name();
-        let id = self.backend.rearrange(x.id, offset, shape, strides, self.current_ipu, &name)?;
-        Ok(DevTensor { id, shape: shape.to_vec(), dtype: x.dtype, ipu: self.current_ipu })
+        let id = self
+            .backend
+            .rearrange(x.id, offset, shape, strides, self.current_ipu, &name)?;
+        Ok(DevTensor {
+            id,
+            shape: shape.to_vec(),
+            dtype: x.dtype,
+            ipu: self.current_ipu,
+        })
     }
 
     pub fn transpose(&mut self, x: &DevTensor, perm: &[usize]) -> Result<DevTensor> {
@@ -443,7 +611,13 @@ impl<'a> LowerCx<'a> {
         let strides = row_major_strides(&x.shape);
         let lead = shape.len() - x.shape.len();
         let st: Vec<i64> = (0..shape.len())
-            .map(|i| if i < lead || x.shape[i - lead] == 1 { 0 } else { strides[i - lead] })
+            .map(|i| {
+                if i < lead || x.shape[i - lead] == 1 {
+                    0
+                } else {
+                    strides[i - lead]
+                }
+            })
             .collect();
         self.rearrange(x, 0, shape, &st)
     }
@@ -454,13 +628,82 @@ impl<'a> LowerCx<'a> {
         let id = self.backend.concat(&ids, axis, self.current_ipu, &name)?;
         let mut shape = xs[0].shape.clone();
         shape[axis] = xs.iter().map(|t| t.shape[axis]).sum();
-        Ok(DevTensor { id, shape, dtype: xs[0].dtype, ipu: self.current_ipu })
+        Ok(DevTensor {
+            id,
+            shape,
+            dtype: xs[0].dtype,
+            ipu: self.current_ipu,
+        })
+    }
+
+    /// 2-D convolution; `p.ipu`, `p.name`, partials and memory proportion are
+    /// filled in here.
+    pub fn conv(
+        &mut self,
+        x: &DevTensor,
+        w: &DevTensor,
+        bias: Option<&DevTensor>,
+        mut p: ConvParams,
+        out_shape: &[usize],
+    ) -> Result<DevTensor> {
+        p.ipu = self.current_ipu;
+        p.name = self.name();
+        p.available_memory_proportion = self.opts.memory_proportion;
+        p.partials = if x.dtype == DeviceType::F16 && self.opts.half_partials {
+            DeviceType::F16
+        } else {
+            DeviceType::F32
+        };
+        let id = self.backend.conv(x.id, w.id, bias.map(|b| b.id), &p)?;
+        Ok(DevTensor {
+            id,
+            shape: out_shape.to_vec(),
+            dtype: p.out_dtype,
+            ipu: self.current_ipu,
+        })
+    }
+
+    pub fn pool(&mut self, x: &DevTensor, mut p: PoolParams) -> Result<DevTensor> {
+        p.ipu = self.current_ipu;
+        p.name = self.name();
+        let id = self.backend.pool(x.id, &p)?;
+        let mut shape = x.shape.clone();
+        let r = shape.len();
+        shape[r - 2] = p.out_hw[0] as usize;
+        shape[r - 1] = p.out_hw[1] as usize;
+        Ok(DevTensor {
+            id,
+            shape,
+            dtype: x.dtype,
+            ipu: self.current_ipu,
+        })
+    }
+
+    /// Rows of a [V, D] table picked by run-time int32 indices: [n, D].
+    pub fn gather_rows(&mut self, table: &DevTensor, indices: &DevTensor) -> Result<DevTensor> {
+        let name = self.name();
+        let id = self
+            .backend
+            .gather_rows(table.id, indices.id, self.current_ipu, &name)?;
+        Ok(DevTensor {
+            id,
+            shape: vec![indices.numel(), table.shape[1]],
+            dtype: table.dtype,
+            ipu: self.current_ipu,
+        })
     }
 
     pub fn fill(&mut self, dtype: DeviceType, shape: &[usize], value: f64) -> Result<DevTensor> {
         let name = self.name();
-        let id = self.backend.fill(dtype, shape, value, self.current_ipu, &name)?;
-        Ok(DevTensor { id, shape: shape.to_vec(), dtype, ipu: self.current_ipu })
+        let id = self
+            .backend
+            .fill(dtype, shape, value, self.current_ipu, &name)?;
+        Ok(DevTensor {
+            id,
+            shape: shape.to_vec(),
+            dtype,
+            ipu: self.current_ipu,
+        })
     }
 
     /// Lowers graph outputs: materialised, in the device type the host expects.
@@ -485,10 +728,23 @@ impl<'a> LowerCx<'a> {
             } else {
                 dtype.device_default()
             };
-            let t = self.tensor_as(v, want)?;
+            let lazy_here = matches!(self.slots.get(&v), Some(Slot::Lazy(l)) if self.uses[v] == 1 && l.ipu == self.current_ipu);
+            let t = if lazy_here {
+                // Fuse the conversion into the value's own expression.
+                let mut ins = Vec::new();
+                let e = self.operand(v, &mut ins, Some(want))?;
+                self.map_now(&e, &ins, want, &shape)?
+            } else {
+                self.tensor_as(v, want)?
+            };
             let name = self.graph.value(v).name.clone();
             self.backend.mark_output(t.id, &name)?;
-            out.push(Binding { name, dtype, shape, device_dtype: want });
+            out.push(Binding {
+                name,
+                dtype,
+                shape,
+                device_dtype: want,
+            });
         }
         Ok(out)
     }

@@ -23,8 +23,14 @@ pub fn node_loads(model: &Model) -> Vec<NodeLoad> {
     g.nodes
         .iter()
         .map(|n| {
-            let cx = OpCx { graph: g, node: n, opset: model.opset };
-            let flops = lookup(n, model.opset).map(|op| op.flops(&cx)).unwrap_or(0.0);
+            let cx = OpCx {
+                graph: g,
+                node: n,
+                opset: model.opset,
+            };
+            let flops = lookup(n, model.opset)
+                .map(|op| op.flops(&cx))
+                .unwrap_or(0.0);
             let mut weight = 0.0;
             for &v in n.inputs.iter().flatten() {
                 if let Some(c) = g.constant(v) {
@@ -40,7 +46,11 @@ pub fn node_loads(model: &Model) -> Vec<NodeLoad> {
                 .filter_map(|&o| g.shape_of(o))
                 .map(|s| (s.iter().product::<usize>() * 4) as f64)
                 .sum();
-            NodeLoad { flops, weight_bytes: weight, activation_bytes: act }
+            NodeLoad {
+                flops,
+                weight_bytes: weight,
+                activation_bytes: act,
+            }
         })
         .collect()
 }
@@ -92,9 +102,15 @@ pub fn assign_ipus(model: &Model, num_ipus: u32) -> Vec<u32> {
     }
     let loads = node_loads(model);
     let tot_f: f64 = loads.iter().map(|l| l.flops).sum::<f64>().max(1.0);
-    let tot_m: f64 = loads.iter().map(|l| l.weight_bytes + l.activation_bytes).sum::<f64>().max(1.0);
-    let score: Vec<f64> =
-        loads.iter().map(|l| 0.5 * l.flops / tot_f + 0.5 * (l.weight_bytes + l.activation_bytes) / tot_m).collect();
+    let tot_m: f64 = loads
+        .iter()
+        .map(|l| l.weight_bytes + l.activation_bytes)
+        .sum::<f64>()
+        .max(1.0);
+    let score: Vec<f64> = loads
+        .iter()
+        .map(|l| 0.5 * l.flops / tot_f + 0.5 * (l.weight_bytes + l.activation_bytes) / tot_m)
+        .collect();
     linear_partition(&score, num_ipus as usize)
 }
 

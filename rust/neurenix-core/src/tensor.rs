@@ -24,11 +24,27 @@ pub struct HostTensor {
     pub data: Data,
 }
 
+/// float64 -> float16 with a single round-to-nearest-even. (`f16::from_f64`
+/// may go through float32 and round twice.) Rounding to float32 with
+/// round-to-odd first keeps enough bits for the second rounding to be exact.
+pub fn f64_to_f16(v: f64) -> f16 {
+    let r = v as f32;
+    if !r.is_finite() || r as f64 == v {
+        return f16::from_f32(r);
+    }
+    // Truncate toward zero, then make the last bit sticky.
+    let mut t = r;
+    if (t as f64).abs() > v.abs() {
+        t = f32::from_bits(t.to_bits() - 1);
+    }
+    f16::from_f32(f32::from_bits(t.to_bits() | 1))
+}
+
 /// Rounds a value to what `dtype` can hold.
 pub fn round_float(dtype: DType, v: f64) -> f64 {
     match dtype {
         DType::F32 => v as f32 as f64,
-        DType::F16 => f16::from_f64(v).to_f64(),
+        DType::F16 => f64_to_f16(v).to_f64(),
         DType::BF16 => half::bf16::from_f64(v).to_f64(),
         _ => v,
     }
@@ -68,20 +84,35 @@ pub fn float_to_int(dtype: DType, v: f64) -> i64 {
 
 impl HostTensor {
     pub fn float(dtype: DType, a: ArrayD<f64>) -> HostTensor {
-        HostTensor { dtype, data: Data::Float(a.mapv(|v| round_float(dtype, v))) }
+        HostTensor {
+            dtype,
+            data: Data::Float(a.mapv(|v| round_float(dtype, v))),
+        }
     }
     pub fn int(dtype: DType, a: ArrayD<i64>) -> HostTensor {
-        HostTensor { dtype, data: Data::Int(a.mapv(|v| wrap_int(dtype, v))) }
+        HostTensor {
+            dtype,
+            data: Data::Int(a.mapv(|v| wrap_int(dtype, v))),
+        }
     }
     pub fn boolean(a: ArrayD<bool>) -> HostTensor {
-        HostTensor { dtype: DType::Bool, data: Data::Bool(a) }
+        HostTensor {
+            dtype: DType::Bool,
+            data: Data::Bool(a),
+        }
     }
     pub fn from_i64s(shape: &[usize], v: Vec<i64>) -> HostTensor {
-        HostTensor { dtype: DType::I64, data: Data::Int(ArrayD::from_shape_vec(IxDyn(shape), v).expect("shape")) }
+        HostTensor {
+            dtype: DType::I64,
+            data: Data::Int(ArrayD::from_shape_vec(IxDyn(shape), v).expect("shape")),
+        }
     }
     pub fn from_f32s(shape: &[usize], v: Vec<f32>) -> HostTensor {
         let v: Vec<f64> = v.into_iter().map(f64::from).collect();
-        HostTensor { dtype: DType::F32, data: Data::Float(ArrayD::from_shape_vec(IxDyn(shape), v).expect("shape")) }
+        HostTensor {
+            dtype: DType::F32,
+            data: Data::Float(ArrayD::from_shape_vec(IxDyn(shape), v).expect("shape")),
+        }
     }
     /// A tensor of `dtype` filled with `value`.
     pub fn full(dtype: DType, shape: &[usize], value: f64) -> HostTensor {
@@ -151,7 +182,10 @@ impl HostTensor {
             HostTensor::boolean(self.as_bool())
         } else {
             match &self.data {
-                Data::Float(a) => HostTensor { dtype: to, data: Data::Int(a.mapv(|v| float_to_int(to, v))) },
+                Data::Float(a) => HostTensor {
+                    dtype: to,
+                    data: Data::Int(a.mapv(|v| float_to_int(to, v))),
+                },
                 _ => HostTensor::int(to, self.as_int()),
             }
         }
@@ -160,14 +194,27 @@ impl HostTensor {
     pub fn reshape(&self, shape: &[usize]) -> Result<HostTensor> {
         let n: usize = shape.iter().product();
         if n != self.numel() {
-            return Err(Error::Internal(format!("reshape of {:?} to {:?}", self.shape(), shape)));
+            return Err(Error::Internal(format!(
+                "reshape of {:?} to {:?}",
+                self.shape(),
+                shape
+            )));
         }
         let data = match &self.data {
-            Data::Float(a) => Data::Float(ArrayD::from_shape_vec(IxDyn(shape), a.iter().copied().collect()).unwrap()),
-            Data::Int(a) => Data::Int(ArrayD::from_shape_vec(IxDyn(shape), a.iter().copied().collect()).unwrap()),
-            Data::Bool(a) => Data::Bool(ArrayD::from_shape_vec(IxDyn(shape), a.iter().copied().collect()).unwrap()),
+            Data::Float(a) => Data::Float(
+                ArrayD::from_shape_vec(IxDyn(shape), a.iter().copied().collect()).unwrap(),
+            ),
+            Data::Int(a) => Data::Int(
+                ArrayD::from_shape_vec(IxDyn(shape), a.iter().copied().collect()).unwrap(),
+            ),
+            Data::Bool(a) => Data::Bool(
+                ArrayD::from_shape_vec(IxDyn(shape), a.iter().copied().collect()).unwrap(),
+            ),
         };
-        Ok(HostTensor { dtype: self.dtype, data })
+        Ok(HostTensor {
+            dtype: self.dtype,
+            data,
+        })
     }
 
     /// Decodes little-endian raw bytes of `dtype`.
@@ -194,29 +241,46 @@ impl HostTensor {
             DType::F32 => Data::Float(
                 ArrayD::from_shape_vec(
                     sh,
-                    bytes.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap()) as f64).collect(),
+                    bytes
+                        .chunks_exact(4)
+                        .map(|c| f32::from_le_bytes(c.try_into().unwrap()) as f64)
+                        .collect(),
                 )
                 .unwrap(),
             ),
             DType::F64 => Data::Float(
-                ArrayD::from_shape_vec(sh, bytes.chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().unwrap())).collect())
-                    .unwrap(),
+                ArrayD::from_shape_vec(
+                    sh,
+                    bytes
+                        .chunks_exact(8)
+                        .map(|c| f64::from_le_bytes(c.try_into().unwrap()))
+                        .collect(),
+                )
+                .unwrap(),
             ),
             DType::F16 => Data::Float(
                 ArrayD::from_shape_vec(
                     sh,
-                    bytes.chunks_exact(2).map(|c| f16::from_le_bytes(c.try_into().unwrap()).to_f64()).collect(),
+                    bytes
+                        .chunks_exact(2)
+                        .map(|c| f16::from_le_bytes(c.try_into().unwrap()).to_f64())
+                        .collect(),
                 )
                 .unwrap(),
             ),
             DType::BF16 => Data::Float(
                 ArrayD::from_shape_vec(
                     sh,
-                    bytes.chunks_exact(2).map(|c| half::bf16::from_le_bytes(c.try_into().unwrap()).to_f64()).collect(),
+                    bytes
+                        .chunks_exact(2)
+                        .map(|c| half::bf16::from_le_bytes(c.try_into().unwrap()).to_f64())
+                        .collect(),
                 )
                 .unwrap(),
             ),
-            DType::Bool => Data::Bool(ArrayD::from_shape_vec(sh, bytes.iter().map(|&b| b != 0).collect()).unwrap()),
+            DType::Bool => Data::Bool(
+                ArrayD::from_shape_vec(sh, bytes.iter().map(|&b| b != 0).collect()).unwrap(),
+            ),
             DType::I8 => ints!(i8),
             DType::U8 => ints!(u8),
             DType::I16 => ints!(i16),
@@ -224,7 +288,18 @@ impl HostTensor {
             DType::I32 => ints!(i32),
             DType::U32 => ints!(u32),
             DType::I64 => ints!(i64),
-            DType::U64 => ints!(u64),
+            DType::U64 => {
+                let mut v = Vec::with_capacity(n);
+                for c in bytes.chunks_exact(8) {
+                    let x = u64::from_le_bytes(c.try_into().unwrap());
+                    v.push(i64::try_from(x).map_err(|_| {
+                        Error::InvalidArgument(format!(
+                            "uint64 value {x} is outside the range neurenix computes in"
+                        ))
+                    })?);
+                }
+                Data::Int(ArrayD::from_shape_vec(sh, v).unwrap())
+            }
         };
         Ok(HostTensor { dtype, data })
     }
@@ -237,8 +312,10 @@ impl HostTensor {
                 for &v in a.iter() {
                     match self.dtype {
                         DType::F64 => out.extend_from_slice(&v.to_le_bytes()),
-                        DType::F16 => out.extend_from_slice(&f16::from_f64(v).to_le_bytes()),
-                        DType::BF16 => out.extend_from_slice(&half::bf16::from_f64(v).to_le_bytes()),
+                        DType::F16 => out.extend_from_slice(&f64_to_f16(v).to_le_bytes()),
+                        DType::BF16 => {
+                            out.extend_from_slice(&half::bf16::from_f64(v).to_le_bytes())
+                        }
                         _ => out.extend_from_slice(&(v as f32).to_le_bytes()),
                     }
                 }
@@ -265,7 +342,7 @@ impl HostTensor {
             }
             DeviceType::F16 => {
                 for v in self.as_float().iter() {
-                    out.extend_from_slice(&f16::from_f64(*v).to_le_bytes());
+                    out.extend_from_slice(&f64_to_f16(*v).to_le_bytes());
                 }
             }
             DeviceType::I32 => {
@@ -289,14 +366,16 @@ impl HostTensor {
 /// naming `what`.
 pub fn host_to_device(from: DType, bytes: &[u8], to: DeviceType, what: &str) -> Result<Vec<u8>> {
     match (from, to) {
-        (DType::F32, DeviceType::F32) | (DType::I32, DeviceType::I32) | (DType::Bool, DeviceType::Bool) => {
-            Ok(bytes.to_vec())
-        }
+        (DType::F32, DeviceType::F32)
+        | (DType::I32, DeviceType::I32)
+        | (DType::Bool, DeviceType::Bool) => Ok(bytes.to_vec()),
         (DType::F16, DeviceType::F16) => Ok(bytes.to_vec()),
         (DType::F32, DeviceType::F16) => {
             let mut out = Vec::with_capacity(bytes.len() / 2);
             for c in bytes.chunks_exact(4) {
-                out.extend_from_slice(&f16::from_f32(f32::from_le_bytes(c.try_into().unwrap())).to_le_bytes());
+                out.extend_from_slice(
+                    &f16::from_f32(f32::from_le_bytes(c.try_into().unwrap())).to_le_bytes(),
+                );
             }
             Ok(out)
         }
@@ -316,11 +395,16 @@ pub fn host_to_device(from: DType, bytes: &[u8], to: DeviceType, what: &str) -> 
         }
         _ => {
             let n = bytes.len() / from.size();
-            let t = HostTensor::from_bytes(from, &[n], bytes)?;
-            t.to_device_bytes(to, &format!("input '{what}'")).map_err(|e| match e {
-                Error::InvalidArgument(m) => Error::InputMismatch { input: what.to_string(), message: m },
+            let as_input = |e: Error| match e {
+                Error::InvalidArgument(m) => Error::InputMismatch {
+                    input: what.to_string(),
+                    message: format!("input '{what}': {m}"),
+                },
                 other => other,
-            })
+            };
+            let t = HostTensor::from_bytes(from, &[n], bytes).map_err(as_input)?;
+            t.to_device_bytes(to, &format!("input '{what}'"))
+                .map_err(as_input)
         }
     }
 }
@@ -329,21 +413,27 @@ pub fn host_to_device(from: DType, bytes: &[u8], to: DeviceType, what: &str) -> 
 /// type `to`.
 pub fn device_to_host(from: DeviceType, bytes: &[u8], to: DType) -> Result<Vec<u8>> {
     match (from, to) {
-        (DeviceType::F32, DType::F32) | (DeviceType::I32, DType::I32) | (DeviceType::Bool, DType::Bool) => {
-            Ok(bytes.to_vec())
-        }
+        (DeviceType::F32, DType::F32)
+        | (DeviceType::I32, DType::I32)
+        | (DeviceType::Bool, DType::Bool) => Ok(bytes.to_vec()),
         (DeviceType::F16, DType::F16) => Ok(bytes.to_vec()),
         (DeviceType::F16, DType::F32) => {
             let mut out = Vec::with_capacity(bytes.len() * 2);
             for c in bytes.chunks_exact(2) {
-                out.extend_from_slice(&f16::from_le_bytes(c.try_into().unwrap()).to_f32().to_le_bytes());
+                out.extend_from_slice(
+                    &f16::from_le_bytes(c.try_into().unwrap())
+                        .to_f32()
+                        .to_le_bytes(),
+                );
             }
             Ok(out)
         }
         (DeviceType::I32, DType::I64) => {
             let mut out = Vec::with_capacity(bytes.len() * 2);
             for c in bytes.chunks_exact(4) {
-                out.extend_from_slice(&(i32::from_le_bytes(c.try_into().unwrap()) as i64).to_le_bytes());
+                out.extend_from_slice(
+                    &(i32::from_le_bytes(c.try_into().unwrap()) as i64).to_le_bytes(),
+                );
             }
             Ok(out)
         }
@@ -361,7 +451,16 @@ mod tests {
 
     #[test]
     fn roundtrip_bytes() {
-        for dt in [DType::F32, DType::F64, DType::F16, DType::I64, DType::I32, DType::U8, DType::Bool, DType::I8] {
+        for dt in [
+            DType::F32,
+            DType::F64,
+            DType::F16,
+            DType::I64,
+            DType::I32,
+            DType::U8,
+            DType::Bool,
+            DType::I8,
+        ] {
             let t = HostTensor::full(dt, &[2, 3], 1.0);
             let b = t.to_bytes();
             assert_eq!(b.len(), 6 * dt.size());
@@ -371,7 +470,10 @@ mod tests {
 
     #[test]
     fn cast_follows_onnx() {
-        let t = HostTensor::float(DType::F32, ArrayD::from_shape_vec(IxDyn(&[3]), vec![-1.7, 2.5, 300.0]).unwrap());
+        let t = HostTensor::float(
+            DType::F32,
+            ArrayD::from_shape_vec(IxDyn(&[3]), vec![-1.7, 2.5, 300.0]).unwrap(),
+        );
         assert_eq!(t.cast(DType::I32).to_i64_vec(), vec![-1, 2, 300]);
         assert_eq!(t.cast(DType::U8).to_i64_vec(), vec![0, 2, 255]);
         assert_eq!(t.cast(DType::Bool).to_i64_vec(), vec![1, 1, 1]);

@@ -24,7 +24,9 @@ impl PyDeviceManager {
     #[new]
     #[pyo3(signature = (system, lock_dir = String::new()))]
     fn new(system: String, lock_dir: String) -> PyResult<Self> {
-        Ok(PyDeviceManager { inner: Mutex::new(SimDeviceManager::new(&system, &lock_dir).py()?) })
+        Ok(PyDeviceManager {
+            inner: Mutex::new(SimDeviceManager::new(&system, &lock_dir).py()?),
+        })
     }
 
     /// [{"id": .., "ipus": [..]}] for every attachable group.
@@ -52,9 +54,24 @@ impl PyDeviceManager {
     /// Attaches `num_ipus` IPUs (group `device_id`, or any free one if
     /// negative), waiting up to `timeout` seconds if positive.
     #[pyo3(signature = (num_ipus, device_id = -1, timeout = 0.0))]
-    fn attach(&self, py: Python<'_>, num_ipus: u32, device_id: i64, timeout: f64) -> PyResult<PyDevice> {
-        let dev = py.detach(|| self.inner.lock().unwrap().attach(num_ipus, device_id, timeout)).py()?;
-        Ok(PyDevice { inner: Mutex::new(dev) })
+    fn attach(
+        &self,
+        py: Python<'_>,
+        num_ipus: u32,
+        device_id: i64,
+        timeout: f64,
+    ) -> PyResult<PyDevice> {
+        let dev = py
+            .detach(|| {
+                self.inner
+                    .lock()
+                    .unwrap()
+                    .attach(num_ipus, device_id, timeout)
+            })
+            .py()?;
+        Ok(PyDevice {
+            inner: Mutex::new(dev),
+        })
     }
 }
 

@@ -31,7 +31,13 @@ fn build(py: Python<'_>, err: &Error) -> PyResult<PyErr> {
             for t in tiles {
                 let largest = PyList::empty(py);
                 for (name, bytes) in &t.largest {
-                    largest.append(PyTuple::new(py, [name.into_pyobject(py)?.into_any(), bytes.into_pyobject(py)?.into_any()])?)?;
+                    largest.append(PyTuple::new(
+                        py,
+                        [
+                            name.into_pyobject(py)?.into_any(),
+                            bytes.into_pyobject(py)?.into_any(),
+                        ],
+                    )?)?;
                 }
                 let d = PyDict::new(py);
                 d.set_item("ipu", t.ipu)?;
@@ -49,7 +55,14 @@ fn build(py: Python<'_>, err: &Error) -> PyResult<PyErr> {
             kwargs.set_item("pids", pids.clone())?;
             "DeviceUnavailableError"
         }
-        Error::Unsupported { op_type, node, domain, opset, supported, .. } => {
+        Error::Unsupported {
+            op_type,
+            node,
+            domain,
+            opset,
+            supported,
+            ..
+        } => {
             kwargs.set_item("op_type", op_type)?;
             kwargs.set_item("node", node)?;
             kwargs.set_item("domain", domain)?;

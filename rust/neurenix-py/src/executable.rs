@@ -57,13 +57,25 @@ pub fn compile(
             Ok((exe, lowered, t0.elapsed().as_secs_f64()))
         })
         .py()?;
-    Ok(PyExecutable { exe, lowered, engine: Mutex::new(None), compile_seconds: secs, options, system })
+    Ok(PyExecutable {
+        exe,
+        lowered,
+        engine: Mutex::new(None),
+        compile_seconds: secs,
+        options,
+        system,
+    })
 }
 
 fn bindings<'py>(py: Python<'py>, b: &[Binding]) -> PyResult<Bound<'py, PyList>> {
     let out = PyList::empty(py);
     for x in b {
-        out.append((x.name.clone(), x.dtype.name(), x.shape.clone(), x.device_dtype.name()))?;
+        out.append((
+            x.name.clone(),
+            x.dtype.name(),
+            x.shape.clone(),
+            x.device_dtype.name(),
+        ))?;
     }
     Ok(out)
 }
@@ -127,13 +139,28 @@ impl PyExecutable {
         d.set_item("placement", self.lowered.placement.clone())?;
         let ops = PyList::empty(py);
         for r in self.exe.op_records() {
-            ops.append((r.name, r.kind, r.ipu, r.plan, r.tiles_used, r.temp_bytes, r.est_cycles))?;
+            ops.append((
+                r.name,
+                r.kind,
+                r.ipu,
+                r.plan,
+                r.tiles_used,
+                r.temp_bytes,
+                r.est_cycles,
+            ))?;
         }
         d.set_item("ops", ops)?;
         d.set_item("warnings", self.exe.warnings())?;
         let tiles = PyList::empty(py);
         for t in self.exe.tile_memory() {
-            tiles.append((t.tile, t.variables, t.vertex_state, t.code, t.exchange_code, t.control_code))?;
+            tiles.append((
+                t.tile,
+                t.variables,
+                t.vertex_state,
+                t.code,
+                t.exchange_code,
+                t.control_code,
+            ))?;
         }
         d.set_item("tiles", tiles)?;
         let steps = PyList::empty(py);
@@ -176,7 +203,11 @@ impl PyExecutable {
         if inputs.len() != self.lowered.inputs.len() {
             return Err(crate::errors::to_py(Error::InputMismatch {
                 input: String::new(),
-                message: format!("expected {} inputs, got {}", self.lowered.inputs.len(), inputs.len()),
+                message: format!(
+                    "expected {} inputs, got {}",
+                    self.lowered.inputs.len(),
+                    inputs.len()
+                ),
             }));
         }
         let outs = py
@@ -187,7 +218,11 @@ impl PyExecutable {
                     if data.len() != expect {
                         return Err(Error::InputMismatch {
                             input: b.name.clone(),
-                            message: format!("input '{}' needs {expect} bytes, got {}", b.name, data.len()),
+                            message: format!(
+                                "input '{}' needs {expect} bytes, got {}",
+                                b.name,
+                                data.len()
+                            ),
                         });
                     }
                     dev.push(host_to_device(b.dtype, data, b.device_dtype, &b.name)?);
@@ -213,7 +248,9 @@ impl PyExecutable {
     /// Statistics of the last run (None before the first).
     fn last_run<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
         let guard = self.engine.lock().unwrap();
-        let Some(eng) = guard.as_ref() else { return Ok(None) };
+        let Some(eng) = guard.as_ref() else {
+            return Ok(None);
+        };
         let s = eng.last_run();
         if s.steps == 0 {
             return Ok(None);

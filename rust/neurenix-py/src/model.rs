@@ -15,7 +15,8 @@ use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
 use crate::errors::IntoPyResult;
 
 fn dtype(code: i32, what: &str) -> Result<DType, Error> {
-    DType::from_onnx(code).ok_or_else(|| Error::model(format!("{what}: unsupported element type code {code}")))
+    DType::from_onnx(code)
+        .ok_or_else(|| Error::model(format!("{what}: unsupported element type code {code}")))
 }
 
 fn dims(spec: Option<Vec<Bound<'_, PyAny>>>) -> PyResult<Option<Vec<Dim>>> {
@@ -55,11 +56,9 @@ fn attr(node: &str, name: &str, kind: &str, value: &Bound<'_, PyAny>) -> PyResul
             let (dt, shape, data): (i32, Vec<usize>, Vec<u8>) = value.extract()?;
             Attr::Tensor(tensor(dt, shape, &data, &what).py()?)
         }
-        other => {
-            return Err(crate::errors::to_py(Error::model(format!(
-                "{what}: attributes of kind '{other}' (sparse tensors, type protos) are not supported"
-            ))))
-        }
+        other => return Err(crate::errors::to_py(Error::model(format!(
+            "{what}: attributes of kind '{other}' (sparse tensors, type protos) are not supported"
+        )))),
     })
 }
 
@@ -83,7 +82,14 @@ impl PyModel {
         inputs: Vec<(String, i32, Option<Vec<Bound<'_, PyAny>>>)>,
         outputs: Vec<(String, i32, Option<Vec<Bound<'_, PyAny>>>)>,
         initializers: Vec<(String, i32, Vec<usize>, Vec<u8>)>,
-        nodes: Vec<(String, String, String, Vec<String>, Vec<String>, Vec<(String, String, Bound<'_, PyAny>)>)>,
+        nodes: Vec<(
+            String,
+            String,
+            String,
+            Vec<String>,
+            Vec<String>,
+            Vec<(String, String, Bound<'_, PyAny>)>,
+        )>,
     ) -> PyResult<PyModel> {
         let mut g = Graph::default();
         for (n, dt, _shape, data) in &initializers {
@@ -98,16 +104,32 @@ impl PyModel {
                 // they stay constants here.
                 continue;
             }
-            let d = if dt == 0 { None } else { Some(dtype(dt, &format!("input '{n}'")).py()?) };
+            let d = if dt == 0 {
+                None
+            } else {
+                Some(dtype(dt, &format!("input '{n}'")).py()?)
+            };
             let val = g.value_mut(v);
             val.dtype = d;
             val.shape = dims(shape)?;
             g.inputs.push(v);
         }
         for (i, (n, op_type, domain, ins, outs, attrs)) in nodes.into_iter().enumerate() {
-            let node_name = if n.is_empty() { format!("{op_type}_{i}") } else { n };
-            let inputs: Vec<Option<usize>> =
-                ins.iter().map(|s| if s.is_empty() { None } else { Some(g.value_named(s)) }).collect();
+            let node_name = if n.is_empty() {
+                format!("{op_type}_{i}")
+            } else {
+                n
+            };
+            let inputs: Vec<Option<usize>> = ins
+                .iter()
+                .map(|s| {
+                    if s.is_empty() {
+                        None
+                    } else {
+                        Some(g.value_named(s))
+                    }
+                })
+                .collect();
             let mut outputs = Vec::new();
             for s in &outs {
                 if s.is_empty() {
@@ -127,7 +149,14 @@ impl PyModel {
                 let a = attr(&node_name, &an, &kind, &value)?;
                 amap.insert(an, a);
             }
-            g.nodes.push(Node { name: node_name, op_type, domain, inputs, outputs, attrs: amap });
+            g.nodes.push(Node {
+                name: node_name,
+                op_type,
+                domain,
+                inputs,
+                outputs,
+                attrs: amap,
+            });
         }
         for (n, dt, shape) in outputs {
             let v = g.find(&n).ok_or_else(|| {
@@ -144,7 +173,13 @@ impl PyModel {
             }
             g.outputs.push(v);
         }
-        Ok(PyModel { model: Model { graph: g, opset, name } })
+        Ok(PyModel {
+            model: Model {
+                graph: g,
+                opset,
+                name,
+            },
+        })
     }
 
     /// Declared inputs: [(name, dtype name or None, dims or None)].
@@ -168,9 +203,15 @@ impl PyModel {
 
     /// Graph-level optimisation for concrete inputs [(name, dtype, shape)]:
     /// returns (optimised model, stats dict).
-    fn optimize<'py>(&self, py: Python<'py>, inputs: Vec<(String, String, Vec<usize>)>) -> PyResult<(PyModel, Bound<'py, PyDict>)> {
+    fn optimize<'py>(
+        &self,
+        py: Python<'py>,
+        inputs: Vec<(String, String, Vec<usize>)>,
+    ) -> PyResult<(PyModel, Bound<'py, PyDict>)> {
         let specs = input_specs(inputs)?;
-        let (m, st) = py.detach(|| neurenix_core::compile::optimize(&self.model, &specs)).py()?;
+        let (m, st) = py
+            .detach(|| neurenix_core::compile::optimize(&self.model, &specs))
+            .py()?;
         let d = PyDict::new(py);
         d.set_item("nodes_in", st.nodes_in)?;
         d.set_item("folded", st.folded)?;
@@ -202,14 +243,22 @@ impl PyModel {
         for (v, val) in g.values.iter().enumerate() {
             if let (true, Some(c)) = (used[v], &val.constant) {
                 let shape: Vec<usize> = c.shape().to_vec();
-                inits.append((val.name.clone(), c.dtype.onnx_code(), shape, PyBytes::new(py, &c.to_bytes())))?;
+                inits.append((
+                    val.name.clone(),
+                    c.dtype.onnx_code(),
+                    shape,
+                    PyBytes::new(py, &c.to_bytes()),
+                ))?;
             }
         }
         d.set_item("initializers", inits)?;
         let nodes = PyList::empty(py);
         for n in &g.nodes {
-            let ins: Vec<String> =
-                n.inputs.iter().map(|v| v.map(|v| g.value(v).name.clone()).unwrap_or_default()).collect();
+            let ins: Vec<String> = n
+                .inputs
+                .iter()
+                .map(|v| v.map(|v| g.value(v).name.clone()).unwrap_or_default())
+                .collect();
             let outs: Vec<String> = n.outputs.iter().map(|&v| g.value(v).name.clone()).collect();
             let attrs = PyList::empty(py);
             for (k, a) in &n.attrs {
@@ -235,7 +284,14 @@ impl PyModel {
                 };
                 attrs.append((k.clone(), kind, value))?;
             }
-            nodes.append((n.name.clone(), n.op_type.clone(), n.domain.clone(), ins, outs, attrs))?;
+            nodes.append((
+                n.name.clone(),
+                n.op_type.clone(),
+                n.domain.clone(),
+                ins,
+                outs,
+                attrs,
+            ))?;
         }
         d.set_item("nodes", nodes)?;
         Ok(d)
@@ -263,7 +319,11 @@ fn describe<'py>(py: Python<'py>, g: &Graph, ids: &[usize]) -> PyResult<Bound<'p
     let out = PyList::empty(py);
     for &v in ids {
         let val = g.value(v);
-        out.append((val.name.clone(), val.dtype.map(|d| d.name()), dims_py(py, val)?))?;
+        out.append((
+            val.name.clone(),
+            val.dtype.map(|d| d.name()),
+            dims_py(py, val)?,
+        ))?;
     }
     Ok(out)
 }
@@ -272,7 +332,11 @@ fn describe_codes<'py>(py: Python<'py>, g: &Graph, ids: &[usize]) -> PyResult<Bo
     let out = PyList::empty(py);
     for &v in ids {
         let val = g.value(v);
-        out.append((val.name.clone(), val.dtype.map(|d| d.onnx_code()).unwrap_or(0), dims_py(py, val)?))?;
+        out.append((
+            val.name.clone(),
+            val.dtype.map(|d| d.onnx_code()).unwrap_or(0),
+            dims_py(py, val)?,
+        ))?;
     }
     Ok(out)
 }
@@ -284,7 +348,9 @@ pub fn input_specs(inputs: Vec<(String, String, Vec<usize>)>) -> PyResult<Vec<In
             let dtype = DType::from_name(&dt).map_err(|_| {
                 crate::errors::to_py(Error::InputMismatch {
                     input: name.clone(),
-                    message: format!("input '{name}' has element type {dt}, which the IPU cannot take"),
+                    message: format!(
+                        "input '{name}' has element type {dt}, which the IPU cannot take"
+                    ),
                 })
             })?;
             Ok(InputSpec { name, dtype, shape })

@@ -144,6 +144,60 @@ uint32_t GraphBuilder::copy_to_ipu(uint32_t x, uint32_t ipu, rust::Str name) {
 
 void GraphBuilder::mark_output(uint32_t x, rust::Str name) { graph().add_output_stream(str(name), tensor(x)); }
 
+uint32_t GraphBuilder::conv(uint32_t x, uint32_t w, int64_t bias, rust::Slice<const uint32_t> params,
+                            double memory_proportion, uint8_t partials, uint8_t out_dtype, uint32_t ipu, rust::Str name) {
+  if (params.size() != 11) fail(ErrorCode::kInvalidArgument, "conv expects 11 parameters");
+  ops::ConvOptions o;
+  o.groups = params[0];
+  o.kh = params[1];
+  o.kw = params[2];
+  o.sh = params[3];
+  o.sw = params[4];
+  o.dh = params[5];
+  o.dw = params[6];
+  o.pad_top = params[7];
+  o.pad_left = params[8];
+  o.pad_bottom = params[9];
+  o.pad_right = params[10];
+  o.available_memory_proportion = memory_proportion;
+  o.partials = dtype_from_int(partials);
+  o.out_dtype = dtype_from_int(out_dtype);
+  o.ipu = ipu;
+  o.name = str(name);
+  Tensor tx = tensor(x), tw = tensor(w);
+  Tensor tb;
+  if (bias >= 0) tb = tensor(static_cast<uint32_t>(bias));
+  return keep(ops::conv(graph(), tx, tw, bias >= 0 ? &tb : nullptr, o));
+}
+
+uint32_t GraphBuilder::pool(uint32_t x, rust::Slice<const uint32_t> params, uint32_t ipu, rust::Str name) {
+  if (params.size() != 13) fail(ErrorCode::kInvalidArgument, "pool expects 13 parameters");
+  if (params[0] > static_cast<uint32_t>(PoolMode::kAverageIncludePad)) fail(ErrorCode::kInvalidArgument, "unknown pool mode");
+  ops::PoolOptions o;
+  o.mode = static_cast<PoolMode>(params[0]);
+  o.kh = params[1];
+  o.kw = params[2];
+  o.sh = params[3];
+  o.sw = params[4];
+  o.dh = params[5];
+  o.dw = params[6];
+  o.pad_top = params[7];
+  o.pad_left = params[8];
+  o.pad_bottom = params[9];
+  o.pad_right = params[10];
+  o.out_h = params[11];
+  o.out_w = params[12];
+  o.ipu = ipu;
+  o.name = str(name);
+  Tensor tx = tensor(x);
+  return keep(ops::pool(graph(), tx, o));
+}
+
+uint32_t GraphBuilder::gather_rows(uint32_t table, uint32_t indices, uint32_t ipu, rust::Str name) {
+  Tensor tt = tensor(table), ti = tensor(indices);
+  return keep(ops::gather_rows(graph(), tt, ti, ipu, str(name)));
+}
+
 std::unique_ptr<CompiledGraph> GraphBuilder::compile() {
   graph();
   std::shared_ptr<const Executable> exe = neurenix::compile(std::move(graph_));

@@ -43,6 +43,10 @@ class GraphBuilder {
   uint32_t fill(uint8_t dtype, rust::Slice<const uint64_t> shape, double value, uint32_t ipu, rust::Str name);
   uint32_t copy_to_ipu(uint32_t x, uint32_t ipu, rust::Str name);
   void mark_output(uint32_t x, rust::Str name);
+  uint32_t conv(uint32_t x, uint32_t w, int64_t bias, rust::Slice<const uint32_t> params, double memory_proportion,
+                uint8_t partials, uint8_t out_dtype, uint32_t ipu, rust::Str name);
+  uint32_t pool(uint32_t x, rust::Slice<const uint32_t> params, uint32_t ipu, rust::Str name);
+  uint32_t gather_rows(uint32_t table, uint32_t indices, uint32_t ipu, rust::Str name);
   std::unique_ptr<CompiledGraph> compile();
 
  private:

@@ -7,7 +7,9 @@
 //! abort.
 
 use cxx::UniquePtr;
-use neurenix_core::backend::{Backend, MatMulParams, ReduceFinal, ReduceOp, TensorId};
+use neurenix_core::backend::{
+    Backend, ConvParams, MatMulParams, PoolParams, ReduceFinal, ReduceOp, TensorId,
+};
 use neurenix_core::dtype::DeviceType;
 use neurenix_core::error::{Error, Result, TileOverflow};
 use neurenix_core::expr::ExprInstr;
@@ -113,7 +115,13 @@ pub mod ffi {
         fn expr_op_name(code: u16) -> String;
 
         fn new_graph(spec: &str, num_ipus: u32) -> Result<UniquePtr<GraphBuilder>>;
-        fn add_input(self: Pin<&mut GraphBuilder>, name: &str, dtype: u8, shape: &[u64], ipu: u32) -> Result<u32>;
+        fn add_input(
+            self: Pin<&mut GraphBuilder>,
+            name: &str,
+            dtype: u8,
+            shape: &[u64],
+            ipu: u32,
+        ) -> Result<u32>;
         fn add_constant(
             self: Pin<&mut GraphBuilder>,
             name: &str,
@@ -162,10 +170,51 @@ pub mod ffi {
             ipu: u32,
             name: &str,
         ) -> Result<u32>;
-        fn concat(self: Pin<&mut GraphBuilder>, xs: &[u32], axis: u32, ipu: u32, name: &str) -> Result<u32>;
-        fn fill(self: Pin<&mut GraphBuilder>, dtype: u8, shape: &[u64], value: f64, ipu: u32, name: &str) -> Result<u32>;
+        fn concat(
+            self: Pin<&mut GraphBuilder>,
+            xs: &[u32],
+            axis: u32,
+            ipu: u32,
+            name: &str,
+        ) -> Result<u32>;
+        fn fill(
+            self: Pin<&mut GraphBuilder>,
+            dtype: u8,
+            shape: &[u64],
+            value: f64,
+            ipu: u32,
+            name: &str,
+        ) -> Result<u32>;
         fn copy_to_ipu(self: Pin<&mut GraphBuilder>, x: u32, ipu: u32, name: &str) -> Result<u32>;
         fn mark_output(self: Pin<&mut GraphBuilder>, x: u32, name: &str) -> Result<()>;
+        /// params: groups, kh, kw, sh, sw, dh, dw, pad top, left, bottom, right.
+        fn conv(
+            self: Pin<&mut GraphBuilder>,
+            x: u32,
+            w: u32,
+            bias: i64,
+            params: &[u32],
+            memory_proportion: f64,
+            partials: u8,
+            out_dtype: u8,
+            ipu: u32,
+            name: &str,
+        ) -> Result<u32>;
+        /// params: mode, kh, kw, sh, sw, dh, dw, pad top, left, bottom, right, out_h, out_w.
+        fn pool(
+            self: Pin<&mut GraphBuilder>,
+            x: u32,
+            params: &[u32],
+            ipu: u32,
+            name: &str,
+        ) -> Result<u32>;
+        fn gather_rows(
+            self: Pin<&mut GraphBuilder>,
+            table: u32,
+            indices: u32,
+            ipu: u32,
+            name: &str,
+        ) -> Result<u32>;
         /// Compiles the graph built so far; the builder is left empty.
         fn compile(self: Pin<&mut GraphBuilder>) -> Result<UniquePtr<CompiledGraph>>;
 
@@ -187,7 +236,8 @@ pub mod ffi {
         fn last_run(self: &EngineHandle) -> RunStatsFfi;
         fn arena_bytes(self: &EngineHandle) -> u64;
 
-        fn new_device_manager(spec: &str, lock_dir: &str) -> Result<UniquePtr<DeviceManagerHandle>>;
+        fn new_device_manager(spec: &str, lock_dir: &str)
+            -> Result<UniquePtr<DeviceManagerHandle>>;
         fn devices(self: &DeviceManagerHandle) -> Vec<DeviceInfoFfi>;
         fn holder_pid(self: &DeviceManagerHandle, ipu: u32) -> i32;
         fn lock_dir(self: &DeviceManagerHandle) -> String;
@@ -215,8 +265,10 @@ unsafe impl Send for ffi::EngineHandle {}
 unsafe impl Send for ffi::DeviceManagerHandle {}
 unsafe impl Send for ffi::DeviceHandle {}
 
-pub use ffi::{DeviceInfoFfi as DeviceInfo, OpRecordFfi as OpRecord, RunStatsFfi as RunStats, StepCostFfi as StepCost,
-              SystemInfoFfi as SystemInfo, TileMemoryFfi as TileMemory};
+pub use ffi::{
+    DeviceInfoFfi as DeviceInfo, OpRecordFfi as OpRecord, RunStatsFfi as RunStats,
+    StepCostFfi as StepCost, SystemInfoFfi as SystemInfo, TileMemoryFfi as TileMemory,
+};
 
 fn core_err(e: cxx::Exception) -> Error {
     Error::from_core(e.what())
@@ -243,7 +295,9 @@ pub struct SimBackend {
 
 impl SimBackend {
     pub fn new(spec: &str, num_ipus: u32) -> Result<SimBackend> {
-        Ok(SimBackend { builder: ffi::new_graph(spec, num_ipus).map_err(core_err)? })
+        Ok(SimBackend {
+            builder: ffi::new_graph(spec, num_ipus).map_err(core_err)?,
+        })
     }
 
     /// Compiles what has been built. Tiles that overflow are an
@@ -273,16 +327,43 @@ impl SimBackend {
 }
 
 impl Backend for SimBackend {
-    fn add_input(&mut self, name: &str, dtype: DeviceType, shape: &[usize], ipu: u32) -> Result<TensorId> {
-        self.builder.pin_mut().add_input(name, dtype.code(), &shape64(shape), ipu).map_err(core_err)
+    fn add_input(
+        &mut self,
+        name: &str,
+        dtype: DeviceType,
+        shape: &[usize],
+        ipu: u32,
+    ) -> Result<TensorId> {
+        self.builder
+            .pin_mut()
+            .add_input(name, dtype.code(), &shape64(shape), ipu)
+            .map_err(core_err)
     }
-    fn add_constant(&mut self, name: &str, dtype: DeviceType, shape: &[usize], data: &[u8], ipu: u32) -> Result<TensorId> {
-        self.builder.pin_mut().add_constant(name, dtype.code(), &shape64(shape), data, ipu).map_err(core_err)
+    fn add_constant(
+        &mut self,
+        name: &str,
+        dtype: DeviceType,
+        shape: &[usize],
+        data: &[u8],
+        ipu: u32,
+    ) -> Result<TensorId> {
+        self.builder
+            .pin_mut()
+            .add_constant(name, dtype.code(), &shape64(shape), data, ipu)
+            .map_err(core_err)
     }
     fn matmul(&mut self, a: TensorId, b: TensorId, p: &MatMulParams) -> Result<TensorId> {
         self.builder
             .pin_mut()
-            .matmul(a, b, p.available_memory_proportion, p.partials.code(), p.out_dtype.code(), p.ipu, &p.name)
+            .matmul(
+                a,
+                b,
+                p.available_memory_proportion,
+                p.partials.code(),
+                p.out_dtype.code(),
+                p.ipu,
+                &p.name,
+            )
             .map_err(core_err)
     }
     fn map(
@@ -296,9 +377,18 @@ impl Backend for SimBackend {
     ) -> Result<TensorId> {
         let e: Vec<ffi::ExprInstrFfi> = expr
             .iter()
-            .map(|i| ffi::ExprInstrFfi { op: i.op, arg: i.arg, imm: i.imm, imm2: i.imm2, half: i.half })
+            .map(|i| ffi::ExprInstrFfi {
+                op: i.op,
+                arg: i.arg,
+                imm: i.imm,
+                imm2: i.imm2,
+                half: i.half,
+            })
             .collect();
-        self.builder.pin_mut().map(&e, inputs, out_dtype.code(), &shape64(out_shape), ipu, name).map_err(core_err)
+        self.builder
+            .pin_mut()
+            .map(&e, inputs, out_dtype.code(), &shape64(out_shape), ipu, name)
+            .map_err(core_err)
     }
     fn reduce(
         &mut self,
@@ -314,11 +404,23 @@ impl Backend for SimBackend {
         let axes: Vec<u32> = axes.iter().map(|&a| a as u32).collect();
         self.builder
             .pin_mut()
-            .reduce(x, &axes, op as u8, final_op as u8, scale, out_dtype.code(), ipu, name)
+            .reduce(
+                x,
+                &axes,
+                op as u8,
+                final_op as u8,
+                scale,
+                out_dtype.code(),
+                ipu,
+                name,
+            )
             .map_err(core_err)
     }
     fn reshape(&mut self, x: TensorId, shape: &[usize]) -> Result<TensorId> {
-        self.builder.pin_mut().reshape(x, &shape64(shape)).map_err(core_err)
+        self.builder
+            .pin_mut()
+            .reshape(x, &shape64(shape))
+            .map_err(core_err)
     }
     fn rearrange(
         &mut self,
@@ -329,19 +431,109 @@ impl Backend for SimBackend {
         ipu: u32,
         name: &str,
     ) -> Result<TensorId> {
-        self.builder.pin_mut().rearrange(x, offset, &shape64(shape), strides, ipu, name).map_err(core_err)
+        self.builder
+            .pin_mut()
+            .rearrange(x, offset, &shape64(shape), strides, ipu, name)
+            .map_err(core_err)
     }
     fn concat(&mut self, xs: &[TensorId], axis: usize, ipu: u32, name: &str) -> Result<TensorId> {
-        self.builder.pin_mut().concat(xs, axis as u32, ipu, name).map_err(core_err)
+        self.builder
+            .pin_mut()
+            .concat(xs, axis as u32, ipu, name)
+            .map_err(core_err)
     }
-    fn fill(&mut self, dtype: DeviceType, shape: &[usize], value: f64, ipu: u32, name: &str) -> Result<TensorId> {
-        self.builder.pin_mut().fill(dtype.code(), &shape64(shape), value, ipu, name).map_err(core_err)
+    fn fill(
+        &mut self,
+        dtype: DeviceType,
+        shape: &[usize],
+        value: f64,
+        ipu: u32,
+        name: &str,
+    ) -> Result<TensorId> {
+        self.builder
+            .pin_mut()
+            .fill(dtype.code(), &shape64(shape), value, ipu, name)
+            .map_err(core_err)
     }
     fn copy_to_ipu(&mut self, x: TensorId, ipu: u32, name: &str) -> Result<TensorId> {
-        self.builder.pin_mut().copy_to_ipu(x, ipu, name).map_err(core_err)
+        self.builder
+            .pin_mut()
+            .copy_to_ipu(x, ipu, name)
+            .map_err(core_err)
     }
     fn mark_output(&mut self, x: TensorId, name: &str) -> Result<()> {
-        self.builder.pin_mut().mark_output(x, name).map_err(core_err)
+        self.builder
+            .pin_mut()
+            .mark_output(x, name)
+            .map_err(core_err)
+    }
+    fn conv(
+        &mut self,
+        x: TensorId,
+        w: TensorId,
+        bias: Option<TensorId>,
+        p: &ConvParams,
+    ) -> Result<TensorId> {
+        let params = [
+            p.groups,
+            p.kernel[0],
+            p.kernel[1],
+            p.strides[0],
+            p.strides[1],
+            p.dilations[0],
+            p.dilations[1],
+            p.pads[0],
+            p.pads[1],
+            p.pads[2],
+            p.pads[3],
+        ];
+        self.builder
+            .pin_mut()
+            .conv(
+                x,
+                w,
+                bias.map(i64::from).unwrap_or(-1),
+                &params,
+                p.available_memory_proportion,
+                p.partials.code(),
+                p.out_dtype.code(),
+                p.ipu,
+                &p.name,
+            )
+            .map_err(core_err)
+    }
+    fn pool(&mut self, x: TensorId, p: &PoolParams) -> Result<TensorId> {
+        let params = [
+            p.mode as u32,
+            p.kernel[0],
+            p.kernel[1],
+            p.strides[0],
+            p.strides[1],
+            p.dilations[0],
+            p.dilations[1],
+            p.pads[0],
+            p.pads[1],
+            p.pads[2],
+            p.pads[3],
+            p.out_hw[0],
+            p.out_hw[1],
+        ];
+        self.builder
+            .pin_mut()
+            .pool(x, &params, p.ipu, &p.name)
+            .map_err(core_err)
+    }
+    fn gather_rows(
+        &mut self,
+        table: TensorId,
+        indices: TensorId,
+        ipu: u32,
+        name: &str,
+    ) -> Result<TensorId> {
+        self.builder
+            .pin_mut()
+            .gather_rows(table, indices, ipu, name)
+            .map_err(core_err)
     }
 }
 
@@ -374,7 +566,9 @@ impl SimExecutable {
     }
     /// Loads the program into fresh tile memory (`threads` = 0: default).
     pub fn load(&self, threads: u32) -> Result<SimEngine> {
-        Ok(SimEngine { engine: ffi::load_engine(&self.graph, threads).map_err(core_err)? })
+        Ok(SimEngine {
+            engine: ffi::load_engine(&self.graph, threads).map_err(core_err)?,
+        })
     }
 }
 
@@ -387,7 +581,10 @@ impl SimEngine {
     /// Inputs in device types, in the program's input order.
     pub fn run(&mut self, inputs: &[Vec<u8>]) -> Result<Vec<Vec<u8>>> {
         for (i, data) in inputs.iter().enumerate() {
-            self.engine.pin_mut().write_input(i as u32, data).map_err(core_err)?;
+            self.engine
+                .pin_mut()
+                .write_input(i as u32, data)
+                .map_err(core_err)?;
         }
         self.engine.pin_mut().run().map_err(core_err)?;
         let mut outs = Vec::new();
@@ -419,7 +616,9 @@ pub struct SimDeviceManager {
 
 impl SimDeviceManager {
     pub fn new(spec: &str, lock_dir: &str) -> Result<SimDeviceManager> {
-        Ok(SimDeviceManager { inner: ffi::new_device_manager(spec, lock_dir).map_err(core_err)? })
+        Ok(SimDeviceManager {
+            inner: ffi::new_device_manager(spec, lock_dir).map_err(core_err)?,
+        })
     }
     pub fn devices(&self) -> Vec<DeviceInfo> {
         self.inner.devices()
@@ -431,8 +630,17 @@ impl SimDeviceManager {
         self.inner.lock_dir()
     }
     /// `device_id` < 0: any free group. `timeout_seconds` > 0 waits that long.
-    pub fn attach(&mut self, num_ipus: u32, device_id: i64, timeout_seconds: f64) -> Result<SimDevice> {
-        match self.inner.pin_mut().attach(num_ipus, device_id, timeout_seconds) {
+    pub fn attach(
+        &mut self,
+        num_ipus: u32,
+        device_id: i64,
+        timeout_seconds: f64,
+    ) -> Result<SimDevice> {
+        match self
+            .inner
+            .pin_mut()
+            .attach(num_ipus, device_id, timeout_seconds)
+        {
             Ok(d) => Ok(SimDevice { inner: d }),
             Err(e) => Err(match Error::from_core(e.what()) {
                 Error::DeviceUnavailable { message, .. } => Error::DeviceUnavailable {

@@ -54,7 +54,13 @@ fn first(args: Vec<Option<Expr>>) -> Expr {
     args.into_iter().next().flatten().expect("first operand")
 }
 
-fn build_expr(ew: &Elementwise, node: &Node, opset: i64, args: Vec<Option<Expr>>, half: bool) -> Result<Expr> {
+fn build_expr(
+    ew: &Elementwise,
+    node: &Node,
+    opset: i64,
+    args: Vec<Option<Expr>>,
+    half: bool,
+) -> Result<Expr> {
     Ok(match ew.build {
         Build::Un(op) => Expr::un(op, first(args), half),
         Build::Bin(op) => {
@@ -83,14 +89,30 @@ fn mean(_n: &Node, _o: i64, args: Vec<Option<Expr>>, half: bool) -> Result<Expr>
     for b in it {
         acc = Expr::bin(ExprOp::Add, acc, b, half);
     }
-    Ok(if n > 1 { Expr::bin(ExprOp::Div, acc, Expr::constf(n as f64, half), half) } else { acc })
+    Ok(if n > 1 {
+        Expr::bin(ExprOp::Div, acc, Expr::constf(n as f64, half), half)
+    } else {
+        acc
+    })
 }
 
 fn leaky_relu(n: &Node, _o: i64, a: Vec<Option<Expr>>, half: bool) -> Result<Expr> {
-    Ok(Expr::param(ExprOp::LeakyRelu, first(a), n.attr_f("alpha", 0.01)? as f64, 0.0, half))
+    Ok(Expr::param(
+        ExprOp::LeakyRelu,
+        first(a),
+        n.attr_f("alpha", 0.01)? as f64,
+        0.0,
+        half,
+    ))
 }
 fn elu(n: &Node, _o: i64, a: Vec<Option<Expr>>, half: bool) -> Result<Expr> {
-    Ok(Expr::param(ExprOp::Elu, first(a), n.attr_f("alpha", 1.0)? as f64, 0.0, half))
+    Ok(Expr::param(
+        ExprOp::Elu,
+        first(a),
+        n.attr_f("alpha", 1.0)? as f64,
+        0.0,
+        half,
+    ))
 }
 fn selu(n: &Node, _o: i64, a: Vec<Option<Expr>>, half: bool) -> Result<Expr> {
     let alpha = n.attr_f("alpha", 1.673_263_2)? as f64;
@@ -101,7 +123,13 @@ fn selu(n: &Node, _o: i64, a: Vec<Option<Expr>>, half: bool) -> Result<Expr> {
 fn hard_sigmoid(n: &Node, _o: i64, a: Vec<Option<Expr>>, half: bool) -> Result<Expr> {
     let alpha = n.attr_f("alpha", 0.2)? as f64;
     let beta = n.attr_f("beta", 0.5)? as f64;
-    Ok(Expr::param(ExprOp::HardSigmoid, first(a), alpha, beta, half))
+    Ok(Expr::param(
+        ExprOp::HardSigmoid,
+        first(a),
+        alpha,
+        beta,
+        half,
+    ))
 }
 fn hard_swish(_n: &Node, _o: i64, a: Vec<Option<Expr>>, half: bool) -> Result<Expr> {
     let x = first(a);
@@ -132,16 +160,31 @@ fn prelu(_n: &Node, _o: i64, a: Vec<Option<Expr>>, half: bool) -> Result<Expr> {
     let x = it.next().unwrap();
     let slope = it.next().unwrap();
     let neg = Expr::bin(ExprOp::Lt, x.clone(), Expr::constf(0.0, half), false);
-    Ok(Expr::select(neg, Expr::bin(ExprOp::Mul, x.clone(), slope, half), x, half))
+    Ok(Expr::select(
+        neg,
+        Expr::bin(ExprOp::Mul, x.clone(), slope, half),
+        x,
+        half,
+    ))
 }
 fn modulo(n: &Node, _o: i64, a: Vec<Option<Expr>>, half: bool) -> Result<Expr> {
-    let op = if n.attr_i("fmod", 0)? != 0 { ExprOp::Fmod } else { ExprOp::Mod };
+    // (Float inputs need fmod=1; `Elementwise::infer` checks it.)
+    let op = if n.attr_i("fmod", 0)? != 0 {
+        ExprOp::Fmod
+    } else {
+        ExprOp::Mod
+    };
     let mut it = a.into_iter().flatten();
     Ok(Expr::bin(op, it.next().unwrap(), it.next().unwrap(), half))
 }
 fn where_(_n: &Node, _o: i64, a: Vec<Option<Expr>>, half: bool) -> Result<Expr> {
     let mut it = a.into_iter().flatten();
-    Ok(Expr::select(it.next().unwrap(), it.next().unwrap(), it.next().unwrap(), half))
+    Ok(Expr::select(
+        it.next().unwrap(),
+        it.next().unwrap(),
+        it.next().unwrap(),
+        half,
+    ))
 }
 fn clip(n: &Node, opset: i64, a: Vec<Option<Expr>>, half: bool) -> Result<Expr> {
     let mut it = a.into_iter();
@@ -219,9 +262,21 @@ impl Operator for Elementwise {
         let shape = broadcast_shapes(&shapes)
             .ok_or_else(|| cx.err(format!("input shapes {shapes:?} do not broadcast together")))?;
         if cx.node.op_type == "PRelu" && shape != shapes[0] {
-            return Err(cx.err(format!("slope {:?} does not broadcast to input {:?}", shapes[1], shapes[0])));
+            return Err(cx.err(format!(
+                "slope {:?} does not broadcast to input {:?}",
+                shapes[1], shapes[0]
+            )));
         }
-        let dtype = if self.out == Out::Bool { DType::Bool } else { t };
+        if cx.node.op_type == "Mod" && t.is_float() && cx.node.attr_i("fmod", 0)? == 0 {
+            return Err(cx.err(
+                "float inputs need fmod=1 (the ONNX specification leaves fmod=0 to integers)",
+            ));
+        }
+        let dtype = if self.out == Out::Bool {
+            DType::Bool
+        } else {
+            t
+        };
         Ok(vec![TypeShape::new(dtype, shape)])
     }
 
@@ -245,10 +300,17 @@ impl Operator for Elementwise {
             Ok(e) => e,
             Err(e) => return Some(Err(e)),
         };
-        let float_t = if out.dtype.is_float() { out.dtype } else { cx.in_dtype(0).ok()? };
+        let float_t = if out.dtype.is_float() {
+            out.dtype
+        } else {
+            cx.in_dtype(0).ok()?
+        };
         let round = move |v: f64| round_float(float_t, v);
         Some(eval_host(&e, &present, &out.shape, &round).map(|d| {
-            let t = HostTensor { dtype: out.dtype, data: d };
+            let t = HostTensor {
+                dtype: out.dtype,
+                data: d,
+            };
             vec![t.cast(out.dtype)]
         }))
     }
@@ -256,7 +318,11 @@ impl Operator for Elementwise {
     fn lower(&self, cx: &mut LowerCx, node: &Node) -> Result<()> {
         let out = node.outputs[0];
         let shape = cx.shape(out)?;
-        let operand_t = if node.op_type == "Where" { cx.dtype(node.input(1).unwrap())? } else { cx.dtype(node.input(0).unwrap())? };
+        let operand_t = if node.op_type == "Where" {
+            cx.dtype(node.input(1).unwrap())?
+        } else {
+            cx.dtype(node.input(0).unwrap())?
+        };
         let compute = cx.device_type(operand_t);
         let half = compute == DeviceType::F16;
         let mut ins = Vec::new();
@@ -264,14 +330,22 @@ impl Operator for Elementwise {
         for (i, v) in node.inputs.iter().enumerate() {
             match v {
                 Some(v) => {
-                    let want = if node.op_type == "Where" && i == 0 { DeviceType::Bool } else { compute };
+                    let want = if node.op_type == "Where" && i == 0 {
+                        DeviceType::Bool
+                    } else {
+                        compute
+                    };
                     args.push(Some(cx.operand(*v, &mut ins, Some(want))?));
                 }
                 None => args.push(None),
             }
         }
         let e = build_expr(self, node, cx.opset, args, half)?;
-        let out_dt = if self.out == Out::Bool { DeviceType::Bool } else { compute };
+        let out_dt = if self.out == Out::Bool {
+            DeviceType::Bool
+        } else {
+            compute
+        };
         cx.set_lazy(out, e, ins, shape, out_dt);
         Ok(())
     }
@@ -286,7 +360,8 @@ impl Cast {
             return cx.in_dtype(1);
         }
         let to = cx.node.attr_i("to", -1)?;
-        DType::from_onnx(to as i32).ok_or_else(|| cx.unsupported_form(&format!("cast to element type {to}")))
+        DType::from_onnx(to as i32)
+            .ok_or_else(|| cx.unsupported_form(&format!("cast to element type {to}")))
     }
 }
 
@@ -304,12 +379,35 @@ impl Operator for Cast {
     fn lower(&self, cx: &mut LowerCx, node: &Node) -> Result<()> {
         let out = node.outputs[0];
         let to = cx.dtype(out)?;
+        let from = cx.dtype(node.input(0).unwrap())?;
         let dev = cx.device_type(to);
         let mut ins = Vec::new();
         let mut e = cx.operand(node.input(0).unwrap(), &mut ins, None)?;
         // A cast to half rounds even when the policy keeps floats in float32.
         if to == DType::F16 && dev != DeviceType::F16 {
             e = cast_expr(e, DeviceType::F16);
+        }
+        // Integer types narrower than int32 live in int32 on the device: floats
+        // saturate into their range, integers wrap (two's complement).
+        let narrow = match to {
+            DType::I8 => Some((-128.0, 127.0)),
+            DType::U8 => Some((0.0, 255.0)),
+            DType::I16 => Some((-32768.0, 32767.0)),
+            DType::U16 => Some((0.0, 65535.0)),
+            _ => None,
+        };
+        if let Some((lo, hi)) = narrow {
+            if from.is_float() {
+                e = cast_expr(e, DeviceType::F32);
+                e = Expr::param(ExprOp::Clamp, e, lo, hi, false);
+                e = cast_expr(e, DeviceType::I32);
+            } else {
+                let span = hi - lo + 1.0;
+                e = cast_expr(e, DeviceType::I32);
+                let shifted = Expr::bin(ExprOp::Sub, e, Expr::consti(lo as i64), false);
+                let wrapped = Expr::bin(ExprOp::Mod, shifted, Expr::consti(span as i64), false);
+                e = Expr::bin(ExprOp::Add, wrapped, Expr::consti(lo as i64), false);
+            }
         }
         let e = cast_expr(e, dev);
         let shape = cx.shape(out)?;
@@ -321,7 +419,16 @@ impl Operator for Cast {
 pub fn register(r: &mut Registry) {
     use ExprOp as E;
     let mut add = |name: &'static str, ty: Ty, out: Out, build: Build, min: usize, max: usize| {
-        r.insert(name, Box::new(Elementwise { ty, out, build, min_inputs: min, max_inputs: max }));
+        r.insert(
+            name,
+            Box::new(Elementwise {
+                ty,
+                out,
+                build,
+                min_inputs: min,
+                max_inputs: max,
+            }),
+        );
     };
     for (name, op) in [
         ("Sigmoid", E::Sigmoid),
@@ -341,7 +448,12 @@ pub fn register(r: &mut Registry) {
     ] {
         add(name, Ty::Float, Out::Same, Build::Un(op), 1, 1);
     }
-    for (name, op) in [("Neg", E::Neg), ("Abs", E::Abs), ("Relu", E::Relu), ("Sign", E::Sign)] {
+    for (name, op) in [
+        ("Neg", E::Neg),
+        ("Abs", E::Abs),
+        ("Relu", E::Relu),
+        ("Sign", E::Sign),
+    ] {
         add(name, Ty::Numeric, Out::Same, Build::Un(op), 1, 1);
     }
     add("IsNaN", Ty::Float, Out::Bool, Build::Un(E::IsNan), 1, 1);
@@ -359,14 +471,27 @@ pub fn register(r: &mut Registry) {
         add(name, Ty::Float, Out::Same, Build::Custom(b), 1, 1);
     }
     add("PRelu", Ty::Numeric, Out::Same, Build::Custom(prelu), 2, 2);
-    for (name, op) in [("Add", E::Add), ("Sub", E::Sub), ("Mul", E::Mul), ("Div", E::Div), ("Pow", E::Pow)] {
+    for (name, op) in [
+        ("Add", E::Add),
+        ("Sub", E::Sub),
+        ("Mul", E::Mul),
+        ("Div", E::Div),
+        ("Pow", E::Pow),
+    ] {
         add(name, Ty::Numeric, Out::Same, Build::Bin(op), 2, 2);
     }
     add("Mod", Ty::Numeric, Out::Same, Build::Custom(modulo), 2, 2);
     for (name, op) in [("Max", E::Max), ("Min", E::Min), ("Sum", E::Add)] {
         add(name, Ty::Numeric, Out::Same, Build::Fold(op), 1, usize::MAX);
     }
-    add("Mean", Ty::Float, Out::Same, Build::Custom(mean), 1, usize::MAX);
+    add(
+        "Mean",
+        Ty::Float,
+        Out::Same,
+        Build::Custom(mean),
+        1,
+        usize::MAX,
+    );
     for (name, op) in [
         ("Equal", E::Eq),
         ("Less", E::Lt),

@@ -29,8 +29,16 @@ fn matmul_shapes(cx: &OpCx, a: &[usize], b: &[usize]) -> Result<MatMulShapes> {
     if a.is_empty() || b.is_empty() {
         return Err(cx.err("operands must have at least one dimension"));
     }
-    let a2: Vec<usize> = if a.len() == 1 { vec![1, a[0]] } else { a.to_vec() };
-    let b2: Vec<usize> = if b.len() == 1 { vec![b[0], 1] } else { b.to_vec() };
+    let a2: Vec<usize> = if a.len() == 1 {
+        vec![1, a[0]]
+    } else {
+        a.to_vec()
+    };
+    let b2: Vec<usize> = if b.len() == 1 {
+        vec![b[0], 1]
+    } else {
+        b.to_vec()
+    };
     let (m, k) = (a2[a2.len() - 2], a2[a2.len() - 1]);
     let (k2, n) = (b2[b2.len() - 2], b2[b2.len() - 1]);
     if k != k2 {
@@ -38,8 +46,11 @@ fn matmul_shapes(cx: &OpCx, a: &[usize], b: &[usize]) -> Result<MatMulShapes> {
     }
     let a_batch = a2[..a2.len() - 2].to_vec();
     let b_batch = b2[..b2.len() - 2].to_vec();
-    let batch = broadcast_shapes(&[a_batch.clone(), b_batch.clone()])
-        .ok_or_else(|| cx.err(format!("batch dimensions of {a:?} and {b:?} do not broadcast")))?;
+    let batch = broadcast_shapes(&[a_batch.clone(), b_batch.clone()]).ok_or_else(|| {
+        cx.err(format!(
+            "batch dimensions of {a:?} and {b:?} do not broadcast"
+        ))
+    })?;
     let mut out = batch.clone();
     if a.len() > 1 {
         out.push(m);
@@ -47,7 +58,15 @@ fn matmul_shapes(cx: &OpCx, a: &[usize], b: &[usize]) -> Result<MatMulShapes> {
     if b.len() > 1 {
         out.push(n);
     }
-    Ok(MatMulShapes { batch, a_batch, b_batch, m, k, n, out })
+    Ok(MatMulShapes {
+        batch,
+        a_batch,
+        b_batch,
+        m,
+        k,
+        n,
+        out,
+    })
 }
 
 fn host_matmul(a: &HostTensor, b: &HostTensor, s: &MatMulShapes, dtype: DType) -> HostTensor {
@@ -62,8 +81,18 @@ fn host_matmul(a: &HostTensor, b: &HostTensor, s: &MatMulShapes, dtype: DType) -
     b_shape.extend([s.k, s.n]);
     let av = a.as_float().into_shape_with_order(IxDyn(&a_shape)).unwrap();
     let bv = b.as_float().into_shape_with_order(IxDyn(&b_shape)).unwrap();
-    let av: Vec<f64> = av.broadcast(IxDyn(&full_a)).unwrap().iter().copied().collect();
-    let bv: Vec<f64> = bv.broadcast(IxDyn(&full_b)).unwrap().iter().copied().collect();
+    let av: Vec<f64> = av
+        .broadcast(IxDyn(&full_a))
+        .unwrap()
+        .iter()
+        .copied()
+        .collect();
+    let bv: Vec<f64> = bv
+        .broadcast(IxDyn(&full_b))
+        .unwrap()
+        .iter()
+        .copied()
+        .collect();
     let mut out = vec![0.0; g * s.m * s.n];
     for gi in 0..g {
         for i in 0..s.m {
@@ -79,7 +108,12 @@ fn host_matmul(a: &HostTensor, b: &HostTensor, s: &MatMulShapes, dtype: DType) -
 }
 
 /// [.., M, K] x [.., K, N] on the device, with numpy's promotions.
-fn lower_matmul(cx: &mut LowerCx, a: &DevTensor, b: &DevTensor, s: &MatMulShapes) -> Result<DevTensor> {
+fn lower_matmul(
+    cx: &mut LowerCx,
+    a: &DevTensor,
+    b: &DevTensor,
+    s: &MatMulShapes,
+) -> Result<DevTensor> {
     let ft = cx.float_type();
     let a = cx.cast(a.clone(), ft)?;
     let b = cx.cast(b.clone(), ft)?;
@@ -118,7 +152,9 @@ impl Operator for MatMul {
     fn infer(&self, cx: &OpCx) -> Result<Vec<TypeShape>> {
         let t = cx.same_dtype(&[0, 1])?;
         if !t.is_float() {
-            return Err(cx.unsupported_form(&format!("MatMul on {t}: only float matrix products run on the IPU")));
+            return Err(cx.unsupported_form(&format!(
+                "MatMul on {t}: only float matrix products run on the IPU"
+            )));
         }
         let s = matmul_shapes(cx, &cx.in_shape(0)?, &cx.in_shape(1)?)?;
         Ok(vec![TypeShape::new(t, s.out)])
@@ -137,7 +173,11 @@ impl Operator for MatMul {
     fn lower(&self, cx: &mut LowerCx, node: &Node) -> Result<()> {
         let (va, vb) = (node.input(0).unwrap(), node.input(1).unwrap());
         let (sa, sb) = (cx.shape(va)?, cx.shape(vb)?);
-        let opcx = OpCx { graph: cx.graph, node, opset: cx.opset };
+        let opcx = OpCx {
+            graph: cx.graph,
+            node,
+            opset: cx.opset,
+        };
         let s = matmul_shapes(&opcx, &sa, &sb)?;
         let a = cx.tensor(va)?;
         let b = cx.tensor(vb)?;
@@ -170,7 +210,9 @@ impl Gemm {
         let (m, k) = if ta { (a[1], a[0]) } else { (a[0], a[1]) };
         let (k2, n) = if tb { (b[1], b[0]) } else { (b[0], b[1]) };
         if k != k2 {
-            return Err(cx.err(format!("inner dimensions differ: A {a:?} (transA={ta}) and B {b:?} (transB={tb})")));
+            return Err(cx.err(format!(
+                "inner dimensions differ: A {a:?} (transA={ta}) and B {b:?} (transB={tb})"
+            )));
         }
         Ok((m, k, n))
     }
@@ -179,7 +221,7 @@ impl Gemm {
 fn transpose2(t: &HostTensor) -> HostTensor {
     let a = t.as_float();
     let v = a.view().into_dimensionality::<ndarray::Ix2>().unwrap();
-    let tr = v.t().to_owned().into_dyn();
+    let tr = v.t().as_standard_layout().into_owned().into_dyn();
     HostTensor::float(t.dtype, tr)
 }
 
@@ -187,7 +229,9 @@ impl Operator for Gemm {
     fn infer(&self, cx: &OpCx) -> Result<Vec<TypeShape>> {
         let t = cx.same_dtype(&[0, 1, 2])?;
         if !t.is_float() {
-            return Err(cx.unsupported_form(&format!("Gemm on {t}: only float matrix products run on the IPU")));
+            return Err(cx.unsupported_form(&format!(
+                "Gemm on {t}: only float matrix products run on the IPU"
+            )));
         }
         let (m, _, n) = Gemm::dims(cx)?;
         if cx.has_input(2) {
@@ -205,14 +249,26 @@ impl Operator for Gemm {
         }
         let mut a = inputs[0]?.clone();
         let mut b = inputs[1]?.clone();
-        let c = if cx.has_input(2) { Some(inputs[2]?) } else { None };
+        let c = if cx.has_input(2) {
+            Some(inputs[2]?)
+        } else {
+            None
+        };
         if cx.node.attr_i("transA", 0).ok()? != 0 {
             a = transpose2(&a);
         }
         if cx.node.attr_i("transB", 0).ok()? != 0 {
             b = transpose2(&b);
         }
-        let s = MatMulShapes { batch: vec![], a_batch: vec![], b_batch: vec![], m, k, n, out: vec![m, n] };
+        let s = MatMulShapes {
+            batch: vec![],
+            a_batch: vec![],
+            b_batch: vec![],
+            m,
+            k,
+            n,
+            out: vec![m, n],
+        };
         let dt = a.dtype;
         let ab = host_matmul(&a, &b, &s, DType::F64).as_float();
         let alpha = cx.node.attr_f("alpha", 1.0).ok()? as f64;
@@ -226,7 +282,11 @@ impl Operator for Gemm {
         Some(Ok(vec![HostTensor::float(dt, y)]))
     }
     fn lower(&self, cx: &mut LowerCx, node: &Node) -> Result<()> {
-        let opcx = OpCx { graph: cx.graph, node, opset: cx.opset };
+        let opcx = OpCx {
+            graph: cx.graph,
+            node,
+            opset: cx.opset,
+        };
         let (m, k, n) = Gemm::dims(&opcx)?;
         let ta = node.attr_i("transA", 0)? != 0;
         let tb = node.attr_i("transB", 0)? != 0;
@@ -234,12 +294,8 @@ impl Operator for Gemm {
         // Transposed constants are transposed on the host: a weight's layout
         // is free.
         let operand = |cx: &mut LowerCx, v, trans: bool| -> Result<DevTensor> {
-            if let Some(c) = cx.constant(v) {
-                if trans {
-                    let t = transpose2(c);
-                    let name = format!("{}^T", cx.graph.value(v).name);
-                    return cx.host_constant(&t, ft, &name);
-                }
+            if trans && cx.constant(v).is_some() {
+                return cx.derived_constant(v, "^T", ft, &transpose2);
             }
             let t = cx.tensor_as(v, ft)?;
             if trans {
@@ -277,7 +333,9 @@ impl Operator for Gemm {
         Ok(())
     }
     fn flops(&self, cx: &OpCx) -> f64 {
-        Gemm::dims(cx).map(|(m, k, n)| 2.0 * (m * k * n) as f64).unwrap_or(0.0)
+        Gemm::dims(cx)
+            .map(|(m, k, n)| 2.0 * (m * k * n) as f64)
+            .unwrap_or(0.0)
     }
 }
 

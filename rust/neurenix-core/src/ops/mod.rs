@@ -13,9 +13,15 @@ use crate::ir::{Graph, Node, ValueId};
 use crate::lower::{LowerCx, PrecisionClass};
 use crate::tensor::HostTensor;
 
+pub mod conv;
 pub mod elementwise;
+pub mod gather;
 pub mod matmul;
+pub mod norm;
+pub mod pool;
+pub mod reduce;
 pub mod shape;
+pub mod shape_ops;
 pub mod softmax;
 
 /// Type and shape of one output.
@@ -46,15 +52,27 @@ impl<'a> OpCx<'a> {
         self.node.input(i).is_some()
     }
     pub fn input(&self, i: usize) -> Result<ValueId> {
-        self.node.input(i).ok_or_else(|| self.err(format!("input {i} is missing")))
+        self.node
+            .input(i)
+            .ok_or_else(|| self.err(format!("input {i} is missing")))
     }
     pub fn in_shape(&self, i: usize) -> Result<Vec<usize>> {
         let v = self.input(i)?;
-        self.graph.shape_of(v).ok_or_else(|| self.err(format!("the shape of input '{}' is unknown", self.graph.value(v).name)))
+        self.graph.shape_of(v).ok_or_else(|| {
+            self.err(format!(
+                "the shape of input '{}' is unknown",
+                self.graph.value(v).name
+            ))
+        })
     }
     pub fn in_dtype(&self, i: usize) -> Result<DType> {
         let v = self.input(i)?;
-        self.graph.value(v).dtype.ok_or_else(|| self.err(format!("the type of input '{}' is unknown", self.graph.value(v).name)))
+        self.graph.value(v).dtype.ok_or_else(|| {
+            self.err(format!(
+                "the type of input '{}' is unknown",
+                self.graph.value(v).name
+            ))
+        })
     }
     pub fn const_input(&self, i: usize) -> Option<&'a HostTensor> {
         self.node.input(i).and_then(|v| self.graph.constant(v))
@@ -74,17 +92,31 @@ impl<'a> OpCx<'a> {
         self.node.attr_ints(attr)
     }
     pub fn err(&self, msg: impl Into<String>) -> Error {
-        Error::shape(&self.node.name, format!("{}: {}", self.node.op_type, msg.into()))
+        Error::shape(
+            &self.node.name,
+            format!("{}: {}", self.node.op_type, msg.into()),
+        )
     }
     pub fn unsupported_form(&self, detail: &str) -> Error {
-        Error::unsupported(&self.node.op_type, &self.node.name, &self.node.domain, self.opset, detail, supported_ops())
+        Error::unsupported(
+            &self.node.op_type,
+            &self.node.name,
+            &self.node.domain,
+            self.opset,
+            detail,
+            supported_ops(),
+        )
     }
     /// Requires `n` inputs of the same type; returns it.
     pub fn same_dtype(&self, idx: &[usize]) -> Result<DType> {
         let d0 = self.in_dtype(idx[0])?;
         for &i in &idx[1..] {
             if self.has_input(i) && self.in_dtype(i)? != d0 {
-                return Err(self.err(format!("inputs must share one type, got {} and {}", d0, self.in_dtype(i)?)));
+                return Err(self.err(format!(
+                    "inputs must share one type, got {} and {}",
+                    d0,
+                    self.in_dtype(i)?
+                )));
             }
         }
         Ok(d0)
@@ -124,9 +156,14 @@ pub fn registry() -> &'static Registry {
     static REG: OnceLock<Registry> = OnceLock::new();
     REG.get_or_init(|| {
         let mut r = Registry::new();
+        conv::register(&mut r);
+        norm::register(&mut r);
+        pool::register(&mut r);
         elementwise::register(&mut r);
         matmul::register(&mut r);
+        reduce::register(&mut r);
         shape::register(&mut r);
+        shape_ops::register(&mut r);
         softmax::register(&mut r);
         r
     })
@@ -152,7 +189,16 @@ pub fn lookup(node: &Node, opset: i64) -> Result<&'static dyn Operator> {
     registry()
         .get(node.op_type.as_str())
         .map(|b| b.as_ref())
-        .ok_or_else(|| Error::unsupported(&node.op_type, &node.name, &node.domain, opset, "", supported_ops()))
+        .ok_or_else(|| {
+            Error::unsupported(
+                &node.op_type,
+                &node.name,
+                &node.domain,
+                opset,
+                "",
+                supported_ops(),
+            )
+        })
 }
 
 /// numpy broadcasting of several shapes.

@@ -17,11 +17,29 @@ use super::{norm_axis, OpCx, Operator, Registry, TypeShape};
 /// Host transpose with numpy's `perm`.
 pub fn host_transpose(t: &HostTensor, perm: &[usize]) -> HostTensor {
     let data = match &t.data {
-        Data::Float(a) => Data::Float(a.clone().permuted_axes(IxDyn(perm)).as_standard_layout().into_owned()),
-        Data::Int(a) => Data::Int(a.clone().permuted_axes(IxDyn(perm)).as_standard_layout().into_owned()),
-        Data::Bool(a) => Data::Bool(a.clone().permuted_axes(IxDyn(perm)).as_standard_layout().into_owned()),
+        Data::Float(a) => Data::Float(
+            a.clone()
+                .permuted_axes(IxDyn(perm))
+                .as_standard_layout()
+                .into_owned(),
+        ),
+        Data::Int(a) => Data::Int(
+            a.clone()
+                .permuted_axes(IxDyn(perm))
+                .as_standard_layout()
+                .into_owned(),
+        ),
+        Data::Bool(a) => Data::Bool(
+            a.clone()
+                .permuted_axes(IxDyn(perm))
+                .as_standard_layout()
+                .into_owned(),
+        ),
     };
-    HostTensor { dtype: t.dtype, data }
+    HostTensor {
+        dtype: t.dtype,
+        data,
+    }
 }
 
 /// Output shape of each relabelling op, from its input shape.
@@ -74,11 +92,13 @@ struct ReshapeShape;
 impl Relabel for ReshapeShape {
     fn out_shape(&self, cx: &OpCx, input: &[usize]) -> Result<Vec<usize>> {
         let spec = if cx.opset < 5 {
-            cx.node.attr_ints("shape")?.ok_or_else(|| cx.err("missing 'shape' attribute"))?
+            cx.node
+                .attr_ints("shape")?
+                .ok_or_else(|| cx.err("missing 'shape' attribute"))?
         } else {
-            cx.const_input(1)
-                .map(|t| t.to_i64_vec())
-                .ok_or_else(|| cx.unsupported_form("the target shape must be known at compile time"))?
+            cx.const_input(1).map(|t| t.to_i64_vec()).ok_or_else(|| {
+                cx.unsupported_form("the target shape must be known at compile time")
+            })?
         };
         let allow_zero = cx.node.attr_i("allowzero", 0)? != 0;
         let total: usize = input.iter().product();
@@ -93,22 +113,29 @@ impl Relabel for ReshapeShape {
                     infer = Some(i);
                     out.push(1);
                 }
-                0 if !allow_zero => {
-                    out.push(*input.get(i).ok_or_else(|| cx.err(format!("0 at position {i} copies a missing dimension")))?)
-                }
+                0 if !allow_zero => out.push(*input.get(i).ok_or_else(|| {
+                    cx.err(format!("0 at position {i} copies a missing dimension"))
+                })?),
                 d if d < 0 => return Err(cx.err(format!("invalid dimension {d} in target shape"))),
                 d => out.push(d as usize),
             }
         }
         if let Some(i) = infer {
-            let known: usize = out.iter().enumerate().filter(|(j, _)| *j != i).map(|(_, &d)| d).product();
+            let known: usize = out
+                .iter()
+                .enumerate()
+                .filter(|(j, _)| *j != i)
+                .map(|(_, &d)| d)
+                .product();
             if known == 0 || total % known != 0 {
                 return Err(cx.err(format!("cannot reshape {input:?} to {spec:?}")));
             }
             out[i] = total / known;
         }
         if out.iter().product::<usize>() != total {
-            return Err(cx.err(format!("cannot reshape {input:?} ({total} elements) to {spec:?}")));
+            return Err(cx.err(format!(
+                "cannot reshape {input:?} ({total} elements) to {spec:?}"
+            )));
         }
         Ok(out)
     }
@@ -124,7 +151,10 @@ impl Relabel for FlattenShape {
             return Err(cx.err(format!("axis {axis} out of range for rank {r}")));
         }
         let a = a as usize;
-        Ok(vec![input[..a].iter().product(), input[a..].iter().product()])
+        Ok(vec![
+            input[..a].iter().product(),
+            input[a..].iter().product(),
+        ])
     }
 }
 
@@ -138,18 +168,29 @@ impl Relabel for SameShape {
 struct SqueezeShape;
 impl Relabel for SqueezeShape {
     fn out_shape(&self, cx: &OpCx, input: &[usize]) -> Result<Vec<usize>> {
-        let axes = if cx.opset >= 13 { cx.ints_input_or_attr(1, "axes")? } else { cx.node.attr_ints("axes")? };
+        let axes = if cx.opset >= 13 {
+            cx.ints_input_or_attr(1, "axes")?
+        } else {
+            cx.node.attr_ints("axes")?
+        };
         match axes {
             None => Ok(input.iter().copied().filter(|&d| d != 1).collect()),
             Some(axes) => {
-                let axes: Vec<usize> =
-                    axes.iter().map(|&a| norm_axis(a, input.len(), cx)).collect::<Result<Vec<_>>>()?;
+                let axes: Vec<usize> = axes
+                    .iter()
+                    .map(|&a| norm_axis(a, input.len(), cx))
+                    .collect::<Result<Vec<_>>>()?;
                 for &a in &axes {
                     if input[a] != 1 {
                         return Err(cx.err(format!("cannot squeeze axis {a} of size {}", input[a])));
                     }
                 }
-                Ok(input.iter().enumerate().filter(|(i, _)| !axes.contains(i)).map(|(_, &d)| d).collect())
+                Ok(input
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, _)| !axes.contains(i))
+                    .map(|(_, &d)| d)
+                    .collect())
             }
         }
     }
@@ -158,10 +199,17 @@ impl Relabel for SqueezeShape {
 struct UnsqueezeShape;
 impl Relabel for UnsqueezeShape {
     fn out_shape(&self, cx: &OpCx, input: &[usize]) -> Result<Vec<usize>> {
-        let axes = if cx.opset >= 13 { cx.ints_input_or_attr(1, "axes")? } else { cx.node.attr_ints("axes")? };
+        let axes = if cx.opset >= 13 {
+            cx.ints_input_or_attr(1, "axes")?
+        } else {
+            cx.node.attr_ints("axes")?
+        };
         let axes = axes.ok_or_else(|| cx.err("missing axes"))?;
         let rank = input.len() + axes.len();
-        let mut norm: Vec<usize> = axes.iter().map(|&a| norm_axis(a, rank, cx)).collect::<Result<Vec<_>>>()?;
+        let mut norm: Vec<usize> = axes
+            .iter()
+            .map(|&a| norm_axis(a, rank, cx))
+            .collect::<Result<Vec<_>>>()?;
         norm.sort_unstable();
         if norm.windows(2).any(|w| w[0] == w[1]) {
             return Err(cx.err("repeated axis"));
@@ -186,7 +234,10 @@ impl Transpose {
         match cx.node.attr_ints("perm")? {
             None => Ok((0..rank).rev().collect()),
             Some(p) => {
-                let p: Vec<usize> = p.iter().map(|&a| norm_axis(a, rank, cx)).collect::<Result<Vec<_>>>()?;
+                let p: Vec<usize> = p
+                    .iter()
+                    .map(|&a| norm_axis(a, rank, cx))
+                    .collect::<Result<Vec<_>>>()?;
                 let mut sorted = p.clone();
                 sorted.sort_unstable();
                 if sorted != (0..rank).collect::<Vec<_>>() {
@@ -202,7 +253,10 @@ impl Operator for Transpose {
     fn infer(&self, cx: &OpCx) -> Result<Vec<TypeShape>> {
         let s = cx.in_shape(0)?;
         let p = Transpose::perm(cx, s.len())?;
-        Ok(vec![TypeShape::new(cx.in_dtype(0)?, p.iter().map(|&i| s[i]).collect())])
+        Ok(vec![TypeShape::new(
+            cx.in_dtype(0)?,
+            p.iter().map(|&i| s[i]).collect(),
+        )])
     }
     fn eval(&self, cx: &OpCx, inputs: &[Option<&HostTensor>]) -> Option<Result<Vec<HostTensor>>> {
         let x = inputs[0]?;
@@ -214,7 +268,11 @@ impl Operator for Transpose {
     }
     fn lower(&self, cx: &mut LowerCx, node: &Node) -> Result<()> {
         let x = cx.tensor(node.input(0).unwrap())?;
-        let opcx = OpCx { graph: cx.graph, node, opset: cx.opset };
+        let opcx = OpCx {
+            graph: cx.graph,
+            node,
+            opset: cx.opset,
+        };
         let p = Transpose::perm(&opcx, x.shape.len())?;
         let y = cx.transpose(&x, &p)?;
         cx.set(node.outputs[0], y);
@@ -246,7 +304,10 @@ impl Constant {
         if let Some(Attr::Ints(i)) = n.attr("value_ints") {
             return Ok(HostTensor::from_i64s(&[i.len()], i.clone()));
         }
-        if n.attr("sparse_value").is_some() || n.attr("value_string").is_some() || n.attr("value_strings").is_some() {
+        if n.attr("sparse_value").is_some()
+            || n.attr("value_string").is_some()
+            || n.attr("value_strings").is_some()
+        {
             return Err(cx.unsupported_form("sparse and string constants"));
         }
         Err(cx.err("has no value attribute"))
@@ -262,7 +323,10 @@ impl Operator for Constant {
         Some(Constant::value(cx).map(|v| vec![v]))
     }
     fn lower(&self, _cx: &mut LowerCx, node: &Node) -> Result<()> {
-        Err(crate::error::Error::Internal(format!("Constant node '{}' survived folding", node.name)))
+        Err(crate::error::Error::Internal(format!(
+            "Constant node '{}' survived folding",
+            node.name
+        )))
     }
     fn flops(&self, _cx: &OpCx) -> f64 {
         0.0
@@ -278,7 +342,10 @@ impl ShapeOf {
     fn value(&self, cx: &OpCx) -> Result<HostTensor> {
         let s = cx.in_shape(0)?;
         if self.size {
-            return Ok(HostTensor::from_i64s(&[], vec![s.iter().product::<usize>() as i64]));
+            return Ok(HostTensor::from_i64s(
+                &[],
+                vec![s.iter().product::<usize>() as i64],
+            ));
         }
         let r = s.len() as i64;
         let clampi = |v: i64| -> usize { (if v < 0 { v + r } else { v }).clamp(0, r) as usize };
@@ -287,7 +354,11 @@ impl ShapeOf {
             Some(_) => clampi(cx.node.attr_i("end", r)?),
             None => r as usize,
         };
-        let dims: Vec<i64> = if start < end { s[start..end].iter().map(|&d| d as i64).collect() } else { vec![] };
+        let dims: Vec<i64> = if start < end {
+            s[start..end].iter().map(|&d| d as i64).collect()
+        } else {
+            vec![]
+        };
         Ok(HostTensor::from_i64s(&[dims.len()], dims))
     }
 }
@@ -304,7 +375,10 @@ impl Operator for ShapeOf {
         true
     }
     fn lower(&self, _cx: &mut LowerCx, node: &Node) -> Result<()> {
-        Err(crate::error::Error::Internal(format!("{} node '{}' survived folding", node.op_type, node.name)))
+        Err(crate::error::Error::Internal(format!(
+            "{} node '{}' survived folding",
+            node.op_type, node.name
+        )))
     }
     fn flops(&self, _cx: &OpCx) -> f64 {
         0.0

@@ -48,7 +48,11 @@ impl Operator for Softmax {
     fn lower(&self, cx: &mut LowerCx, node: &Node) -> Result<()> {
         let v = node.input(0).unwrap();
         let shape = cx.shape(v)?;
-        let opcx = OpCx { graph: cx.graph, node, opset: cx.opset };
+        let opcx = OpCx {
+            graph: cx.graph,
+            node,
+            opset: cx.opset,
+        };
         let (work, axis) = Softmax::layout(&opcx, &shape)?;
         let t = cx.float_type();
         let half = cx.half();
@@ -59,7 +63,12 @@ impl Operator for Softmax {
         let m = cx.reduce(&x, &[axis], ReduceOp::Max, ReduceFinal::None, 1.0, t)?;
         let m = cx.reshape(&m, &keep)?;
         let shifted = Expr::bin(ExprOp::Sub, Expr::input(0), Expr::input(1), half);
-        let e = cx.map_now(&Expr::un(ExprOp::Exp, shifted.clone(), half), &[x.clone(), m.clone()], t, &work)?;
+        let e = cx.map_now(
+            &Expr::un(ExprOp::Exp, shifted.clone(), half),
+            &[x.clone(), m.clone()],
+            t,
+            &work,
+        )?;
         let s = cx.reduce(&e, &[axis], ReduceOp::Sum, ReduceFinal::None, 1.0, t)?;
         let s = cx.reshape(&s, &keep)?;
         let (expr, ins) = if self.log {
@@ -67,7 +76,10 @@ impl Operator for Softmax {
             let log_s = Expr::un(ExprOp::Log, Expr::input(2), half);
             (Expr::bin(ExprOp::Sub, shifted, log_s, half), vec![x, m, s])
         } else {
-            (Expr::bin(ExprOp::Div, Expr::input(0), Expr::input(1), half), vec![e, s])
+            (
+                Expr::bin(ExprOp::Div, Expr::input(0), Expr::input(1), half),
+                vec![e, s],
+            )
         };
         let out = node.outputs[0];
         if work == shape {
@@ -85,7 +97,9 @@ impl Operator for Softmax {
     }
 
     fn flops(&self, cx: &OpCx) -> f64 {
-        cx.in_shape(0).map(|s| 5.0 * s.iter().product::<usize>() as f64).unwrap_or(0.0)
+        cx.in_shape(0)
+            .map(|s| 5.0 * s.iter().product::<usize>() as f64)
+            .unwrap_or(0.0)
     }
 }
 

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::ir::{Dim, Model};
-use crate::ops::{lookup, supported_ops, OpCx};
+use crate::ops::{lookup, OpCx};
 
 pub mod fuse;
 
@@ -29,16 +29,23 @@ pub fn bind_inputs(model: &mut Model, specs: &[InputSpec]) -> Result<()> {
             let names: Vec<&str> = declared.iter().map(|&v| g.value(v).name.as_str()).collect();
             return Err(Error::InputMismatch {
                 input: spec.name.clone(),
-                message: format!("the model has no input named '{}'; its inputs are: {}", spec.name, names.join(", ")),
+                message: format!(
+                    "the model has no input named '{}'; its inputs are: {}",
+                    spec.name,
+                    names.join(", ")
+                ),
             });
         }
     }
     for &v in &declared {
         let name = g.value(v).name.clone();
-        let spec = specs.iter().find(|s| s.name == name).ok_or_else(|| Error::InputMismatch {
-            input: name.clone(),
-            message: format!("no value given for model input '{name}'"),
-        })?;
+        let spec = specs
+            .iter()
+            .find(|s| s.name == name)
+            .ok_or_else(|| Error::InputMismatch {
+                input: name.clone(),
+                message: format!("no value given for model input '{name}'"),
+            })?;
         if let Some(dt) = g.value(v).dtype {
             if dt != spec.dtype {
                 return Err(Error::InputMismatch {
@@ -68,11 +75,17 @@ pub fn bind_inputs(model: &mut Model, specs: &[InputSpec]) -> Result<()> {
                 ),
             };
             if dims.len() != spec.shape.len() {
-                return Err(mismatch(format!("rank {} instead of {}", spec.shape.len(), dims.len())));
+                return Err(mismatch(format!(
+                    "rank {} instead of {}",
+                    spec.shape.len(),
+                    dims.len()
+                )));
             }
             for (i, (d, &n)) in dims.iter().zip(&spec.shape).enumerate() {
                 match d {
-                    Dim::Fixed(f) if *f != n => return Err(mismatch(format!("dimension {i} is {n}, not {f}"))),
+                    Dim::Fixed(f) if *f != n => {
+                        return Err(mismatch(format!("dimension {i} is {n}, not {f}")))
+                    }
                     Dim::Symbolic(s) if !s.is_empty() => {
                         if let Some((prev, who)) = bound.get(s) {
                             if *prev != n {
@@ -109,12 +122,49 @@ pub fn infer_and_fold(model: &mut Model) -> Result<usize> {
     }
     if let Some(&first) = unknown.first() {
         let n = &model.graph.nodes[first];
-        let mut others: Vec<String> =
-            unknown[1..].iter().map(|&i| model.graph.nodes[i].op_type.clone()).filter(|t| *t != n.op_type).collect();
+        let mut others: Vec<String> = unknown[1..]
+            .iter()
+            .map(|&i| model.graph.nodes[i].op_type.clone())
+            .filter(|t| *t != n.op_type)
+            .collect();
         others.sort();
         others.dedup();
-        let detail = if others.is_empty() { String::new() } else { format!("the model also uses {}", others.join(", ")) };
-        return Err(Error::unsupported(&n.op_type, &n.name, &n.domain, opset, &detail, supported_ops()));
+        let err = match lookup(n, opset) {
+            Err(e) => e,
+            Ok(_) => unreachable!("node was found unsupported above"),
+        };
+        if others.is_empty() {
+            return Err(err);
+        }
+        return Err(match err {
+            Error::Unsupported {
+                op_type,
+                node,
+                domain,
+                opset,
+                supported,
+                message,
+            } => {
+                let message = match message.split_once(". Supported operators:") {
+                    Some((head, tail)) => {
+                        format!(
+                            "{head}; the model also uses {}. Supported operators:{tail}",
+                            others.join(", ")
+                        )
+                    }
+                    None => message,
+                };
+                Error::Unsupported {
+                    op_type,
+                    node,
+                    domain,
+                    opset,
+                    supported,
+                    message,
+                }
+            }
+            other => other,
+        });
     }
 
     let mut folded = vec![false; model.graph.nodes.len()];
@@ -123,14 +173,30 @@ pub fn infer_and_fold(model: &mut Model) -> Result<usize> {
             let g = &model.graph;
             let node = &g.nodes[i];
             let op = lookup(node, opset)?;
-            let cx = OpCx { graph: g, node, opset };
+            let cx = OpCx {
+                graph: g,
+                node,
+                opset,
+            };
             let outs = op.infer(&cx)?;
             if outs.len() < node.outputs.len() {
-                return Err(cx.err(format!("produces {} outputs, the node names {}", outs.len(), node.outputs.len())));
+                return Err(cx.err(format!(
+                    "produces {} outputs, the node names {}",
+                    outs.len(),
+                    node.outputs.len()
+                )));
             }
-            let all_const = node.inputs.iter().flatten().all(|&v| g.constant(v).is_some());
+            let all_const = node
+                .inputs
+                .iter()
+                .flatten()
+                .all(|&v| g.constant(v).is_some());
             let values = if all_const || op.folds_without_values() {
-                let ins: Vec<_> = node.inputs.iter().map(|v| v.and_then(|v| g.constant(v))).collect();
+                let ins: Vec<_> = node
+                    .inputs
+                    .iter()
+                    .map(|v| v.and_then(|v| g.constant(v)))
+                    .collect();
                 match op.eval(&cx, &ins) {
                     Some(r) => Some(r?),
                     None => None,
@@ -197,7 +263,10 @@ pub struct PassStats {
 /// Everything before lowering: order, bind inputs, infer and fold, fuse,
 /// drop dead nodes.
 pub fn prepare(model: &mut Model, specs: &[InputSpec]) -> Result<PassStats> {
-    let mut st = PassStats { nodes_in: model.graph.nodes.len(), ..Default::default() };
+    let mut st = PassStats {
+        nodes_in: model.graph.nodes.len(),
+        ..Default::default()
+    };
     model.graph.toposort()?;
     bind_inputs(model, specs)?;
     st.folded = infer_and_fold(model)?;
@@ -207,7 +276,10 @@ pub fn prepare(model: &mut Model, specs: &[InputSpec]) -> Result<PassStats> {
     for &o in &model.graph.outputs {
         let v = model.graph.value(o);
         if v.concrete_shape().is_none() || v.dtype.is_none() {
-            return Err(Error::model(format!("graph output '{}' is not produced by any node or input", v.name)));
+            return Err(Error::model(format!(
+                "graph output '{}' is not produced by any node or input",
+                v.name
+            )));
         }
     }
     st.nodes_out = model.graph.nodes.len();

@@ -66,7 +66,9 @@ impl XorShift {
     /// Multiples of 1/8 in [-k, k]: exact in float16 and float32, and so are
     /// small sums of their products.
     pub fn eighths(&mut self, n: usize, k: i64) -> Vec<f64> {
-        (0..n).map(|_| (self.below((16 * k + 1) as usize) as i64 - 8 * k) as f64 / 8.0).collect()
+        (0..n)
+            .map(|_| (self.below((16 * k + 1) as usize) as i64 - 8 * k) as f64 / 8.0)
+            .collect()
     }
 }
 
@@ -77,8 +79,27 @@ pub fn r32(x: f64) -> f64 {
     x as f32 as f64
 }
 
+/// Rounds to the nearest binary16 value, ties to even, in one step (written
+/// out by hand: `half::f16::from_f64` rounds through float32 on x86 with
+/// F16C, which double-rounds some float64 values).
 pub fn r16(x: f64) -> f64 {
-    f16::from_f64(x).to_f64()
+    if !x.is_finite() || x == 0.0 {
+        return x;
+    }
+    let biased = ((x.to_bits() >> 52) & 0x7ff) as i32;
+    if biased == 0 {
+        return 0.0f64.copysign(x); // f64 subnormals are far below half's range
+    }
+    let e = (biased - 1023).max(-14);
+    let ulp = 2f64.powi(e - 10);
+    let r = (x / ulp).round_ties_even() * ulp;
+    if r.abs() > 65504.0 {
+        f64::INFINITY.copysign(x)
+    } else if r == 0.0 {
+        0.0f64.copysign(x)
+    } else {
+        r
+    }
 }
 
 pub fn numel(shape: &[usize]) -> usize {
@@ -92,35 +113,62 @@ fn same_float(a: f64, b: f64) -> bool {
 /// Exact equality (NaN equals NaN; 0.0 equals -0.0).
 #[track_caller]
 pub fn assert_exact(got: &[f64], want: &[f64], what: &str) {
-    assert_eq!(got.len(), want.len(), "{what}: length {} vs {}", got.len(), want.len());
+    assert_eq!(
+        got.len(),
+        want.len(),
+        "{what}: length {} vs {}",
+        got.len(),
+        want.len()
+    );
     for (i, (g, w)) in got.iter().zip(want).enumerate() {
-        assert!(same_float(*g, *w), "{what}: element {i}: got {g:e}, want {w:e}\n got {got:?}\nwant {want:?}");
+        assert!(
+            same_float(*g, *w),
+            "{what}: element {i}: got {g:e}, want {w:e}\n got {got:?}\nwant {want:?}"
+        );
     }
 }
 
 /// |got - want| <= tol * max(1, |want|), NaNs and infinities must match.
 #[track_caller]
 pub fn assert_close(got: &[f64], want: &[f64], tol: f64, what: &str) {
-    assert_eq!(got.len(), want.len(), "{what}: length {} vs {}", got.len(), want.len());
+    assert_eq!(
+        got.len(),
+        want.len(),
+        "{what}: length {} vs {}",
+        got.len(),
+        want.len()
+    );
     for (i, (g, w)) in got.iter().zip(want).enumerate() {
         if same_float(*g, *w) {
             continue;
         }
         let ok = g.is_finite() && w.is_finite() && (g - w).abs() <= tol * w.abs().max(1.0);
-        assert!(ok, "{what}: element {i}: got {g:e}, want {w:e} (tol {tol:e})\n got {got:?}\nwant {want:?}");
+        assert!(
+            ok,
+            "{what}: element {i}: got {g:e}, want {w:e} (tol {tol:e})\n got {got:?}\nwant {want:?}"
+        );
     }
 }
 
 /// Relative comparison: |got - want| <= rel * |want| (+ a tiny absolute slack).
 #[track_caller]
 pub fn assert_rel(got: &[f64], want: &[f64], rel: f64, what: &str) {
-    assert_eq!(got.len(), want.len(), "{what}: length {} vs {}", got.len(), want.len());
+    assert_eq!(
+        got.len(),
+        want.len(),
+        "{what}: length {} vs {}",
+        got.len(),
+        want.len()
+    );
     for (i, (g, w)) in got.iter().zip(want).enumerate() {
         if same_float(*g, *w) {
             continue;
         }
         let ok = g.is_finite() && w.is_finite() && (g - w).abs() <= rel * w.abs() + 1e-300;
-        assert!(ok, "{what}: element {i}: got {g:e}, want {w:e} (rel {rel:e})\n got {got:?}\nwant {want:?}");
+        assert!(
+            ok,
+            "{what}: element {i}: got {g:e}, want {w:e} (rel {rel:e})\n got {got:?}\nwant {want:?}"
+        );
     }
 }
 
@@ -129,7 +177,10 @@ pub fn assert_rel(got: &[f64], want: &[f64], rel: f64, what: &str) {
 
 pub fn tfloat(dtype: DType, shape: &[usize], v: &[f64]) -> HostTensor {
     assert_eq!(numel(shape), v.len(), "tensor data does not fill its shape");
-    HostTensor::float(dtype, ndarray::ArrayD::from_shape_vec(ndarray::IxDyn(shape), v.to_vec()).unwrap())
+    HostTensor::float(
+        dtype,
+        ndarray::ArrayD::from_shape_vec(ndarray::IxDyn(shape), v.to_vec()).unwrap(),
+    )
 }
 pub fn tf32(shape: &[usize], v: &[f64]) -> HostTensor {
     tfloat(DType::F32, shape, v)
@@ -142,7 +193,10 @@ pub fn tf64(shape: &[usize], v: &[f64]) -> HostTensor {
 }
 pub fn tint(dtype: DType, shape: &[usize], v: &[i64]) -> HostTensor {
     assert_eq!(numel(shape), v.len(), "tensor data does not fill its shape");
-    HostTensor::int(dtype, ndarray::ArrayD::from_shape_vec(ndarray::IxDyn(shape), v.to_vec()).unwrap())
+    HostTensor::int(
+        dtype,
+        ndarray::ArrayD::from_shape_vec(ndarray::IxDyn(shape), v.to_vec()).unwrap(),
+    )
 }
 pub fn ti64(shape: &[usize], v: &[i64]) -> HostTensor {
     tint(DType::I64, shape, v)
@@ -172,11 +226,19 @@ pub struct ModelBuilder {
 
 impl ModelBuilder {
     pub fn new(opset: i64) -> ModelBuilder {
-        ModelBuilder { g: Graph::default(), opset }
+        ModelBuilder {
+            g: Graph::default(),
+            opset,
+        }
     }
     /// A declared graph input.
     pub fn input(&mut self, name: &str, dtype: DType, dims: Vec<Dim>) -> ValueId {
-        let id = self.g.add_value(Value { name: name.into(), dtype: Some(dtype), shape: Some(dims), constant: None });
+        let id = self.g.add_value(Value {
+            name: name.into(),
+            dtype: Some(dtype),
+            shape: Some(dims),
+            constant: None,
+        });
         self.g.inputs.push(id);
         id
     }
@@ -193,7 +255,14 @@ impl ModelBuilder {
         self.node_a(op, name, inputs, outputs, vec![])
     }
     /// A node; an empty input name is an omitted optional input.
-    pub fn node_a(&mut self, op: &str, name: &str, inputs: &[&str], outputs: &[&str], attrs: Vec<(&str, Attr)>) -> usize {
+    pub fn node_a(
+        &mut self,
+        op: &str,
+        name: &str,
+        inputs: &[&str],
+        outputs: &[&str],
+        attrs: Vec<(&str, Attr)>,
+    ) -> usize {
         self.node_d(op, "", name, inputs, outputs, attrs)
     }
     pub fn node_d(
@@ -205,9 +274,19 @@ impl ModelBuilder {
         outputs: &[&str],
         attrs: Vec<(&str, Attr)>,
     ) -> usize {
-        let ins = inputs.iter().map(|n| if n.is_empty() { None } else { Some(self.g.value_named(n)) }).collect();
+        let ins = inputs
+            .iter()
+            .map(|n| {
+                if n.is_empty() {
+                    None
+                } else {
+                    Some(self.g.value_named(n))
+                }
+            })
+            .collect();
         let outs = outputs.iter().map(|n| self.g.value_named(n)).collect();
-        let attrs: BTreeMap<String, Attr> = attrs.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+        let attrs: BTreeMap<String, Attr> =
+            attrs.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
         self.g.nodes.push(Node {
             name: name.into(),
             op_type: op.into(),
@@ -224,7 +303,11 @@ impl ModelBuilder {
         id
     }
     pub fn build(self) -> Model {
-        Model { graph: self.g, opset: self.opset, name: "test".into() }
+        Model {
+            graph: self.g,
+            opset: self.opset,
+            name: "test".into(),
+        }
     }
 }
 
@@ -263,14 +346,28 @@ pub fn try_fold_outputs(
         b.output(o);
     }
     let m = optimize_no_inputs(&b.build())?;
-    assert!(m.graph.nodes.is_empty(), "{op} was not folded: {} nodes remain", m.graph.nodes.len());
+    assert!(
+        m.graph.nodes.is_empty(),
+        "{op} was not folded: {} nodes remain",
+        m.graph.nodes.len()
+    );
     Ok(outs
         .iter()
-        .map(|o| m.graph.constant(m.graph.find(o).unwrap()).expect("folded output is constant").clone())
+        .map(|o| {
+            m.graph
+                .constant(m.graph.find(o).unwrap())
+                .expect("folded output is constant")
+                .clone()
+        })
         .collect())
 }
 
-pub fn try_fold(opset: i64, op: &str, attrs: Vec<(&str, Attr)>, inputs: Vec<Option<HostTensor>>) -> Result<HostTensor> {
+pub fn try_fold(
+    opset: i64,
+    op: &str,
+    attrs: Vec<(&str, Attr)>,
+    inputs: Vec<Option<HostTensor>>,
+) -> Result<HostTensor> {
     try_fold_outputs(opset, op, attrs, inputs, 1).map(|mut v| v.remove(0))
 }
 
@@ -288,10 +385,60 @@ pub fn fold(opset: i64, op: &str, attrs: Vec<(&str, Attr)>, inputs: Vec<HostTens
 pub const ALL_EXPR_OPS: [ExprOp; 54] = {
     use ExprOp::*;
     [
-        Input, ConstF, ConstI, Neg, Abs, Relu, Sigmoid, Tanh, Exp, Log, Sqrt, Rsqrt, Reciprocal, Erf, GeluErf, GeluTanh,
-        Floor, Ceil, Round, Sign, Sin, Cos, Not, IsNan, IsInf, Square, Softplus, Softsign, CastF32, CastF16, CastI32,
-        CastBool, Add, Sub, Mul, Div, Pow, Min, Max, Mod, Fmod, Eq, Lt, Le, Gt, Ge, And, Or, Xor, Select, Clamp,
-        LeakyRelu, Elu, HardSigmoid,
+        Input,
+        ConstF,
+        ConstI,
+        Neg,
+        Abs,
+        Relu,
+        Sigmoid,
+        Tanh,
+        Exp,
+        Log,
+        Sqrt,
+        Rsqrt,
+        Reciprocal,
+        Erf,
+        GeluErf,
+        GeluTanh,
+        Floor,
+        Ceil,
+        Round,
+        Sign,
+        Sin,
+        Cos,
+        Not,
+        IsNan,
+        IsInf,
+        Square,
+        Softplus,
+        Softsign,
+        CastF32,
+        CastF16,
+        CastI32,
+        CastBool,
+        Add,
+        Sub,
+        Mul,
+        Div,
+        Pow,
+        Min,
+        Max,
+        Mod,
+        Fmod,
+        Eq,
+        Lt,
+        Le,
+        Gt,
+        Ge,
+        And,
+        Or,
+        Xor,
+        Select,
+        Clamp,
+        LeakyRelu,
+        Elu,
+        HardSigmoid,
     ]
 };
 
@@ -343,12 +490,26 @@ pub enum Kind {
 pub enum Detail {
     None,
     Map(Vec<ExprInstr>),
-    Reduce { axes: Vec<usize>, op: ReduceOp, fin: ReduceFinal, scale: f64 },
+    Reduce {
+        axes: Vec<usize>,
+        op: ReduceOp,
+        fin: ReduceFinal,
+        scale: f64,
+    },
     MatMul(MatMulParams),
-    Rearrange { offset: i64, strides: Vec<i64> },
-    Concat { axis: usize },
-    Fill { value: f64 },
-    Copy { from: u32 },
+    Rearrange {
+        offset: i64,
+        strides: Vec<i64>,
+    },
+    Concat {
+        axis: usize,
+    },
+    Fill {
+        value: f64,
+    },
+    Copy {
+        from: u32,
+    },
     Bytes(Vec<u8>),
 }
 
@@ -503,7 +664,10 @@ fn float_unary(op: ExprOp, x: f64, imm: f64, imm2: f64) -> Option<f64> {
         Reciprocal => 1.0 / x,
         Erf => erf_ref(x),
         GeluErf => 0.5 * x * (1.0 + erf_ref(x / std::f64::consts::SQRT_2)),
-        GeluTanh => 0.5 * x * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x.powi(3))).tanh()),
+        GeluTanh => {
+            0.5 * x
+                * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x.powi(3))).tanh())
+        }
         Floor => x.floor(),
         Ceil => x.ceil(),
         Round => {
@@ -564,16 +728,23 @@ fn float_unary(op: ExprOp, x: f64, imm: f64, imm2: f64) -> Option<f64> {
 }
 
 /// Evaluates a postfix expression over operand tensors broadcast to `shape`.
-pub fn eval_postfix(expr: &[ExprInstr], operands: &[&DevT], shape: &[usize]) -> Result<(Vec<f64>, &'static str)> {
+pub fn eval_postfix(
+    expr: &[ExprInstr],
+    operands: &[&DevT],
+    shape: &[usize],
+) -> Result<(Vec<f64>, &'static str)> {
     use ExprOp::*;
     let n = numel(shape);
     let mut stack: Vec<Val> = Vec::new();
     for (pc, ins) in expr.iter().enumerate() {
-        let Some(op) = expr_op(ins.op) else { return fail(format!("unknown expression code {}", ins.op)) };
+        let Some(op) = expr_op(ins.op) else {
+            return fail(format!("unknown expression code {}", ins.op));
+        };
         let rh = |v: f64| if ins.half { r16(v) } else { v };
         let arity = match op {
             Input | ConstF | ConstI => 0,
-            Add | Sub | Mul | Div | Pow | Min | Max | Mod | Fmod | Eq | Lt | Le | Gt | Ge | And | Or | Xor => 2,
+            Add | Sub | Mul | Div | Pow | Min | Max | Mod | Fmod | Eq | Lt | Le | Gt | Ge | And
+            | Or | Xor => 2,
             Select => 3,
             _ => 1,
         };
@@ -584,13 +755,22 @@ pub fn eval_postfix(expr: &[ExprInstr], operands: &[&DevT], shape: &[usize]) -> 
         let res = match op {
             Input => {
                 let Some(t) = operands.get(ins.arg as usize) else {
-                    return fail(format!("operand {} out of range ({} operands)", ins.arg, operands.len()));
+                    return fail(format!(
+                        "operand {} out of range ({} operands)",
+                        ins.arg,
+                        operands.len()
+                    ));
                 };
                 let Some(map) = broadcast_index(&t.shape, shape) else {
-                    return fail(format!("operand shape {:?} does not broadcast to {:?}", t.shape, shape));
+                    return fail(format!(
+                        "operand shape {:?} does not broadcast to {:?}",
+                        t.shape, shape
+                    ));
                 };
                 match t.dtype {
-                    DeviceType::F32 | DeviceType::F16 => Val::F(map.iter().map(|&i| t.data[i]).collect()),
+                    DeviceType::F32 | DeviceType::F16 => {
+                        Val::F(map.iter().map(|&i| t.data[i]).collect())
+                    }
                     DeviceType::I32 => Val::I(map.iter().map(|&i| t.data[i] as i64).collect()),
                     DeviceType::Bool => Val::B(map.iter().map(|&i| t.data[i] != 0.0).collect()),
                 }
@@ -604,7 +784,11 @@ pub fn eval_postfix(expr: &[ExprInstr], operands: &[&DevT], shape: &[usize]) -> 
                     Val::B(v) => v.into_iter().map(|x| x as i64 as f64).collect(),
                 };
                 let half = op == CastF16 || ins.half;
-                Val::F(v.into_iter().map(|x| if half { r16(x) } else { r32(x) }).collect())
+                Val::F(
+                    v.into_iter()
+                        .map(|x| if half { r16(x) } else { r32(x) })
+                        .collect(),
+                )
             }
             CastI32 => match args.pop().unwrap() {
                 Val::F(v) => Val::I(
@@ -635,11 +819,23 @@ pub fn eval_postfix(expr: &[ExprInstr], operands: &[&DevT], shape: &[usize]) -> 
                 other => return fail(format!("not of a {} operand", other.kind())),
             },
             IsNan | IsInf => match args.pop().unwrap() {
-                Val::F(v) => Val::B(v.into_iter().map(|x| if op == IsNan { x.is_nan() } else { x.is_infinite() }).collect()),
+                Val::F(v) => Val::B(
+                    v.into_iter()
+                        .map(|x| {
+                            if op == IsNan {
+                                x.is_nan()
+                            } else {
+                                x.is_infinite()
+                            }
+                        })
+                        .collect(),
+                ),
                 other => return fail(format!("{op:?} of a {} operand", other.kind())),
             },
             Neg | Abs | Relu | Sign | Square if matches!(args[0], Val::I(_)) => {
-                let Val::I(v) = args.pop().unwrap() else { unreachable!() };
+                let Val::I(v) = args.pop().unwrap() else {
+                    unreachable!()
+                };
                 Val::I(
                     v.into_iter()
                         .map(|x| {
@@ -654,80 +850,84 @@ pub fn eval_postfix(expr: &[ExprInstr], operands: &[&DevT], shape: &[usize]) -> 
                         .collect(),
                 )
             }
-            Add | Sub | Mul | Div | Pow | Min | Max | Mod | Fmod => match (args.remove(0), args.remove(0)) {
-                (Val::F(a), Val::F(b)) => Val::F(
-                    a.iter()
-                        .zip(&b)
-                        .map(|(&x, &y)| {
-                            rh(match op {
-                                Add => x + y,
-                                Sub => x - y,
-                                Mul => x * y,
-                                Div => x / y,
-                                Pow => x.powf(y),
-                                Min => {
-                                    if y < x || y.is_nan() {
-                                        y
-                                    } else {
-                                        x
-                                    }
-                                }
-                                Max => {
-                                    if y > x || y.is_nan() {
-                                        y
-                                    } else {
-                                        x
-                                    }
-                                }
-                                Mod => py_mod(x, y),
-                                _ => x % y,
-                            })
-                        })
-                        .collect(),
-                ),
-                (Val::I(a), Val::I(b)) => Val::I(
-                    a.iter()
-                        .zip(&b)
-                        .map(|(&x, &y)| {
-                            wrap32(match op {
-                                Add => x + y,
-                                Sub => x - y,
-                                Mul => x * y,
-                                Div => {
-                                    if y == 0 {
-                                        0
-                                    } else {
-                                        x / y
-                                    }
-                                }
-                                Pow => (x as f64).powf(y as f64) as i64,
-                                Min => x.min(y),
-                                Max => x.max(y),
-                                Mod => {
-                                    if y == 0 || y == -1 {
-                                        0
-                                    } else {
-                                        let r = x % y;
-                                        if r != 0 && ((r < 0) != (y < 0)) {
-                                            r + y
+            Add | Sub | Mul | Div | Pow | Min | Max | Mod | Fmod => {
+                match (args.remove(0), args.remove(0)) {
+                    (Val::F(a), Val::F(b)) => Val::F(
+                        a.iter()
+                            .zip(&b)
+                            .map(|(&x, &y)| {
+                                rh(match op {
+                                    Add => x + y,
+                                    Sub => x - y,
+                                    Mul => x * y,
+                                    Div => x / y,
+                                    Pow => x.powf(y),
+                                    Min => {
+                                        if y < x || y.is_nan() {
+                                            y
                                         } else {
-                                            r
+                                            x
                                         }
                                     }
-                                }
-                                _ => {
-                                    if y == 0 || y == -1 {
-                                        0
-                                    } else {
-                                        x % y
+                                    Max => {
+                                        if y > x || y.is_nan() {
+                                            y
+                                        } else {
+                                            x
+                                        }
                                     }
-                                }
+                                    Mod => py_mod(x, y),
+                                    _ => x % y,
+                                })
                             })
-                        })
-                        .collect(),
-                ),
-                (a, b) => return fail(format!("{op:?} of {} and {} operands", a.kind(), b.kind())),
-            },
+                            .collect(),
+                    ),
+                    (Val::I(a), Val::I(b)) => Val::I(
+                        a.iter()
+                            .zip(&b)
+                            .map(|(&x, &y)| {
+                                wrap32(match op {
+                                    Add => x + y,
+                                    Sub => x - y,
+                                    Mul => x * y,
+                                    Div => {
+                                        if y == 0 {
+                                            0
+                                        } else {
+                                            x / y
+                                        }
+                                    }
+                                    Pow => (x as f64).powf(y as f64) as i64,
+                                    Min => x.min(y),
+                                    Max => x.max(y),
+                                    Mod => {
+                                        if y == 0 || y == -1 {
+                                            0
+                                        } else {
+                                            let r = x % y;
+                                            if r != 0 && ((r < 0) != (y < 0)) {
+                                                r + y
+                                            } else {
+                                                r
+                                            }
+                                        }
+                                    }
+                                    _ => {
+                                        if y == 0 || y == -1 {
+                                            0
+                                        } else {
+                                            x % y
+                                        }
+                                    }
+                                })
+                            })
+                            .collect(),
+                    ),
+                    (a, b) => {
+                        return fail(format!("{op:?} of {} and {} operands", a.kind(), b.kind()))
+                    }
+                }
+            }
             Eq | Lt | Le | Gt | Ge => {
                 let cmp = |o: Option<std::cmp::Ordering>| -> bool {
                     use std::cmp::Ordering::*;
@@ -741,10 +941,27 @@ pub fn eval_postfix(expr: &[ExprInstr], operands: &[&DevT], shape: &[usize]) -> 
                     }
                 };
                 match (args.remove(0), args.remove(0)) {
-                    (Val::F(a), Val::F(b)) => Val::B(a.iter().zip(&b).map(|(x, y)| cmp(x.partial_cmp(y))).collect()),
-                    (Val::I(a), Val::I(b)) => Val::B(a.iter().zip(&b).map(|(x, y)| cmp(x.partial_cmp(y))).collect()),
-                    (Val::B(a), Val::B(b)) => Val::B(a.iter().zip(&b).map(|(x, y)| cmp(x.partial_cmp(y))).collect()),
-                    (a, b) => return fail(format!("{op:?} of {} and {} operands", a.kind(), b.kind())),
+                    (Val::F(a), Val::F(b)) => Val::B(
+                        a.iter()
+                            .zip(&b)
+                            .map(|(x, y)| cmp(x.partial_cmp(y)))
+                            .collect(),
+                    ),
+                    (Val::I(a), Val::I(b)) => Val::B(
+                        a.iter()
+                            .zip(&b)
+                            .map(|(x, y)| cmp(x.partial_cmp(y)))
+                            .collect(),
+                    ),
+                    (Val::B(a), Val::B(b)) => Val::B(
+                        a.iter()
+                            .zip(&b)
+                            .map(|(x, y)| cmp(x.partial_cmp(y)))
+                            .collect(),
+                    ),
+                    (a, b) => {
+                        return fail(format!("{op:?} of {} and {} operands", a.kind(), b.kind()))
+                    }
                 }
             }
             And | Or | Xor => match (args.remove(0), args.remove(0)) {
@@ -762,19 +979,29 @@ pub fn eval_postfix(expr: &[ExprInstr], operands: &[&DevT], shape: &[usize]) -> 
             },
             Select => {
                 let (c, a, b) = (args.remove(0), args.remove(0), args.remove(0));
-                let Val::B(c) = c else { return fail(format!("select condition is {}", c.kind())) };
+                let Val::B(c) = c else {
+                    return fail(format!("select condition is {}", c.kind()));
+                };
                 match (a, b) {
                     (Val::F(a), Val::F(b)) => {
                         Val::F((0..n).map(|i| rh(if c[i] { a[i] } else { b[i] })).collect())
                     }
-                    (Val::I(a), Val::I(b)) => Val::I((0..n).map(|i| if c[i] { a[i] } else { b[i] }).collect()),
-                    (Val::B(a), Val::B(b)) => Val::B((0..n).map(|i| if c[i] { a[i] } else { b[i] }).collect()),
-                    (a, b) => return fail(format!("select of {} and {} operands", a.kind(), b.kind())),
+                    (Val::I(a), Val::I(b)) => {
+                        Val::I((0..n).map(|i| if c[i] { a[i] } else { b[i] }).collect())
+                    }
+                    (Val::B(a), Val::B(b)) => {
+                        Val::B((0..n).map(|i| if c[i] { a[i] } else { b[i] }).collect())
+                    }
+                    (a, b) => {
+                        return fail(format!("select of {} and {} operands", a.kind(), b.kind()))
+                    }
                 }
             }
             _ => match args.pop().unwrap() {
                 Val::F(v) => Val::F(
-                    v.into_iter().map(|x| rh(float_unary(op, x, ins.imm, ins.imm2).unwrap())).collect(),
+                    v.into_iter()
+                        .map(|x| rh(float_unary(op, x, ins.imm, ins.imm2).unwrap()))
+                        .collect(),
                 ),
                 other => return fail(format!("{op:?} of a {} operand", other.kind())),
             },
@@ -787,7 +1014,10 @@ pub fn eval_postfix(expr: &[ExprInstr], operands: &[&DevT], shape: &[usize]) -> 
     Ok(match stack.pop().unwrap() {
         Val::F(v) => (v, "float"),
         Val::I(v) => (v.into_iter().map(|x| x as f64).collect(), "int"),
-        Val::B(v) => (v.into_iter().map(|x| if x { 1.0 } else { 0.0 }).collect(), "bool"),
+        Val::B(v) => (
+            v.into_iter().map(|x| if x { 1.0 } else { 0.0 }).collect(),
+            "bool",
+        ),
     })
 }
 
@@ -802,10 +1032,22 @@ fn kind_of(dt: DeviceType) -> &'static str {
 /// Decodes device bytes independently of the crate.
 pub fn decode(dt: DeviceType, bytes: &[u8]) -> Vec<f64> {
     match dt {
-        DeviceType::F32 => bytes.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap()) as f64).collect(),
-        DeviceType::F16 => bytes.chunks_exact(2).map(|c| f16::from_le_bytes(c.try_into().unwrap()).to_f64()).collect(),
-        DeviceType::I32 => bytes.chunks_exact(4).map(|c| i32::from_le_bytes(c.try_into().unwrap()) as f64).collect(),
-        DeviceType::Bool => bytes.iter().map(|&b| if b != 0 { 1.0 } else { 0.0 }).collect(),
+        DeviceType::F32 => bytes
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes(c.try_into().unwrap()) as f64)
+            .collect(),
+        DeviceType::F16 => bytes
+            .chunks_exact(2)
+            .map(|c| f16::from_le_bytes(c.try_into().unwrap()).to_f64())
+            .collect(),
+        DeviceType::I32 => bytes
+            .chunks_exact(4)
+            .map(|c| i32::from_le_bytes(c.try_into().unwrap()) as f64)
+            .collect(),
+        DeviceType::Bool => bytes
+            .iter()
+            .map(|&b| if b != 0 { 1.0 } else { 0.0 })
+            .collect(),
     }
 }
 
@@ -827,11 +1069,21 @@ impl TestBackend {
     fn on_ipu(&self, id: TensorId, ipu: u32, what: &str) -> Result<&DevT> {
         let t = self.get(id)?;
         if t.ipu != ipu {
-            return fail(format!("{what}: operand {id} lives on IPU {} but the operation runs on IPU {ipu}", t.ipu));
+            return fail(format!(
+                "{what}: operand {id} lives on IPU {} but the operation runs on IPU {ipu}",
+                t.ipu
+            ));
         }
         Ok(t)
     }
-    fn push(&mut self, t: DevT, kind: Kind, name: &str, args: Vec<TensorId>, detail: Detail) -> TensorId {
+    fn push(
+        &mut self,
+        t: DevT,
+        kind: Kind,
+        name: &str,
+        args: Vec<TensorId>,
+        detail: Detail,
+    ) -> TensorId {
         let id = self.tensors.len() as TensorId;
         self.calls.push(Call {
             kind,
@@ -873,22 +1125,59 @@ impl TestBackend {
 }
 
 impl Backend for TestBackend {
-    fn add_input(&mut self, name: &str, dtype: DeviceType, shape: &[usize], ipu: u32) -> Result<TensorId> {
-        let Some(data) = self.feeds.get(name) else { return fail(format!("no data fed for input '{name}'")) };
+    fn add_input(
+        &mut self,
+        name: &str,
+        dtype: DeviceType,
+        shape: &[usize],
+        ipu: u32,
+    ) -> Result<TensorId> {
+        let Some(data) = self.feeds.get(name) else {
+            return fail(format!("no data fed for input '{name}'"));
+        };
         if data.len() != numel(shape) {
-            return fail(format!("input '{name}' fed {} values for shape {shape:?}", data.len()));
+            return fail(format!(
+                "input '{name}' fed {} values for shape {shape:?}",
+                data.len()
+            ));
         }
         let data = data.iter().map(|&v| store(dtype, v)).collect();
-        Ok(self.push(DevT { dtype, shape: shape.to_vec(), data, ipu }, Kind::Input, name, vec![], Detail::None))
+        Ok(self.push(
+            DevT {
+                dtype,
+                shape: shape.to_vec(),
+                data,
+                ipu,
+            },
+            Kind::Input,
+            name,
+            vec![],
+            Detail::None,
+        ))
     }
 
-    fn add_constant(&mut self, name: &str, dtype: DeviceType, shape: &[usize], data: &[u8], ipu: u32) -> Result<TensorId> {
+    fn add_constant(
+        &mut self,
+        name: &str,
+        dtype: DeviceType,
+        shape: &[usize],
+        data: &[u8],
+        ipu: u32,
+    ) -> Result<TensorId> {
         if data.len() != numel(shape) * dtype.size() {
-            return fail(format!("constant '{name}': {} bytes for {dtype} {shape:?}", data.len()));
+            return fail(format!(
+                "constant '{name}': {} bytes for {dtype} {shape:?}",
+                data.len()
+            ));
         }
         let vals = decode(dtype, data);
         Ok(self.push(
-            DevT { dtype, shape: shape.to_vec(), data: vals, ipu },
+            DevT {
+                dtype,
+                shape: shape.to_vec(),
+                data: vals,
+                ipu,
+            },
             Kind::Constant,
             name,
             vec![],
@@ -907,11 +1196,21 @@ impl Backend for TestBackend {
         if g != g2 || k != k2 {
             return fail(format!("matmul of {:?} and {:?}", ta.shape, tb.shape));
         }
-        if ta.dtype != tb.dtype || !ta.dtype.is_float() || !p.out_dtype.is_float() || !p.partials.is_float() {
-            return fail(format!("matmul of {} and {} into {}", ta.dtype, tb.dtype, p.out_dtype));
+        if ta.dtype != tb.dtype
+            || !ta.dtype.is_float()
+            || !p.out_dtype.is_float()
+            || !p.partials.is_float()
+        {
+            return fail(format!(
+                "matmul of {} and {} into {}",
+                ta.dtype, tb.dtype, p.out_dtype
+            ));
         }
         if !(p.available_memory_proportion > 0.0 && p.available_memory_proportion <= 1.0) {
-            return fail(format!("memory proportion {}", p.available_memory_proportion));
+            return fail(format!(
+                "memory proportion {}",
+                p.available_memory_proportion
+            ));
         }
         let mut out = vec![0.0; g * m * n];
         for gi in 0..g {
@@ -926,7 +1225,12 @@ impl Backend for TestBackend {
             }
         }
         Ok(self.push(
-            DevT { dtype: p.out_dtype, shape: vec![g, m, n], data: out, ipu: p.ipu },
+            DevT {
+                dtype: p.out_dtype,
+                shape: vec![g, m, n],
+                data: out,
+                ipu: p.ipu,
+            },
             Kind::MatMul,
             &p.name.clone(),
             vec![a, b],
@@ -943,16 +1247,25 @@ impl Backend for TestBackend {
         ipu: u32,
         name: &str,
     ) -> Result<TensorId> {
-        let ops: Vec<DevT> =
-            inputs.iter().map(|&i| self.on_ipu(i, ipu, name).cloned()).collect::<Result<Vec<_>>>()?;
+        let ops: Vec<DevT> = inputs
+            .iter()
+            .map(|&i| self.on_ipu(i, ipu, name).cloned())
+            .collect::<Result<Vec<_>>>()?;
         let refs: Vec<&DevT> = ops.iter().collect();
         let (vals, kind) = eval_postfix(expr, &refs, out_shape)?;
         if kind != kind_of(out_dtype) {
-            return fail(format!("map '{name}' computes a {kind} result but its output is {out_dtype}"));
+            return fail(format!(
+                "map '{name}' computes a {kind} result but its output is {out_dtype}"
+            ));
         }
         let data = vals.into_iter().map(|v| store(out_dtype, v)).collect();
         Ok(self.push(
-            DevT { dtype: out_dtype, shape: out_shape.to_vec(), data, ipu },
+            DevT {
+                dtype: out_dtype,
+                shape: out_shape.to_vec(),
+                data,
+                ipu,
+            },
             Kind::Map,
             name,
             inputs.to_vec(),
@@ -973,11 +1286,17 @@ impl Backend for TestBackend {
     ) -> Result<TensorId> {
         let t = self.on_ipu(x, ipu, name)?.clone();
         let rank = t.shape.len();
-        if axes.iter().any(|&a| a >= rank) || (1..axes.len()).any(|i| axes[..i].contains(&axes[i])) {
+        if axes.iter().any(|&a| a >= rank) || (1..axes.len()).any(|i| axes[..i].contains(&axes[i]))
+        {
             return fail(format!("reduce axes {axes:?} of rank {rank}"));
         }
-        let out_shape: Vec<usize> =
-            t.shape.iter().enumerate().filter(|(i, _)| !axes.contains(i)).map(|(_, &d)| d).collect();
+        let out_shape: Vec<usize> = t
+            .shape
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| !axes.contains(i))
+            .map(|(_, &d)| d)
+            .collect();
         let mut groups: Vec<Vec<f64>> = vec![Vec::new(); numel(&out_shape)];
         for (li, &v) in t.data.iter().enumerate() {
             let idx = unravel(li, &t.shape);
@@ -1010,11 +1329,21 @@ impl Backend for TestBackend {
             })
             .collect();
         Ok(self.push(
-            DevT { dtype: out_dtype, shape: out_shape, data, ipu },
+            DevT {
+                dtype: out_dtype,
+                shape: out_shape,
+                data,
+                ipu,
+            },
             Kind::Reduce,
             name,
             vec![x],
-            Detail::Reduce { axes: axes.to_vec(), op, fin: final_op, scale },
+            Detail::Reduce {
+                axes: axes.to_vec(),
+                op,
+                fin: final_op,
+                scale,
+            },
         ))
     }
 
@@ -1023,7 +1352,16 @@ impl Backend for TestBackend {
         if numel(shape) != numel(&t.shape) {
             return fail(format!("reshape {:?} -> {shape:?}", t.shape));
         }
-        Ok(self.push(DevT { shape: shape.to_vec(), ..t }, Kind::Reshape, "", vec![x], Detail::None))
+        Ok(self.push(
+            DevT {
+                shape: shape.to_vec(),
+                ..t
+            },
+            Kind::Reshape,
+            "",
+            vec![x],
+            Detail::None,
+        ))
     }
 
     fn rearrange(
@@ -1037,37 +1375,65 @@ impl Backend for TestBackend {
     ) -> Result<TensorId> {
         let t = self.on_ipu(x, ipu, name)?.clone();
         if strides.len() != shape.len() {
-            return fail(format!("rearrange with {} strides for shape {shape:?}", strides.len()));
+            return fail(format!(
+                "rearrange with {} strides for shape {shape:?}",
+                strides.len()
+            ));
         }
         let mut data = Vec::with_capacity(numel(shape));
         for li in 0..numel(shape) {
             let idx = unravel(li, shape);
-            let src: i64 = offset + idx.iter().zip(strides).map(|(&i, &s)| i as i64 * s).sum::<i64>();
+            let src: i64 = offset
+                + idx
+                    .iter()
+                    .zip(strides)
+                    .map(|(&i, &s)| i as i64 * s)
+                    .sum::<i64>();
             if src < 0 || src as usize >= t.data.len() {
-                return fail(format!("rearrange reads element {src} of a {}-element tensor", t.data.len()));
+                return fail(format!(
+                    "rearrange reads element {src} of a {}-element tensor",
+                    t.data.len()
+                ));
             }
             data.push(t.data[src as usize]);
         }
         Ok(self.push(
-            DevT { dtype: t.dtype, shape: shape.to_vec(), data, ipu },
+            DevT {
+                dtype: t.dtype,
+                shape: shape.to_vec(),
+                data,
+                ipu,
+            },
             Kind::Rearrange,
             name,
             vec![x],
-            Detail::Rearrange { offset, strides: strides.to_vec() },
+            Detail::Rearrange {
+                offset,
+                strides: strides.to_vec(),
+            },
         ))
     }
 
     fn concat(&mut self, xs: &[TensorId], axis: usize, ipu: u32, name: &str) -> Result<TensorId> {
-        let ts: Vec<DevT> = xs.iter().map(|&i| self.on_ipu(i, ipu, name).cloned()).collect::<Result<Vec<_>>>()?;
-        let Some(first) = ts.first() else { return fail("concat of nothing") };
+        let ts: Vec<DevT> = xs
+            .iter()
+            .map(|&i| self.on_ipu(i, ipu, name).cloned())
+            .collect::<Result<Vec<_>>>()?;
+        let Some(first) = ts.first() else {
+            return fail("concat of nothing");
+        };
         let rank = first.shape.len();
         if axis >= rank {
             return fail(format!("concat axis {axis} of rank {rank}"));
         }
         for t in &ts {
-            let same_rest = t.shape.len() == rank && (0..rank).all(|i| i == axis || t.shape[i] == first.shape[i]);
+            let same_rest = t.shape.len() == rank
+                && (0..rank).all(|i| i == axis || t.shape[i] == first.shape[i]);
             if !same_rest || t.dtype != first.dtype {
-                return fail(format!("concat of {} {:?} and {} {:?}", first.dtype, first.shape, t.dtype, t.shape));
+                return fail(format!(
+                    "concat of {} {:?} and {} {:?}",
+                    first.dtype, first.shape, t.dtype, t.shape
+                ));
             }
         }
         let mut shape = first.shape.clone();
@@ -1082,18 +1448,53 @@ impl Backend for TestBackend {
             }
         }
         let dtype = first.dtype;
-        Ok(self.push(DevT { dtype, shape, data, ipu }, Kind::Concat, name, xs.to_vec(), Detail::Concat { axis }))
+        Ok(self.push(
+            DevT {
+                dtype,
+                shape,
+                data,
+                ipu,
+            },
+            Kind::Concat,
+            name,
+            xs.to_vec(),
+            Detail::Concat { axis },
+        ))
     }
 
-    fn fill(&mut self, dtype: DeviceType, shape: &[usize], value: f64, ipu: u32, name: &str) -> Result<TensorId> {
+    fn fill(
+        &mut self,
+        dtype: DeviceType,
+        shape: &[usize],
+        value: f64,
+        ipu: u32,
+        name: &str,
+    ) -> Result<TensorId> {
         let data = vec![store(dtype, value); numel(shape)];
-        Ok(self.push(DevT { dtype, shape: shape.to_vec(), data, ipu }, Kind::Fill, name, vec![], Detail::Fill { value }))
+        Ok(self.push(
+            DevT {
+                dtype,
+                shape: shape.to_vec(),
+                data,
+                ipu,
+            },
+            Kind::Fill,
+            name,
+            vec![],
+            Detail::Fill { value },
+        ))
     }
 
     fn copy_to_ipu(&mut self, x: TensorId, ipu: u32, name: &str) -> Result<TensorId> {
         let t = self.get(x)?.clone();
         let from = t.ipu;
-        Ok(self.push(DevT { ipu, ..t }, Kind::Copy, name, vec![x], Detail::Copy { from }))
+        Ok(self.push(
+            DevT { ipu, ..t },
+            Kind::Copy,
+            name,
+            vec![x],
+            Detail::Copy { from },
+        ))
     }
 
     fn mark_output(&mut self, x: TensorId, name: &str) -> Result<()> {
@@ -1124,20 +1525,45 @@ pub struct Feed {
 }
 
 pub fn feed(name: &str, dtype: DType, shape: &[usize], data: Vec<f64>) -> Feed {
-    assert_eq!(numel(shape), data.len(), "feed '{name}' does not fill its shape");
-    Feed { name: name.into(), dtype, shape: shape.to_vec(), data }
+    assert_eq!(
+        numel(shape),
+        data.len(),
+        "feed '{name}' does not fill its shape"
+    );
+    Feed {
+        name: name.into(),
+        dtype,
+        shape: shape.to_vec(),
+        data,
+    }
 }
 
 pub fn copts(precision: Precision, num_ipus: u32) -> CompileOptions {
-    CompileOptions { precision, memory_proportion: 0.6, half_partials: false, num_ipus }
+    CompileOptions {
+        precision,
+        memory_proportion: 0.6,
+        half_partials: false,
+        num_ipus,
+    }
 }
 
 pub fn specs(feeds: &[Feed]) -> Vec<InputSpec> {
-    feeds.iter().map(|f| InputSpec { name: f.name.clone(), dtype: f.dtype, shape: f.shape.clone() }).collect()
+    feeds
+        .iter()
+        .map(|f| InputSpec {
+            name: f.name.clone(),
+            dtype: f.dtype,
+            shape: f.shape.clone(),
+        })
+        .collect()
 }
 
 /// Lowers `model` for `feeds` onto a fresh test backend, which executes it.
-pub fn try_lower(model: &Model, feeds: &[Feed], opts: &CompileOptions) -> Result<(Lowered, TestBackend)> {
+pub fn try_lower(
+    model: &Model,
+    feeds: &[Feed],
+    opts: &CompileOptions,
+) -> Result<(Lowered, TestBackend)> {
     let mut be = TestBackend::new();
     for f in feeds {
         be.feeds.insert(f.name.clone(), f.data.clone());
@@ -1180,7 +1606,11 @@ pub fn ref_softmax_rows(x: &[f64], rows: usize, cols: usize, log: bool) -> Vec<f
         let m = row.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
         let s: f64 = row.iter().map(|v| (v - m).exp()).sum();
         for c in 0..cols {
-            out[r * cols + c] = if log { (row[c] - m) - s.ln() } else { (row[c] - m).exp() / s };
+            out[r * cols + c] = if log {
+                (row[c] - m) - s.ln()
+            } else {
+                (row[c] - m).exp() / s
+            };
         }
     }
     out

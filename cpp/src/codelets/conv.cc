@@ -1,0 +1,173 @@
+// Convolution vertex: im2col into per-thread scratch, then the same float
+// product as the matrix-product vertex, with the same accumulator rules (float
+// partials: exact products summed in float; half partials: chunks of 16
+// products rounded to half and accumulated in half).
+#include <algorithm>
+#include <cstring>
+
+#include "neurenix/codelets.h"
+#include "neurenix/error.h"
+
+namespace neurenix {
+namespace {
+
+constexpr uint32_t kHalfPartialsDepth = 16;
+
+void to_float(const uint8_t* p, DType dtype, size_t n, float* dst) {
+  if (dtype == DType::kFloat32) std::memcpy(dst, p, n * 4);
+  else half_to_float_n(reinterpret_cast<const half_bits*>(p), dst, n);
+}
+
+void round_half(float* x, size_t n) {
+  thread_local std::vector<half_bits> tmp;
+  if (tmp.size() < n) tmp.resize(n);
+  float_to_half_n(x, tmp.data(), n);
+  half_to_float_n(tmp.data(), x, n);
+}
+
+}  // namespace
+
+ConvVertex::ConvVertex(uint32_t tile_, Field in, Field weights, Field out, ConvWindow shape, DType in_dtype,
+                       DType partials_dtype, DType out_dtype)
+    : in_(in), w_(weights), out_(out), s_(shape), in_dtype_(in_dtype), partials_(partials_dtype), out_dtype_(out_dtype) {
+  tile = tile_;
+  in_.access = Access::kRead;
+  w_.access = Access::kRead;
+  out_.access = Access::kWrite;
+  const uint64_t k = static_cast<uint64_t>(s_.cin) * s_.kh * s_.kw;
+  NX_CHECK(static_cast<uint64_t>(s_.cin) * s_.in_rows * s_.in_w <= in_.count, "conv input window exceeds its field");
+  NX_CHECK(s_.cout == 0 || (s_.cout - 1) * static_cast<uint64_t>(s_.ldw) + k <= w_.count, "conv weights exceed their field");
+  NX_CHECK(s_.cout == 0 || (s_.cout - 1) * static_cast<uint64_t>(s_.ld_out) + static_cast<uint64_t>(s_.rows) * s_.out_w <= out_.count,
+           "conv output exceeds its field");
+  NX_CHECK(!(partials_ == DType::kFloat16 && in_dtype_ == DType::kFloat32), "half partials need half inputs");
+}
+
+void ConvVertex::set_bias(Field bias, DType dtype) {
+  NX_CHECK(bias.count >= s_.cout, "conv bias shorter than the output channels");
+  bias_ = bias;
+  bias_.access = Access::kRead;
+  bias_dtype_ = dtype;
+  has_bias_ = true;
+}
+
+void ConvVertex::list_fields(std::vector<Field*>& out) {
+  out.push_back(&in_);
+  out.push_back(&w_);
+  out.push_back(&out_);
+  if (has_bias_) out.push_back(&bias_);
+}
+
+uint64_t ConvVertex::cycles(const TargetSpec& t) const {
+  const bool half = in_dtype_ == DType::kFloat16;
+  const uint64_t rate = half ? t.fp16_flops_per_cycle : t.fp32_flops_per_cycle;
+  const uint64_t depth = half ? 16 : 8;
+  const uint64_t k = static_cast<uint64_t>(s_.cin) * s_.kh * s_.kw;
+  const uint64_t p = static_cast<uint64_t>(s_.rows) * s_.out_w;
+  uint64_t compute = 2 * s_.cout * p * ((k + depth - 1) / depth * depth) / rate;
+  if (partials_ == DType::kFloat16) compute = compute * 9 / 10;
+  return t.vertex_overhead_cycles + compute + 4ull * s_.rows * s_.cout * s_.kh;
+}
+
+void ConvVertex::compute(uint8_t* mem) const {
+  const ConvWindow& s = s_;
+  const uint32_t k = s.cin * s.kh * s.kw;
+  const uint32_t p = s.rows * s.out_w;
+  if (s.cout == 0 || p == 0) return;
+  thread_local std::vector<float> win, col, wts, acc, tmp;
+  // Input window as float.
+  const size_t win_n = static_cast<size_t>(s.cin) * s.in_rows * s.in_w;
+  const float* in_f;
+  if (in_dtype_ == DType::kFloat32) {
+    in_f = reinterpret_cast<const float*>(mem + in_.byte_offset);
+  } else {
+    win.resize(win_n);
+    to_float(mem + in_.byte_offset, in_dtype_, win_n, win.data());
+    in_f = win.data();
+  }
+  // Weights as float [cout][k].
+  const float* w_f;
+  uint32_t ldw = s.ldw;
+  if (in_dtype_ == DType::kFloat32) {
+    w_f = reinterpret_cast<const float*>(mem + w_.byte_offset);
+  } else {
+    wts.resize(static_cast<size_t>(s.cout) * k);
+    for (uint32_t co = 0; co < s.cout; ++co)
+      to_float(mem + w_.byte_offset + static_cast<size_t>(co) * s.ldw * 2, in_dtype_, k, wts.data() + static_cast<size_t>(co) * k);
+    w_f = wts.data();
+    ldw = k;
+  }
+  // im2col: B[k][p], k = (ci, a, b), p = (r, wo).
+  const float* b_f;
+  const bool direct = s.kh == 1 && s.kw == 1 && s.sh == 1 && s.sw == 1 && s.pad_top == 0 && s.pad_left == 0 &&
+                      s.in_w == s.out_w && s.hi0 == static_cast<int32_t>(s.ho0) && s.in_rows == s.rows;
+  if (direct) {
+    b_f = in_f;
+  } else {
+    col.resize(static_cast<size_t>(k) * p);
+    for (uint32_t ci = 0; ci < s.cin; ++ci)
+      for (uint32_t a = 0; a < s.kh; ++a)
+        for (uint32_t bb = 0; bb < s.kw; ++bb) {
+          float* dst_row = col.data() + static_cast<size_t>((ci * s.kh + a) * s.kw + bb) * p;
+          const int32_t shift = static_cast<int32_t>(bb * s.dw) - s.pad_left;
+          // Output columns whose input column lies inside the row.
+          int32_t lo = 0, hi = static_cast<int32_t>(s.out_w);
+          if (shift < 0) lo = std::min<int32_t>(hi, (-shift + static_cast<int32_t>(s.sw) - 1) / static_cast<int32_t>(s.sw));
+          {
+            const int32_t last = static_cast<int32_t>(s.in_w) - 1 - shift;  // wo*sw <= last
+            hi = last < 0 ? 0 : std::min<int32_t>(hi, last / static_cast<int32_t>(s.sw) + 1);
+          }
+          for (uint32_t r = 0; r < s.rows; ++r) {
+            float* dst = dst_row + static_cast<size_t>(r) * s.out_w;
+            const int32_t hi_row = static_cast<int32_t>((s.ho0 + r) * s.sh + a * s.dh) - s.pad_top;
+            if (hi_row < 0 || hi_row >= static_cast<int32_t>(s.in_h) || lo >= hi) {
+              std::fill(dst, dst + s.out_w, 0.0f);
+              continue;
+            }
+            const int32_t local = hi_row - s.hi0;
+            NX_CHECK(local >= 0 && local < static_cast<int32_t>(s.in_rows), "conv window misses an input row");
+            const float* src = in_f + (static_cast<size_t>(ci) * s.in_rows + local) * s.in_w;
+            std::fill(dst, dst + lo, 0.0f);
+            if (s.sw == 1) {
+              std::memcpy(dst + lo, src + lo + shift, static_cast<size_t>(hi - lo) * 4);
+            } else {
+              for (int32_t wo = lo; wo < hi; ++wo) dst[wo] = src[wo * static_cast<int32_t>(s.sw) + shift];
+            }
+            std::fill(dst + hi, dst + s.out_w, 0.0f);
+          }
+        }
+    b_f = col.data();
+  }
+  // C[cout][p] = W . B, then bias and conversion.
+  acc.resize(static_cast<size_t>(s.cout) * p);
+  if (partials_ == DType::kFloat32) {
+    gemm_f32(w_f, b_f, acc.data(), s.cout, p, k, ldw, p, p, false);
+  } else {
+    std::fill(acc.begin(), acc.end(), 0.0f);
+    tmp.resize(acc.size());
+    for (uint32_t k0 = 0; k0 < k; k0 += kHalfPartialsDepth) {
+      const uint32_t kc = std::min(kHalfPartialsDepth, k - k0);
+      gemm_f32(w_f + k0, b_f + static_cast<size_t>(k0) * p, tmp.data(), s.cout, p, kc, ldw, p, p, false);
+      round_half(tmp.data(), tmp.size());
+      for (size_t i = 0; i < acc.size(); ++i) acc[i] += tmp[i];
+      round_half(acc.data(), acc.size());
+    }
+  }
+  if (has_bias_) {
+    for (uint32_t co = 0; co < s.cout; ++co) {
+      const float bv = static_cast<float>(load_element(mem + bias_.byte_offset, bias_dtype_, co));
+      float* row = acc.data() + static_cast<size_t>(co) * p;
+      for (uint32_t i = 0; i < p; ++i) row[i] += bv;
+    }
+    if (out_dtype_ == DType::kFloat16 || partials_ == DType::kFloat16) round_half(acc.data(), acc.size());
+  }
+  uint8_t* out = mem + out_.byte_offset;
+  const size_t es = dtype_size(out_dtype_);
+  for (uint32_t co = 0; co < s.cout; ++co) {
+    const float* src = acc.data() + static_cast<size_t>(co) * p;
+    uint8_t* dst = out + static_cast<size_t>(co) * s.ld_out * es;
+    if (out_dtype_ == DType::kFloat32) std::memcpy(dst, src, static_cast<size_t>(p) * 4);
+    else float_to_half_n(src, reinterpret_cast<half_bits*>(dst), p);
+  }
+}
+
+}  // namespace neurenix

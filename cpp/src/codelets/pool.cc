@@ -1,0 +1,120 @@
+// Pooling and gather vertices.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "neurenix/codelets.h"
+#include "neurenix/error.h"
+
+namespace neurenix {
+
+PoolVertex::PoolVertex(uint32_t tile_, Field in, Field out, PoolWindow shape, PoolMode mode, DType dtype)
+    : in_(in), out_(out), s_(shape), mode_(mode), dtype_(dtype) {
+  tile = tile_;
+  in_.access = Access::kRead;
+  out_.access = Access::kWrite;
+  NX_CHECK(is_float(dtype_), "pooling of non-float data");
+  NX_CHECK(static_cast<uint64_t>(s_.planes) * s_.in_rows * s_.in_w <= in_.count, "pool window exceeds its field");
+  NX_CHECK(s_.planes == 0 || (s_.planes - 1) * static_cast<uint64_t>(s_.ld_out) + static_cast<uint64_t>(s_.rows) * s_.out_w <= out_.count,
+           "pool output exceeds its field");
+}
+
+void PoolVertex::list_fields(std::vector<Field*>& out) {
+  out.push_back(&in_);
+  out.push_back(&out_);
+}
+
+uint64_t PoolVertex::cycles(const TargetSpec& t) const {
+  const double per = dtype_ == DType::kFloat16 ? 0.25 : 0.5;
+  const double work = static_cast<double>(s_.planes) * s_.rows * s_.out_w * s_.kh * s_.kw;
+  return t.vertex_overhead_cycles + static_cast<uint64_t>(per * work) + 4ull * s_.planes * s_.rows;
+}
+
+void PoolVertex::compute(uint8_t* mem) const {
+  const PoolWindow& s = s_;
+  thread_local std::vector<float> win, res;
+  const size_t win_n = static_cast<size_t>(s.planes) * s.in_rows * s.in_w;
+  win.resize(win_n);
+  if (dtype_ == DType::kFloat32) std::memcpy(win.data(), mem + in_.byte_offset, win_n * 4);
+  else half_to_float_n(reinterpret_cast<const half_bits*>(mem + in_.byte_offset), win.data(), win_n);
+  res.resize(static_cast<size_t>(s.rows) * s.out_w);
+  const size_t es = dtype_size(dtype_);
+  const int32_t padded_h = static_cast<int32_t>(s.in_h + s.pad_top + s.pad_bottom);
+  const int32_t padded_w = static_cast<int32_t>(s.in_w + s.pad_left + s.pad_right);
+  for (uint32_t pl = 0; pl < s.planes; ++pl) {
+    const float* plane = win.data() + static_cast<size_t>(pl) * s.in_rows * s.in_w;
+    for (uint32_t r = 0; r < s.rows; ++r) {
+      const int32_t h0 = static_cast<int32_t>((s.ho0 + r) * s.sh) - s.pad_top;
+      for (uint32_t wo = 0; wo < s.out_w; ++wo) {
+        const int32_t w0 = static_cast<int32_t>(wo * s.sw) - s.pad_left;
+        float acc = mode_ == PoolMode::kMax ? -std::numeric_limits<float>::infinity() : 0.0f;
+        uint32_t count = 0, padded_count = 0;
+        for (uint32_t a = 0; a < s.kh; ++a) {
+          const int32_t hi = h0 + static_cast<int32_t>(a * s.dh);
+          // Window cells inside the explicitly padded extent count for
+          // count_include_pad; cells beyond it (ceil_mode overhang) do not.
+          const bool in_pad_h = hi + s.pad_top >= 0 && hi + s.pad_top < padded_h;
+          for (uint32_t b = 0; b < s.kw; ++b) {
+            const int32_t wi = w0 + static_cast<int32_t>(b * s.dw);
+            if (in_pad_h && wi + s.pad_left >= 0 && wi + s.pad_left < padded_w) ++padded_count;
+            if (hi < 0 || hi >= static_cast<int32_t>(s.in_h) || wi < 0 || wi >= static_cast<int32_t>(s.in_w)) continue;
+            const float v = plane[static_cast<size_t>(hi - s.hi0) * s.in_w + wi];
+            ++count;
+            if (mode_ == PoolMode::kMax) {
+              if (v > acc || v != v) acc = v;
+            } else {
+              acc += v;
+            }
+          }
+        }
+        if (mode_ == PoolMode::kAverage) acc = count ? acc / static_cast<float>(count) : 0.0f;
+        if (mode_ == PoolMode::kAverageIncludePad) acc = padded_count ? acc / static_cast<float>(padded_count) : 0.0f;
+        res[static_cast<size_t>(r) * s.out_w + wo] = acc;
+      }
+    }
+    uint8_t* dst = mem + out_.byte_offset + static_cast<size_t>(pl) * s.ld_out * es;
+    if (dtype_ == DType::kFloat32) std::memcpy(dst, res.data(), res.size() * 4);
+    else float_to_half_n(res.data(), reinterpret_cast<half_bits*>(dst), res.size());
+  }
+}
+
+GatherVertex::GatherVertex(uint32_t tile_, Field table, Field indices, Field out, uint32_t rows, uint32_t cols,
+                           uint32_t ld, DType dtype)
+    : table_(table), idx_(indices), out_(out), rows_(rows), cols_(cols), ld_(ld), dtype_(dtype) {
+  tile = tile_;
+  table_.access = Access::kRead;
+  idx_.access = Access::kRead;
+  out_.access = Access::kWrite;
+  NX_CHECK(rows_ == 0 || (rows_ - 1) * static_cast<uint64_t>(ld_) + cols_ <= table_.count, "gather table exceeds its field");
+  NX_CHECK(out_.count == idx_.count * cols_, "gather output size mismatch");
+}
+
+void GatherVertex::list_fields(std::vector<Field*>& out) {
+  out.push_back(&table_);
+  out.push_back(&idx_);
+  out.push_back(&out_);
+}
+
+uint64_t GatherVertex::cycles(const TargetSpec& t) const {
+  return t.vertex_overhead_cycles + idx_.count * (6 + cols_ * dtype_size(dtype_) / t.local_read_bytes_per_cycle);
+}
+
+void GatherVertex::compute(uint8_t* mem) const {
+  const int32_t* idx = reinterpret_cast<const int32_t*>(mem + idx_.byte_offset);
+  const uint8_t* table = mem + table_.byte_offset;
+  uint8_t* out = mem + out_.byte_offset;
+  const size_t es = dtype_size(dtype_);
+  for (uint64_t i = 0; i < idx_.count; ++i) {
+    int64_t r = idx[i];
+    if (r < 0) r += rows_;
+    uint8_t* dst = out + i * cols_ * es;
+    if (r < 0 || r >= static_cast<int64_t>(rows_)) {
+      std::memset(dst, 0, cols_ * es);
+    } else {
+      std::memcpy(dst, table + static_cast<size_t>(r) * ld_ * es, cols_ * es);
+    }
+  }
+}
+
+}  // namespace neurenix

@@ -1,0 +1,512 @@
+// Convolution: planner and lowering.
+//
+// The problem is a grouped product: G = groups, M = output rows (image,
+// output row; each row is a full output width), N = output channels per group,
+// K = input channels per group (the kernel window is never split). Every tile
+// of a plan computes a block (groups x rows x output channels) of partial sums
+// over its block of input channels, from the input rows its output rows need
+// (with the halo) received by exchange. Weights nobody has placed are laid out
+// by the plan, so they do not move at run time unless several row blocks share
+// them. With K split, a second stage sums the partials as for matmuls.
+#include <algorithm>
+#include <sstream>
+
+#include "neurenix/error.h"
+#include "neurenix/exchange.h"
+#include "neurenix/ops.h"
+#include "planning.h"
+
+namespace neurenix::ops {
+
+std::string ConvPlan::describe() const {
+  std::ostringstream os;
+  os << "[" << batch << "x" << in_channels << "] -> [" << batch << "x" << out_channels << "x" << out_h << "x" << out_w
+     << "]";
+  if (groups > 1) os << " in " << groups << " groups";
+  os << ": split groups/" << g_split << " rows/" << m_split << " out-channels/" << n_split << " in-channels/" << k_split;
+  if (serial_split > 1) os << ", out-channels serially in " << serial_split << " passes";
+  os << ", " << tiles_used() << " tiles, " << temp_bytes << " B temporaries/tile";
+  if (!meets_memory_target) os << " (above the memory target)";
+  return os.str();
+}
+
+namespace {
+
+struct Dims {
+  uint64_t n, c, h, w, co, cg, cog, ho, wo, khw;
+};
+
+// Image segments of a block of flattened output rows (n * Ho + ho).
+struct Segment {
+  uint64_t n, ho_lo, ho_hi;
+  uint64_t rows() const { return ho_hi - ho_lo; }
+};
+
+std::vector<Segment> segments(Range rows, uint64_t ho) {
+  std::vector<Segment> out;
+  uint64_t r = rows.begin;
+  while (r < rows.end) {
+    uint64_t n = r / ho, lo = r % ho;
+    uint64_t hi = std::min(ho, lo + (rows.end - r));
+    out.push_back(Segment{n, lo, hi});
+    r += hi - lo;
+  }
+  return out;
+}
+
+// Input rows [lo, hi) that output rows [ho_lo, ho_hi) read (clipped).
+std::pair<int64_t, int64_t> input_rows(const ConvOptions& o, const Dims& d, uint64_t ho_lo, uint64_t ho_hi) {
+  int64_t lo = static_cast<int64_t>(ho_lo * o.sh) - o.pad_top;
+  int64_t hi = static_cast<int64_t>((ho_hi - 1) * o.sh + (o.kh - 1) * o.dh) - o.pad_top + 1;
+  lo = std::max<int64_t>(lo, 0);
+  hi = std::min<int64_t>(hi, static_cast<int64_t>(d.h));
+  if (hi < lo) hi = lo;
+  return {lo, hi};
+}
+
+}  // namespace
+
+Tensor conv(Graph& g, const Tensor& x, const Tensor& w, const Tensor* bias, const ConvOptions& o, ConvPlan* plan_out) {
+  if (x.shape.size() != 4 || w.shape.size() != 4)
+    fail(ErrorCode::kShapeMismatch, "conv '" + o.name + "': input " + shape_str(x.shape) + " and weights " +
+                                        shape_str(w.shape) + " must both be 4-D (NCHW, OIHW)");
+  const DType in = g.var(x.var).dtype;
+  if (!is_float(in) || g.var(w.var).dtype != in)
+    fail(ErrorCode::kShapeMismatch, "conv '" + o.name + "': input and weights must share a float type");
+  if (o.groups == 0 || x.shape[1] % o.groups || w.shape[0] % o.groups || w.shape[1] * o.groups != x.shape[1])
+    fail(ErrorCode::kShapeMismatch, "conv '" + o.name + "': " + std::to_string(o.groups) + " groups do not fit input " +
+                                        shape_str(x.shape) + " and weights " + shape_str(w.shape));
+  if (w.shape[2] != o.kh || w.shape[3] != o.kw)
+    fail(ErrorCode::kShapeMismatch, "conv '" + o.name + "': kernel shape disagrees with the weights");
+  if (!o.sh || !o.sw || !o.dh || !o.dw) fail(ErrorCode::kInvalidArgument, "conv '" + o.name + "': zero stride or dilation");
+  Dims d;
+  d.n = x.shape[0];
+  d.c = x.shape[1];
+  d.h = x.shape[2];
+  d.w = x.shape[3];
+  d.co = w.shape[0];
+  d.cg = w.shape[1];
+  d.cog = d.co / o.groups;
+  d.khw = static_cast<uint64_t>(o.kh) * o.kw;
+  const int64_t eff_h = static_cast<int64_t>(d.h) + o.pad_top + o.pad_bottom - static_cast<int64_t>((o.kh - 1) * o.dh) - 1;
+  const int64_t eff_w = static_cast<int64_t>(d.w) + o.pad_left + o.pad_right - static_cast<int64_t>((o.kw - 1) * o.dw) - 1;
+  if (eff_h < 0 || eff_w < 0)
+    fail(ErrorCode::kShapeMismatch, "conv '" + o.name + "': the (dilated) kernel is larger than the padded input");
+  d.ho = static_cast<uint64_t>(eff_h) / o.sh + 1;
+  d.wo = static_cast<uint64_t>(eff_w) / o.sw + 1;
+  if (bias && (bias->numel() != d.co || g.var(bias->var).dtype != in))
+    fail(ErrorCode::kShapeMismatch, "conv '" + o.name + "': bias must hold one value per output channel");
+  const DType partials = in == DType::kFloat32 ? DType::kFloat32 : o.partials;
+  const uint32_t ipu = o.ipu;
+  Tensor c = g.add_variable(o.name, o.out_dtype, {d.n, d.co, d.ho, d.wo}, VarKind::kIntermediate, ipu);
+  if (c.numel() == 0) return c;
+
+  const uint64_t G = o.groups, M = d.n * d.ho, N = d.cog, K = d.cg;
+  const bool w_unmapped = !g.var(w.var).mapped;
+  const uint64_t eb = dtype_size(in), pb = dtype_size(partials), ob = dtype_size(o.out_dtype);
+  const TargetSpec& t = g.target();
+  auto evaluate = [&](SplitPlan& p) {
+    const uint64_t gb = ceil_div(G, p.g_split), mb = ceil_div(M, p.m_split);
+    const uint64_t chunk = ceil_div(N, p.serial_split), nb = ceil_div(chunk, p.n_split), kb = ceil_div(K, p.k_split);
+    // Input rows a block of mb output rows reads (with halo; whole images when
+    // the block spans several).
+    uint64_t rows_in;
+    if (mb >= d.ho) rows_in = ceil_div(mb, d.ho) * d.h;
+    else rows_in = std::min<uint64_t>(d.h, (mb - 1) * o.sh + (o.kh - 1) * o.dh + 1);
+    const uint64_t in_bytes = gb * kb * rows_in * d.w * eb;
+    const bool w_copy = p.m_split > 1 || !w_unmapped;
+    const uint64_t w_bytes = w_copy ? gb * nb * kb * d.khw * eb : 0;
+    uint64_t part = 0, recv = 0, rows_per = 0;
+    if (p.k_split > 1) {
+      part = gb * nb * mb * d.wo * pb;
+      rows_per = ceil_div(mb, p.k_split);
+      recv = p.k_split * gb * nb * rows_per * d.wo * pb;
+    }
+    p.temp_bytes = in_bytes + w_bytes + part + recv + (bias ? nb * eb : 0);
+    const uint64_t n_tile = ceil_div(N, p.n_split);
+    p.resident_bytes = gb * ceil_div(mb, p.k_split) * n_tile * d.wo * ob + (w_unmapped ? gb * kb * n_tile * d.khw * eb : 0);
+    const uint64_t ex = t.exchange_bytes_per_cycle;
+    uint64_t per = t.sync_cycles + w_bytes / ex;
+    per += t.sync_cycles + gb * (amp_cycles(t, in, partials, nb, mb * d.wo, kb * d.khw) + 4 * mb * nb * o.kh);
+    if (p.k_split > 1) {
+      per += t.sync_cycles + (p.k_split - 1) * rows_per * gb * nb * d.wo * pb / ex;
+      per += t.sync_cycles + t.vertex_overhead_cycles + p.k_split * rows_per * gb * nb * d.wo / 2;
+    }
+    p.cycles = p.serial_split * per + in_bytes / ex;
+  };
+  ConvPlan plan;
+  static_cast<SplitPlan&>(plan) =
+      search_splits(G, M, N, K, g.tiles_per_ipu(), g.bytes_per_tile(), o.available_memory_proportion, evaluate);
+  plan.batch = d.n;
+  plan.in_channels = d.c;
+  plan.out_channels = d.co;
+  plan.groups = G;
+  plan.out_h = d.ho;
+  plan.out_w = d.wo;
+  plan.kernel = d.khw;
+  if (!plan.meets_memory_target) {
+    std::ostringstream wmsg;
+    wmsg << "conv '" << o.name << "': no plan keeps temporaries under " << o.available_memory_proportion
+         << " of tile memory; using the leanest plan (" << plan.temp_bytes << " bytes/tile)";
+    g.warn(wmsg.str());
+  }
+  if (plan_out) *plan_out = plan;
+
+  const uint32_t gs = plan.g_split, ms = plan.m_split, ns = plan.n_split, ks = plan.k_split, S = plan.serial_split;
+  const uint32_t first = g.reserve_tiles(ipu, plan.tiles_used());
+  auto tile_of = [&](uint32_t gi, uint32_t mi, uint32_t ni, uint32_t ki) {
+    return g.window_tile(ipu, first, ((gi * ms + mi) * ns + ni) * ks + ki);
+  };
+  auto chunk_n = [&](uint32_t j, uint32_t ni) { return sub(part(N, S, j), ns, ni); };
+
+  // Weights: block (groups, out channels of pass j, in channels) on tile (g, 0, n, k).
+  if (w_unmapped) {
+    std::vector<TileInterval> ivs;
+    for (uint32_t gi = 0; gi < gs; ++gi)
+      for (uint32_t j = 0; j < S; ++j)
+        for (uint32_t ni = 0; ni < ns; ++ni)
+          for (uint32_t ki = 0; ki < ks; ++ki) {
+            Range gr = part(G, gs, gi), cr = chunk_n(j, ni), kr = part(K, ks, ki);
+            if (gr.empty() || cr.empty() || kr.empty()) continue;
+            for (uint64_t gg = gr.begin; gg < gr.end; ++gg)
+              for (uint64_t co = cr.begin; co < cr.end; ++co) {
+                uint64_t base = ((gg * d.cog + co) * d.cg) * d.khw;
+                ivs.push_back(TileInterval{base + kr.begin * d.khw, base + kr.end * d.khw, tile_of(gi, 0, ni, ki), 0});
+              }
+          }
+    g.set_mapping(w.var, std::move(ivs));
+  }
+  // Result: block rows split among the K tiles of the block (each reduces them).
+  {
+    std::vector<TileInterval> ivs;
+    for (uint32_t gi = 0; gi < gs; ++gi)
+      for (uint32_t mi = 0; mi < ms; ++mi)
+        for (uint32_t j = 0; j < S; ++j)
+          for (uint32_t ni = 0; ni < ns; ++ni)
+            for (uint32_t ki = 0; ki < ks; ++ki) {
+              Range gr = part(G, gs, gi), cr = chunk_n(j, ni), rr = sub(part(M, ms, mi), ks, ki);
+              if (gr.empty() || cr.empty() || rr.empty()) continue;
+              for (const Segment& sgm : segments(rr, d.ho))
+                for (uint64_t gg = gr.begin; gg < gr.end; ++gg)
+                  for (uint64_t co = cr.begin; co < cr.end; ++co) {
+                    uint64_t base = ((sgm.n * d.co + gg * d.cog + co) * d.ho) * d.wo;
+                    ivs.push_back(TileInterval{base + sgm.ho_lo * d.wo, base + sgm.ho_hi * d.wo, tile_of(gi, mi, ni, ki), 0});
+                  }
+            }
+    g.set_mapping(c.var, std::move(ivs));
+  }
+  g.ensure_mapped(x.var);
+  if (bias) g.ensure_mapped(bias->var);
+
+  struct Work {
+    uint32_t gi, mi, ni, ki, tile;
+    Range gr, mr, kr;
+    std::vector<Segment> segs;
+    uint64_t win_base = 0;                // element offset of this tile's windows in the window temporary
+    std::vector<uint64_t> seg_win;        // per (group, segment): offset within the tile's windows
+    std::vector<std::pair<int64_t, int64_t>> seg_rows;  // per segment: input rows held
+  };
+  std::vector<Work> work;
+  std::vector<size_t> by_pos(plan.tiles_used(), SIZE_MAX);
+  for (uint32_t gi = 0; gi < gs; ++gi)
+    for (uint32_t mi = 0; mi < ms; ++mi)
+      for (uint32_t ni = 0; ni < ns; ++ni)
+        for (uint32_t ki = 0; ki < ks; ++ki) {
+          Work wk{gi, mi, ni, ki, tile_of(gi, mi, ni, ki), part(G, gs, gi), part(M, ms, mi), part(K, ks, ki), {}, 0, {}, {}};
+          if (wk.gr.empty() || wk.mr.empty() || wk.kr.empty()) continue;
+          wk.segs = segments(wk.mr, d.ho);
+          for (const Segment& sg : wk.segs) wk.seg_rows.push_back(input_rows(o, d, sg.ho_lo, sg.ho_hi));
+          by_pos[((gi * ms + mi) * ns + ni) * ks + ki] = work.size();
+          work.push_back(std::move(wk));
+        }
+
+  // Input windows, received once and kept for every pass.
+  uint32_t ex0 = g.add_exchange(o.name + "/fetch");
+  Tensor win;
+  {
+    uint64_t total = 0;
+    std::vector<TileInterval> ivs;
+    for (Work& wk : work) {
+      wk.win_base = total;
+      uint64_t pos = 0;
+      for (uint64_t gg = wk.gr.begin; gg < wk.gr.end; ++gg)
+        for (size_t si = 0; si < wk.segs.size(); ++si) {
+          wk.seg_win.push_back(pos);
+          pos += wk.kr.size() * static_cast<uint64_t>(wk.seg_rows[si].second - wk.seg_rows[si].first) * d.w;
+        }
+      if (pos) ivs.push_back(TileInterval{total, total + pos, wk.tile, 0});
+      total += pos;
+    }
+    win = g.add_variable(o.name + "/input_window", in, {total}, VarKind::kTemporary, ipu);
+    g.set_mapping(win.var, std::move(ivs));
+    for (const Work& wk : work) {
+      size_t idx = 0;
+      for (uint64_t gg = wk.gr.begin; gg < wk.gr.end; ++gg)
+        for (size_t si = 0; si < wk.segs.size(); ++si, ++idx) {
+          const auto [lo, hi] = wk.seg_rows[si];
+          if (hi <= lo) continue;
+          const Segment& sg = wk.segs[si];
+          View src;
+          src.var = x.var;
+          src.offset = static_cast<int64_t>(((sg.n * d.c + gg * d.cg + wk.kr.begin) * d.h + static_cast<uint64_t>(lo)) * d.w);
+          src.shape = {wk.kr.size(), static_cast<uint64_t>(hi - lo), d.w};
+          src.strides = {static_cast<int64_t>(d.h * d.w), static_cast<int64_t>(d.w), 1};
+          View dst;
+          dst.var = win.var;
+          dst.offset = static_cast<int64_t>(wk.win_base + wk.seg_win[idx]);
+          dst.shape = src.shape;
+          dst.strides = {static_cast<int64_t>(static_cast<uint64_t>(hi - lo) * d.w), static_cast<int64_t>(d.w), 1};
+          copy_view(g, ex0, src, dst);
+        }
+    }
+  }
+
+  auto local_of = [&](VarId v, uint64_t flat) {
+    uint32_t tt;
+    uint64_t local;
+    size_t hint = 0;
+    g.locate(v, flat, &tt, &local, &hint);
+    return std::make_pair(tt, local);
+  };
+
+  for (uint32_t j = 0; j < S; ++j) {
+    uint32_t ex = j == 0 ? ex0 : g.add_exchange(o.name + "/fetch");
+    // Weight blocks of this pass: in place, or gathered into a temporary.
+    std::vector<std::vector<std::pair<VarId, LocalBlock>>> wblk(work.size());
+    struct WNeed {
+      size_t wi;
+      uint64_t gg;
+    };
+    std::vector<WNeed> wneeds;
+    for (size_t wi = 0; wi < work.size(); ++wi) {
+      const Work& wk = work[wi];
+      Range cr = chunk_n(j, wk.ni);
+      if (cr.empty()) continue;
+      for (uint64_t gg = wk.gr.begin; gg < wk.gr.end; ++gg) {
+        LocalBlock lb;
+        uint64_t flat = ((gg * d.cog + cr.begin) * d.cg + wk.kr.begin) * d.khw;
+        if (find_local_block(g, w.var, wk.tile, flat, cr.size(), wk.kr.size() * d.khw, d.cg * d.khw, &lb)) {
+          wblk[wi].push_back({w.var, lb});
+        } else {
+          wblk[wi].push_back({UINT32_MAX, LocalBlock{0, 0}});
+          wneeds.push_back(WNeed{wi, gg});
+        }
+      }
+    }
+    if (!wneeds.empty()) {
+      uint64_t total = 0;
+      std::vector<TileInterval> ivs;
+      std::vector<uint64_t> at;
+      for (const WNeed& wn : wneeds) {
+        Range cr = chunk_n(j, work[wn.wi].ni);
+        uint64_t sz = cr.size() * work[wn.wi].kr.size() * d.khw;
+        at.push_back(total);
+        ivs.push_back(TileInterval{total, total + sz, work[wn.wi].tile, 0});
+        total += sz;
+      }
+      Tensor wt = g.add_variable(o.name + "/weights", in, {total}, VarKind::kTemporary, ipu);
+      g.set_mapping(wt.var, std::move(ivs));
+      for (size_t i = 0; i < wneeds.size(); ++i) {
+        const Work& wk = work[wneeds[i].wi];
+        Range cr = chunk_n(j, wk.ni);
+        const uint64_t cols = wk.kr.size() * d.khw;
+        View src;
+        src.var = w.var;
+        src.offset = static_cast<int64_t>(((wneeds[i].gg * d.cog + cr.begin) * d.cg + wk.kr.begin) * d.khw);
+        src.shape = {cr.size(), cols};
+        src.strides = {static_cast<int64_t>(d.cg * d.khw), 1};
+        View dst{wt.var, static_cast<int64_t>(at[i]), src.shape, {static_cast<int64_t>(cols), 1}};
+        copy_view(g, ex, src, dst);
+        auto& slot = wblk[wneeds[i].wi][wneeds[i].gg - wk.gr.begin];
+        slot.first = wt.var;
+        slot.second = LocalBlock{local_of(wt.var, at[i]).second, cols};
+      }
+    }
+    // Bias blocks for the tiles that finish outputs.
+    std::vector<std::pair<VarId, uint64_t>> bias_at(work.size(), {UINT32_MAX, 0});
+    if (bias) {
+      uint64_t total = 0;
+      std::vector<TileInterval> ivs;
+      std::vector<std::pair<size_t, uint64_t>> need;  // (work, group) -> offset
+      for (size_t wi = 0; wi < work.size(); ++wi) {
+        Range cr = chunk_n(j, work[wi].ni);
+        if (cr.empty()) continue;
+        uint64_t sz = work[wi].gr.size() * cr.size();
+        ivs.push_back(TileInterval{total, total + sz, work[wi].tile, 0});
+        bias_at[wi].second = total;
+        total += sz;
+      }
+      Tensor bt = g.add_variable(o.name + "/bias", in, {total}, VarKind::kTemporary, ipu);
+      g.set_mapping(bt.var, std::move(ivs));
+      for (size_t wi = 0; wi < work.size(); ++wi) {
+        Range cr = chunk_n(j, work[wi].ni);
+        if (cr.empty()) continue;
+        bias_at[wi].first = bt.var;
+        for (uint64_t gg = work[wi].gr.begin; gg < work[wi].gr.end; ++gg) {
+          View src{bias->var, static_cast<int64_t>(gg * d.cog + cr.begin), {cr.size()}, {1}};
+          View dst{bt.var, static_cast<int64_t>(bias_at[wi].second + (gg - work[wi].gr.begin) * cr.size()), {cr.size()}, {1}};
+          copy_view(g, ex, src, dst);
+        }
+        bias_at[wi].second = local_of(bt.var, bias_at[wi].second).second;
+      }
+    }
+    g.execute_exchange(ex);
+
+    // Partials when K is split: per tile [group][segment][co][rows * Wo].
+    Tensor partial_t;
+    std::vector<uint64_t> part_base(work.size(), 0);
+    if (ks > 1) {
+      uint64_t total = 0;
+      std::vector<TileInterval> ivs;
+      for (size_t wi = 0; wi < work.size(); ++wi) {
+        Range cr = chunk_n(j, work[wi].ni);
+        uint64_t sz = work[wi].gr.size() * work[wi].mr.size() * cr.size() * d.wo;
+        part_base[wi] = total;
+        if (sz) ivs.push_back(TileInterval{total, total + sz, work[wi].tile, 0});
+        total += sz;
+      }
+      partial_t = g.add_variable(o.name + "/partials", partials, {total}, VarKind::kTemporary, ipu);
+      g.set_mapping(partial_t.var, std::move(ivs));
+    }
+
+    uint32_t cs = g.add_compute_set(o.name + "/conv");
+    for (size_t wi = 0; wi < work.size(); ++wi) {
+      const Work& wk = work[wi];
+      Range cr = chunk_n(j, wk.ni);
+      if (cr.empty()) continue;
+      uint64_t part_pos = part_base[wi];
+      size_t widx = 0;
+      for (uint64_t gg = wk.gr.begin; gg < wk.gr.end; ++gg) {
+        const auto& [wvar, wlb] = wblk[wi][gg - wk.gr.begin];
+        for (size_t si = 0; si < wk.segs.size(); ++si, ++widx) {
+          const Segment& sg = wk.segs[si];
+          const auto [lo, hi] = wk.seg_rows[si];
+          ConvWindow s;
+          s.cin = static_cast<uint32_t>(wk.kr.size());
+          s.cout = static_cast<uint32_t>(cr.size());
+          s.in_w = static_cast<uint32_t>(d.w);
+          s.in_h = static_cast<uint32_t>(d.h);
+          s.hi0 = static_cast<int32_t>(lo);
+          s.in_rows = static_cast<uint32_t>(hi - lo);
+          s.ho0 = static_cast<uint32_t>(sg.ho_lo);
+          s.rows = static_cast<uint32_t>(sg.rows());
+          s.out_w = static_cast<uint32_t>(d.wo);
+          s.kh = o.kh;
+          s.kw = o.kw;
+          s.sh = o.sh;
+          s.sw = o.sw;
+          s.dh = o.dh;
+          s.dw = o.dw;
+          s.pad_top = static_cast<int32_t>(o.pad_top);
+          s.pad_left = static_cast<int32_t>(o.pad_left);
+          s.ldw = static_cast<uint32_t>(wlb.ld);
+          // A window of only padding rows is empty: the field is then unused.
+          Field fin{win.var, wk.tile, 0, 0};
+          if (s.in_rows)
+            fin = Field{win.var, wk.tile, local_of(win.var, wk.win_base).second + wk.seg_win[widx],
+                        s.cin * static_cast<uint64_t>(s.in_rows) * s.in_w};
+          Field fw{wvar, wk.tile, wlb.local, (cr.size() - 1) * wlb.ld + wk.kr.size() * d.khw};
+          Field fout;
+          DType out_t;
+          if (ks > 1) {
+            s.ld_out = static_cast<uint32_t>(sg.rows() * d.wo);
+            fout = Field{partial_t.var, wk.tile, local_of(partial_t.var, part_pos).second, cr.size() * sg.rows() * d.wo};
+            part_pos += cr.size() * sg.rows() * d.wo;
+            out_t = partials;
+          } else {
+            const uint64_t flat = ((sg.n * d.co + gg * d.cog + cr.begin) * d.ho + sg.ho_lo) * d.wo;
+            auto [ot, ol] = local_of(c.var, flat);
+            NX_CHECK(ot == wk.tile, "conv output rows are not on their tile");
+            uint64_t ld = sg.rows() * d.wo;
+            if (cr.size() > 1) ld = local_of(c.var, flat + d.ho * d.wo).second - ol;
+            s.ld_out = static_cast<uint32_t>(ld);
+            fout = Field{c.var, wk.tile, ol, (cr.size() - 1) * ld + sg.rows() * d.wo};
+            out_t = o.out_dtype;
+          }
+          auto v = std::make_unique<ConvVertex>(wk.tile, fin, fw, fout, s, in, partials, out_t);
+          if (bias && ks == 1) {
+            v->set_bias(Field{bias_at[wi].first, wk.tile, bias_at[wi].second + (gg - wk.gr.begin) * cr.size(), cr.size()}, in);
+          }
+          g.add_vertex(cs, std::move(v));
+        }
+      }
+    }
+    g.execute(cs);
+
+    if (ks > 1) {
+      // Second stage: each K tile of a block sums its share of the rows.
+      uint32_t rex = g.add_exchange(o.name + "/reduce_exchange");
+      uint32_t rcs = g.add_compute_set(o.name + "/reduce");
+      uint64_t total = 0;
+      std::vector<TileInterval> ivs;
+      struct Red {
+        size_t wi;
+        uint64_t gg;
+        Segment seg;   // the reducer's rows within one image
+        size_t src_seg;  // index of the block segment containing it
+        uint64_t at;
+      };
+      std::vector<Red> reds;
+      for (size_t wi = 0; wi < work.size(); ++wi) {
+        const Work& wk = work[wi];
+        Range cr = chunk_n(j, wk.ni);
+        if (cr.empty()) continue;
+        Range mine = sub(wk.mr, ks, wk.ki);
+        if (mine.empty()) continue;
+        uint64_t start = total;
+        for (uint64_t gg = wk.gr.begin; gg < wk.gr.end; ++gg)
+          for (const Segment& sg : segments(mine, d.ho)) {
+            size_t src_seg = 0;
+            while (!(wk.segs[src_seg].n == sg.n && wk.segs[src_seg].ho_lo <= sg.ho_lo && sg.ho_hi <= wk.segs[src_seg].ho_hi))
+              ++src_seg;
+            reds.push_back(Red{wi, gg, sg, src_seg, total});
+            total += ks * cr.size() * sg.rows() * d.wo;
+          }
+        if (total > start) ivs.push_back(TileInterval{start, total, wk.tile, 0});
+      }
+      Tensor recv = g.add_variable(o.name + "/partials_in", partials, {total}, VarKind::kTemporary, ipu);
+      g.set_mapping(recv.var, std::move(ivs));
+      for (const Red& r : reds) {
+        const Work& wk = work[r.wi];
+        Range cr = chunk_n(j, wk.ni);
+        const uint64_t cols = r.seg.rows() * d.wo;
+        for (uint32_t kk = 0; kk < ks; ++kk) {
+          const size_t src_wi = by_pos[((wk.gi * ms + wk.mi) * ns + wk.ni) * ks + kk];
+          NX_CHECK(src_wi != SIZE_MAX, "conv K split produced an empty slice");
+          const Work& sw = work[src_wi];
+          // Offset of (group, segment) in the source tile's partials.
+          uint64_t off = part_base[src_wi];
+          for (uint64_t g2 = sw.gr.begin; g2 < r.gg; ++g2)
+            for (const Segment& s2 : sw.segs) off += cr.size() * s2.rows() * d.wo;
+          for (size_t s2 = 0; s2 < r.src_seg; ++s2) off += cr.size() * sw.segs[s2].rows() * d.wo;
+          const uint64_t seg_cols = sw.segs[r.src_seg].rows() * d.wo;
+          View src{partial_t.var, static_cast<int64_t>(off + (r.seg.ho_lo - sw.segs[r.src_seg].ho_lo) * d.wo),
+                   {cr.size(), cols}, {static_cast<int64_t>(seg_cols), 1}};
+          View dst{recv.var, static_cast<int64_t>(r.at + kk * cr.size() * cols), {cr.size(), cols},
+                   {static_cast<int64_t>(cols), 1}};
+          copy_view(g, rex, src, dst);
+        }
+        const uint64_t flat = ((r.seg.n * d.co + r.gg * d.cog + cr.begin) * d.ho + r.seg.ho_lo) * d.wo;
+        auto [ot, ol] = local_of(c.var, flat);
+        NX_CHECK(ot == wk.tile, "conv output rows are not on their reducing tile");
+        uint64_t ld = cols;
+        if (cr.size() > 1) ld = local_of(c.var, flat + d.ho * d.wo).second - ol;
+        Field fin{recv.var, wk.tile, local_of(recv.var, r.at).second, ks * cr.size() * cols};
+        Field fout{c.var, wk.tile, ol, (cr.size() - 1) * ld + cols};
+        auto v = std::make_unique<SumPartialsVertex>(wk.tile, fin, fout, ks, static_cast<uint32_t>(cr.size()),
+                                                     static_cast<uint32_t>(cols), static_cast<uint32_t>(ld), partials,
+                                                     o.out_dtype);
+        if (bias) v->set_bias(Field{bias_at[r.wi].first, wk.tile, bias_at[r.wi].second + (r.gg - wk.gr.begin) * cr.size(),
+                                    cr.size()},
+                              in);
+        g.add_vertex(rcs, std::move(v));
+      }
+      g.execute_exchange(rex);
+      g.execute(rcs);
+    }
+  }
+  g.record_op(OpRecord{o.name, "conv", ipu, plan.describe(), plan.tiles_used(), plan.temp_bytes, plan.cycles});
+  return c;
+}
+
+}  // namespace neurenix::ops

@@ -1,0 +1,501 @@
+// Lowering data movement to exchange copies. Views follow numpy's strided
+// semantics (negative steps, broadcast stride 0); the copies are executed by
+// the engine and the result compared with the element permutation the view
+// defines, computed here from the view's offset and strides.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <functional>
+#include <map>
+#include <numeric>
+#include <random>
+
+#include "neurenix/exchange.h"
+#include "test_util.h"
+
+namespace {
+
+using namespace neurenix;
+using namespace nxtest;
+
+enum class Layout { kLinear, kOneTile, kRandom };
+
+void lay_out(Graph& g, VarId v, Layout how, std::mt19937& rng) {
+  const Variable& var = g.var(v);
+  if (var.numel == 0) return;
+  switch (how) {
+    case Layout::kLinear: g.map_linearly(v, 1 + rng() % 4); break;
+    case Layout::kOneTile: g.map_to_tile(v, g.first_tile(var.ipu) + rng() % g.tiles_per_ipu()); break;
+    case Layout::kRandom: {
+      std::vector<TileInterval> ivs;
+      const uint64_t n = var.numel;
+      for (uint64_t pos = 0; pos < n;) {
+        uint64_t end = std::min(n, pos + 1 + rng() % 7);
+        ivs.push_back(TileInterval{pos, end, g.first_tile(var.ipu) + static_cast<uint32_t>(rng() % g.tiles_per_ipu()), 0});
+        pos = end;
+      }
+      g.set_mapping(v, ivs);
+      break;
+    }
+  }
+}
+
+// Checks that each copy stays inside the tiles' blocks it names, and, by
+// replaying the copies on the mappings alone, that every destination element
+// receives the source element `source_of` says it should, exactly once.
+void check_copies(const Graph& g, const Exchange& ex, VarId src, VarId dst,
+                  const std::function<int64_t(uint64_t)>& source_of) {
+  auto flat_of = [&](VarId v) {
+    std::map<std::pair<uint32_t, int64_t>, uint64_t> m;
+    for (const TileInterval& iv : g.var(v).mapping)
+      for (uint64_t f = iv.begin; f < iv.end; ++f) m[{iv.tile, static_cast<int64_t>(iv.local + f - iv.begin)}] = f;
+    return m;
+  };
+  const auto sflat = flat_of(src), dflat = flat_of(dst);
+  std::vector<int> written(g.var(dst).numel, 0);
+  for (const Copy& c : ex.copies) {
+    ASSERT_EQ(c.src, src);
+    ASSERT_EQ(c.dst, dst);
+    ASSERT_GT(c.count, 0u);
+    ASSERT_GT(c.outer, 0u);
+    for (const auto& [sl, dl] : copy_pairs(c)) {
+      auto si = sflat.find({c.src_tile, sl});
+      auto di = dflat.find({c.dst_tile, dl});
+      ASSERT_NE(si, sflat.end()) << "copy reads outside the source's block on tile " << c.src_tile;
+      ASSERT_NE(di, dflat.end()) << "copy writes outside the destination's block on tile " << c.dst_tile;
+      ASSERT_EQ(static_cast<int64_t>(si->second), source_of(di->second)) << "destination element " << di->second;
+      written[di->second]++;
+    }
+  }
+  for (size_t f = 0; f < written.size(); ++f) ASSERT_EQ(written[f], 1) << "destination element " << f;
+}
+
+struct ViewCase {
+  Shape base;
+  View view;  // var filled in by the runner
+};
+
+// Copies view `vc.view` of an int32 tensor holding 0..n-1 into a fresh
+// tensor; returns the copied values (and the number of copies made).
+std::vector<int32_t> run_view(const ViewCase& vc, Layout src_layout, Layout dst_layout, uint32_t tiles, std::mt19937& rng,
+                              size_t* ncopies = nullptr, uint32_t src_ipu = 0, uint32_t dst_ipu = 0) {
+  auto g = std::make_unique<Graph>(tiny(tiles, 2), 2);
+  Tensor x = g->add_variable("x", DType::kInt32, vc.base, VarKind::kInput, src_ipu);
+  lay_out(*g, x.var, src_layout, rng);
+  g->add_input_stream("x", x);
+  Tensor y = g->add_variable("y", DType::kInt32, vc.view.shape, VarKind::kIntermediate, dst_ipu);
+  lay_out(*g, y.var, dst_layout, rng);
+  View v = vc.view;
+  v.var = x.var;
+  uint32_t ex = g->add_exchange("view");
+  copy_view(*g, ex, v, View::of(y));
+  check_copies(*g, g->exchange(ex), x.var, y.var, [&](uint64_t e) {
+    auto idx = unravel(e, v.shape);
+    int64_t f = v.offset;
+    for (size_t d = 0; d < idx.size(); ++d) f += static_cast<int64_t>(idx[d]) * v.strides[d];
+    return f;
+  });
+  if (ncopies) *ncopies = g->exchange(ex).copies.size();
+  g->execute_exchange(ex);
+  g->add_output_stream("y", y);
+  std::vector<int32_t> xs(shape_numel(vc.base));
+  std::iota(xs.begin(), xs.end(), 0);
+  auto out = run_graph(std::move(g), {to_bytes(xs)});
+  if (out.empty()) return {};
+  return from_bytes<int32_t>(out[0]);
+}
+
+// What numpy gives: element e of the view is base[offset + sum(idx * stride)].
+std::vector<int32_t> expected(const View& v) {
+  std::vector<int32_t> out(v.numel());
+  for (uint64_t e = 0; e < out.size(); ++e) {
+    auto idx = unravel(e, v.shape);
+    int64_t f = v.offset;
+    for (size_t d = 0; d < idx.size(); ++d) f += static_cast<int64_t>(idx[d]) * v.strides[d];
+    out[e] = static_cast<int32_t>(f);
+  }
+  return out;
+}
+
+View make_view(int64_t offset, Shape shape, std::vector<int64_t> strides) {
+  View v;
+  v.var = 0;
+  v.offset = offset;
+  v.shape = std::move(shape);
+  v.strides = std::move(strides);
+  return v;
+}
+
+TEST(Exchange, TransposesOfEveryAxisOrder) {
+  std::mt19937 rng(1);
+  const Shape base = {2, 3, 4};
+  const auto bs = row_major_strides(base);
+  std::vector<int> perm = {0, 1, 2};
+  int n = 0;
+  do {
+    Shape s;
+    std::vector<int64_t> st;
+    for (int p : perm) {
+      s.push_back(base[p]);
+      st.push_back(bs[p]);
+    }
+    ViewCase vc{base, make_view(0, s, st)};
+    for (Layout sl : {Layout::kLinear, Layout::kRandom})
+      for (Layout dl : {Layout::kLinear, Layout::kOneTile, Layout::kRandom}) {
+        SCOPED_TRACE(testing::Message() << "perm " << perm[0] << perm[1] << perm[2]);
+        EXPECT_EQ(run_view(vc, sl, dl, 4, rng), expected(vc.view));
+      }
+    ++n;
+  } while (std::next_permutation(perm.begin(), perm.end()));
+  EXPECT_EQ(n, 6);
+}
+
+TEST(Exchange, SlicesWithStepsAndNegativeStrides) {
+  std::mt19937 rng(2);
+  const Shape base = {6, 7};
+  std::vector<ViewCase> cases = {
+      {base, make_view(0, {3, 7}, {14, 1})},       // x[::2]
+      {base, make_view(1, {6, 3}, {7, 2})},        // x[:, 1::2]
+      {base, make_view(41, {6, 7}, {-7, -1})},     // x[::-1, ::-1]
+      {base, make_view(6, {6, 7}, {7, -1})},       // x[:, ::-1]
+      {base, make_view(40, {2, 3}, {-21, -3})},    // x[5::-3, 5::-3]
+      {base, make_view(8, {2, 2}, {14, 3})},       // x[1:5:2, 1:5:3]
+      {base, make_view(0, {6}, {8})},              // the diagonal
+      {base, make_view(3, {1, 1, 1}, {0, 0, 0})},  // one element, rank 3
+      {base, make_view(41, {42}, {-1})},           // flattened and reversed
+  };
+  for (const ViewCase& vc : cases)
+    for (uint32_t tiles : {1u, 3u, 4u}) {
+      SCOPED_TRACE(testing::Message() << shape_str(vc.view.shape) << " offset " << vc.view.offset << " on " << tiles);
+      EXPECT_EQ(run_view(vc, Layout::kRandom, Layout::kLinear, tiles, rng), expected(vc.view));
+      EXPECT_EQ(run_view(vc, Layout::kLinear, Layout::kRandom, tiles, rng), expected(vc.view));
+    }
+}
+
+// A rank-0 view (one element, no dimensions) is a valid numpy view too.
+TEST(Exchange, RankZeroView) {
+  std::mt19937 rng(9);
+  for (uint32_t tiles : {1u, 3u}) {
+    ViewCase vc{{6, 7}, make_view(17, {}, {})};
+    EXPECT_EQ(run_view(vc, Layout::kRandom, Layout::kLinear, tiles, rng), expected(vc.view));
+    ViewCase to_many{{6, 7}, make_view(40, {2, 3}, {0, 0})};
+    EXPECT_EQ(run_view(to_many, Layout::kRandom, Layout::kRandom, tiles, rng), expected(to_many.view));
+  }
+}
+
+TEST(Exchange, BroadcastsRepeatElements) {
+  std::mt19937 rng(3);
+  std::vector<ViewCase> cases = {
+      {{5}, make_view(0, {4, 5}, {0, 1})},          // row to matrix
+      {{4}, make_view(0, {4, 5}, {1, 0})},          // column to matrix
+      {{1}, make_view(0, {3, 4, 2}, {0, 0, 0})},    // scalar everywhere
+      {{3, 1}, make_view(0, {2, 3, 6}, {0, 1, 0})}, // broadcast_view([3,1] -> [2,3,6])
+      {{2, 3}, make_view(2, {3, 2, 4}, {-1, 3, 0})},// reversed, transposed and repeated
+  };
+  for (const ViewCase& vc : cases) {
+    SCOPED_TRACE(shape_str(vc.view.shape));
+    for (Layout dl : {Layout::kLinear, Layout::kRandom, Layout::kOneTile})
+      EXPECT_EQ(run_view(vc, Layout::kRandom, dl, 4, rng), expected(vc.view));
+  }
+  // broadcast_view computes the strides numpy would.
+  View b = broadcast_view(Tensor{0, {3, 1}}, {2, 3, 6});
+  EXPECT_EQ(b.strides, (std::vector<int64_t>{0, 1, 0}));
+  EXPECT_EQ(b.shape, (Shape{2, 3, 6}));
+  View same = broadcast_view(Tensor{0, {2, 3}}, {2, 3});
+  EXPECT_EQ(same.strides, (std::vector<int64_t>{3, 1}));
+  View ones = broadcast_view(Tensor{0, {1, 1}}, {1, 1});
+  EXPECT_EQ(ones.numel(), 1u);
+  EXPECT_NX_ERROR(kInternal, broadcast_view(Tensor{0, {3}}, {4}), "does not broadcast");
+  EXPECT_NX_ERROR(kInternal, broadcast_view(Tensor{0, {2, 3}}, {3}), "lower rank");
+}
+
+// Random compositions of slicing, transposition and broadcasting, on random
+// layouts, including copies between IPUs.
+TEST(Exchange, RandomViewsMatchNumpySemantics) {
+  std::mt19937 rng(4);
+  for (int trial = 0; trial < 120; ++trial) {
+    const size_t rank = 1 + rng() % 4;
+    Shape base(rank);
+    for (auto& d : base) d = 1 + rng() % 5;
+    const auto bs = row_major_strides(base);
+    int64_t offset = 0;
+    Shape shape;
+    std::vector<int64_t> strides;
+    for (size_t d = 0; d < rank; ++d) {
+      const int64_t n = static_cast<int64_t>(base[d]);
+      int64_t step = 1 + rng() % 3;
+      if (rng() % 3 == 0) step = -step;
+      const int64_t pick = static_cast<int64_t>(rng() % static_cast<uint64_t>(n));
+      const int64_t start = step > 0 ? pick : n - 1 - pick;
+      const int64_t room = step > 0 ? n - start : start + 1;
+      const int64_t len = 1 + (room - 1) / std::abs(step);
+      offset += start * bs[d];
+      shape.push_back(1 + rng() % static_cast<uint64_t>(len));
+      strides.push_back(step * bs[d]);
+    }
+    // Permute the axes, then maybe insert a broadcast axis.
+    std::vector<size_t> perm(rank);
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), rng);
+    View v;
+    v.offset = offset;
+    for (size_t p : perm) {
+      v.shape.push_back(shape[p]);
+      v.strides.push_back(strides[p]);
+    }
+    if (rng() % 2) {
+      size_t at = rng() % (v.shape.size() + 1);
+      v.shape.insert(v.shape.begin() + at, 1 + rng() % 3);
+      v.strides.insert(v.strides.begin() + at, 0);
+    }
+    ViewCase vc{base, v};
+    const Layout layouts[] = {Layout::kLinear, Layout::kOneTile, Layout::kRandom};
+    const uint32_t tiles = 1 + rng() % 6;
+    const uint32_t src_ipu = rng() % 2, dst_ipu = rng() % 2;
+    SCOPED_TRACE(testing::Message() << "trial " << trial << " base " << shape_str(base) << " view " << shape_str(v.shape));
+    ASSERT_EQ(run_view(vc, layouts[rng() % 3], layouts[rng() % 3], tiles, rng, nullptr, src_ipu, dst_ipu), expected(v));
+  }
+}
+
+TEST(Exchange, ContiguousDataCoalescesIntoFewCopies) {
+  std::mt19937 rng(5);
+  // Same mapping on both sides: one copy per interval.
+  {
+    Graph g(tiny(4), 1);
+    Tensor x = g.add_variable("x", DType::kFloat32, {1000}, VarKind::kInput, 0);
+    g.map_linearly(x.var);
+    Tensor y = g.add_variable("y", DType::kFloat32, {1000}, VarKind::kIntermediate, 0);
+    g.clone_mapping(y.var, x.var);
+    uint32_t ex = g.add_exchange("e");
+    copy_view(g, ex, View::of(x), View::of(y));
+    const auto& copies = g.exchange(ex).copies;
+    ASSERT_EQ(copies.size(), g.var(x.var).mapping.size());
+    for (size_t i = 0; i < copies.size(); ++i) {
+      const TileInterval& iv = g.var(x.var).mapping[i];
+      EXPECT_EQ(copies[i].src_stride, 1);
+      EXPECT_EQ(copies[i].src_tile, iv.tile);
+      EXPECT_EQ(copies[i].dst_tile, iv.tile);
+      EXPECT_EQ(copy_elements(copies[i]), iv.end - iv.begin);
+    }
+    check_copies(g, g.exchange(ex), x.var, y.var, [](uint64_t e) { return static_cast<int64_t>(e); });
+  }
+  // Different mappings: at most one copy per piece of the overlay of the two.
+  for (int trial = 0; trial < 20; ++trial) {
+    Graph g(tiny(5), 1);
+    Tensor x = g.add_variable("x", DType::kInt32, {300}, VarKind::kInput, 0);
+    lay_out(g, x.var, Layout::kRandom, rng);
+    Tensor y = g.add_variable("y", DType::kInt32, {300}, VarKind::kIntermediate, 0);
+    g.map_linearly(y.var, 1 + rng() % 50);
+    uint32_t ex = g.add_exchange("e");
+    copy_view(g, ex, View::of(x), View::of(y));
+    std::vector<uint64_t> cuts;
+    for (const auto& iv : g.var(x.var).mapping) cuts.push_back(iv.begin);
+    for (const auto& iv : g.var(y.var).mapping) cuts.push_back(iv.begin);
+    std::sort(cuts.begin(), cuts.end());
+    cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
+    EXPECT_LE(g.exchange(ex).copies.size(), cuts.size());
+    check_copies(g, g.exchange(ex), x.var, y.var, [](uint64_t e) { return static_cast<int64_t>(e); });
+  }
+  // A transpose on one tile: one strided copy per output row.
+  {
+    Graph g(tiny(1), 1);
+    Tensor x = g.add_variable("x", DType::kFloat32, {7, 9}, VarKind::kInput, 0);
+    g.map_to_tile(x.var, 0);
+    Tensor y = g.add_variable("y", DType::kFloat32, {9, 7}, VarKind::kIntermediate, 0);
+    g.map_to_tile(y.var, 0);
+    uint32_t ex = g.add_exchange("e");
+    copy_view(g, ex, View{x.var, 0, {9, 7}, {1, 9}}, View::of(y));
+    // At most one strided descriptor per output row: each row of y gathers a
+    // column of x, elements 9 apart.
+    const auto& copies = g.exchange(ex).copies;
+    ASSERT_GE(copies.size(), 1u);
+    ASSERT_LE(copies.size(), 9u);
+    for (const Copy& c : copies) {
+      EXPECT_EQ(c.src_stride, 9);
+      EXPECT_EQ(c.count, 7u);
+    }
+    check_copies(g, g.exchange(ex), x.var, y.var, [](uint64_t e) { return static_cast<int64_t>((e % 7) * 9 + e / 7); });
+  }
+  // Broadcasting a column: one stride-0 copy per row.
+  {
+    Graph g(tiny(1), 1);
+    Tensor x = g.add_variable("x", DType::kFloat32, {6}, VarKind::kInput, 0);
+    g.map_to_tile(x.var, 0);
+    Tensor y = g.add_variable("y", DType::kFloat32, {6, 10}, VarKind::kIntermediate, 0);
+    g.map_to_tile(y.var, 0);
+    uint32_t ex = g.add_exchange("e");
+    copy_view(g, ex, View{x.var, 0, {6, 10}, {1, 0}}, View::of(y));
+    const auto& copies = g.exchange(ex).copies;
+    ASSERT_GE(copies.size(), 1u);
+    ASSERT_LE(copies.size(), 6u);
+    for (const Copy& c : copies) {
+      EXPECT_EQ(c.src_stride, 0);
+      EXPECT_EQ(c.count, 10u);
+    }
+    check_copies(g, g.exchange(ex), x.var, y.var, [](uint64_t e) { return static_cast<int64_t>(e / 10); });
+  }
+}
+
+TEST(Exchange, CopyViewChecksShapesAndTypes) {
+  Graph g(tiny(2), 1);
+  Tensor x = g.add_variable("x", DType::kFloat32, {4}, VarKind::kInput, 0);
+  Tensor y = g.add_variable("y", DType::kFloat32, {5}, VarKind::kIntermediate, 0);
+  Tensor z = g.add_variable("z", DType::kInt32, {4}, VarKind::kIntermediate, 0);
+  g.map_linearly(x.var);
+  g.map_linearly(y.var);
+  g.map_linearly(z.var);
+  uint32_t ex = g.add_exchange("e");
+  EXPECT_NX_ERROR(kInternal, copy_view(g, ex, View::of(x), View::of(y)), "different shapes");
+  EXPECT_NX_ERROR(kInternal, copy_view(g, ex, View::of(x), View::of(z)), "different element types");
+  Tensor e = g.add_variable("e", DType::kFloat32, {0, 3}, VarKind::kIntermediate, 0);
+  Tensor e2 = g.add_variable("e2", DType::kFloat32, {0, 3}, VarKind::kIntermediate, 0);
+  copy_view(g, ex, View::of(e), View::of(e2));
+  EXPECT_TRUE(g.exchange(ex).copies.empty());
+}
+
+TEST(Exchange, GatherLikeTakesTheMappingOfItsModel) {
+  std::mt19937 rng(6);
+  auto g = std::make_unique<Graph>(tiny(4), 1);
+  Tensor x = g->add_variable("x", DType::kInt32, {4, 6}, VarKind::kInput, 0);
+  lay_out(*g, x.var, Layout::kRandom, rng);
+  g->add_input_stream("x", x);
+  Tensor like = g->add_variable("like", DType::kFloat32, {6, 4}, VarKind::kIntermediate, 0);
+  lay_out(*g, like.var, Layout::kRandom, rng);
+  uint32_t ex = g->add_exchange("e");
+  View tr{x.var, 0, {6, 4}, {1, 6}};
+  Tensor t = gather_like(*g, ex, tr, DType::kInt32, like, "gathered");
+  EXPECT_EQ(g->var(t.var).kind, VarKind::kTemporary);
+  EXPECT_EQ(g->var(t.var).dtype, DType::kInt32);
+  const auto& ml = g->var(like.var).mapping;
+  const auto& mt = g->var(t.var).mapping;
+  ASSERT_EQ(ml.size(), mt.size());
+  for (size_t i = 0; i < ml.size(); ++i) {
+    EXPECT_EQ(ml[i].begin, mt[i].begin);
+    EXPECT_EQ(ml[i].tile, mt[i].tile);
+  }
+  for (const TileShare& s : g->var(like.var).tiles) EXPECT_TRUE(same_layout_on_tile(*g, like.var, t.var, s.tile));
+  EXPECT_NX_ERROR(kInternal, gather_like(*g, ex, View{x.var, 0, {5}, {1}}, DType::kInt32, like, "bad"), "element count");
+  g->execute_exchange(ex);
+  g->add_output_stream("t", t);
+  std::vector<int32_t> xs(24);
+  std::iota(xs.begin(), xs.end(), 0);
+  auto out = run_graph(std::move(g), {to_bytes(xs)});
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(from_bytes<int32_t>(out[0]), expected(View{0, 0, {6, 4}, {1, 6}}));
+}
+
+TEST(Exchange, SameLayoutOnTile) {
+  Graph g(tiny(3), 1);
+  Tensor a = g.add_variable("a", DType::kFloat32, {12}, VarKind::kIntermediate, 0);
+  Tensor b = g.add_variable("b", DType::kFloat16, {12}, VarKind::kIntermediate, 0);
+  Tensor c = g.add_variable("c", DType::kFloat32, {12}, VarKind::kIntermediate, 0);
+  g.set_mapping(a.var, {{0, 4, 0, 0}, {4, 8, 1, 0}, {8, 12, 0, 0}});
+  g.set_mapping(b.var, {{0, 4, 0, 0}, {4, 8, 1, 0}, {8, 12, 0, 0}});
+  g.set_mapping(c.var, {{0, 4, 0, 0}, {4, 6, 1, 0}, {6, 8, 2, 0}, {8, 12, 0, 0}});
+  EXPECT_TRUE(same_layout_on_tile(g, a.var, b.var, 0));
+  EXPECT_TRUE(same_layout_on_tile(g, a.var, b.var, 1));
+  EXPECT_TRUE(same_layout_on_tile(g, a.var, c.var, 0));
+  EXPECT_FALSE(same_layout_on_tile(g, a.var, c.var, 1));
+  EXPECT_FALSE(same_layout_on_tile(g, a.var, c.var, 2));
+  EXPECT_TRUE(same_layout_on_tile(g, a.var, a.var, 2));
+}
+
+TEST(Exchange, FindLocalBlockHandPickedCases) {
+  Graph g(tiny(3), 1);
+  Tensor x = g.add_variable("x", DType::kFloat32, {6, 8}, VarKind::kIntermediate, 0);
+  // Rows 0-2 on tile 0, rows 3-5 on tile 1.
+  g.set_mapping(x.var, {{0, 24, 0, 0}, {24, 48, 1, 0}});
+  LocalBlock lb{};
+  ASSERT_TRUE(find_local_block(g, x.var, 0, 0, 3, 8, 8, &lb));
+  EXPECT_EQ(lb.local, 0u);
+  EXPECT_EQ(lb.ld, 8u);
+  ASSERT_TRUE(find_local_block(g, x.var, 0, 10, 2, 4, 8, &lb));
+  EXPECT_EQ(lb.local, 10u);
+  EXPECT_EQ(lb.ld, 8u);
+  ASSERT_TRUE(find_local_block(g, x.var, 1, 3 * 8 + 5, 3, 3, 8, &lb));
+  EXPECT_EQ(lb.local, 5u);
+  EXPECT_EQ(lb.ld, 8u);
+  ASSERT_TRUE(find_local_block(g, x.var, 1, 30, 1, 5, 8, &lb));
+  EXPECT_EQ(lb.local, 6u);
+  EXPECT_EQ(lb.ld, 5u) << "a single row is packed";
+  EXPECT_FALSE(find_local_block(g, x.var, 1, 0, 3, 8, 8, &lb)) << "wrong tile";
+  EXPECT_FALSE(find_local_block(g, x.var, 0, 16, 2, 8, 8, &lb)) << "spans two tiles";
+  EXPECT_FALSE(find_local_block(g, x.var, 0, 0, 0, 8, 8, &lb));
+  EXPECT_FALSE(find_local_block(g, x.var, 0, 0, 2, 0, 8, &lb));
+  // Column blocks stored packed: the top-left 2x4 of a [4, 8] on tile 2.
+  Tensor y = g.add_variable("y", DType::kFloat32, {4, 8}, VarKind::kIntermediate, 0);
+  g.set_mapping(y.var, {{0, 4, 2, 0}, {4, 8, 0, 0}, {8, 12, 2, 0}, {12, 32, 1, 0}});
+  ASSERT_TRUE(find_local_block(g, y.var, 2, 0, 2, 4, 8, &lb));
+  EXPECT_EQ(lb.local, 0u);
+  EXPECT_EQ(lb.ld, 4u);
+  EXPECT_FALSE(find_local_block(g, y.var, 2, 0, 2, 5, 8, &lb));
+  Tensor u = g.add_variable("u", DType::kFloat32, {4}, VarKind::kIntermediate, 0);
+  EXPECT_FALSE(find_local_block(g, u.var, 0, 0, 1, 1, 1, &lb)) << "unmapped";
+}
+
+// Exhaustive: every block of a randomly mapped matrix, against a direct
+// check that each element sits at local + r * ld + c on the tile.
+TEST(Exchange, FindLocalBlockExhaustive) {
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 8; ++trial) {
+    Graph g(tiny(3), 1);
+    const uint64_t R = 2 + rng() % 4, C = 2 + rng() % 5;
+    Tensor x = g.add_variable("x", DType::kFloat32, {R, C}, VarKind::kIntermediate, 0);
+    // Pieces of whole or partial rows, so regular blocks exist.
+    std::vector<TileInterval> ivs;
+    for (uint64_t pos = 0; pos < R * C;) {
+      uint64_t end = std::min(R * C, pos + 1 + rng() % (2 * C));
+      ivs.push_back(TileInterval{pos, end, static_cast<uint32_t>(rng() % 2), 0});
+      pos = end;
+    }
+    g.set_mapping(x.var, ivs);
+    std::vector<std::pair<uint32_t, uint64_t>> where(R * C);
+    for (const auto& iv : g.var(x.var).mapping)
+      for (uint64_t f = iv.begin; f < iv.end; ++f) where[f] = {iv.tile, iv.local + f - iv.begin};
+    int found = 0;
+    for (uint32_t tile = 0; tile < 3; ++tile)
+      for (uint64_t r0 = 0; r0 < R; ++r0)
+        for (uint64_t c0 = 0; c0 < C; ++c0)
+          for (uint64_t rows = 1; r0 + rows <= R; ++rows)
+            for (uint64_t cols = 1; c0 + cols <= C; ++cols) {
+              const uint64_t start = r0 * C + c0;
+              bool ok = true;
+              uint64_t ld = cols;
+              for (uint64_t r = 0; r < rows && ok; ++r)
+                for (uint64_t c = 0; c < cols && ok; ++c) {
+                  const auto& w = where[start + r * C + c];
+                  if (w.first != tile) ok = false;
+                  else if (r == 1 && c == 0) {
+                    // Rows must follow each other in memory, not overlap or go back.
+                    if (w.second < where[start].second + cols) ok = false;
+                    else ld = w.second - where[start].second;
+                  }
+                }
+              for (uint64_t r = 0; r < rows && ok; ++r)
+                for (uint64_t c = 0; c < cols && ok; ++c)
+                  if (where[start + r * C + c].second != where[start].second + r * ld + c) ok = false;
+              LocalBlock lb{};
+              const bool got = find_local_block(g, x.var, tile, start, rows, cols, C, &lb);
+              ASSERT_EQ(got, ok) << "tile " << tile << " start " << start << " " << rows << "x" << cols;
+              if (ok) {
+                ++found;
+                ASSERT_EQ(lb.local, where[start].second);
+                if (rows > 1) {
+                  ASSERT_EQ(lb.ld, ld);
+                }
+              }
+            }
+    EXPECT_GT(found, 0);
+  }
+}
+
+TEST(Exchange, CopiesBetweenIpus) {
+  std::mt19937 rng(8);
+  ViewCase vc{{3, 5}, make_view(0, {5, 3}, {1, 5})};
+  size_t ncopies = 0;
+  EXPECT_EQ(run_view(vc, Layout::kRandom, Layout::kLinear, 3, rng, &ncopies, 0, 1), expected(vc.view));
+  EXPECT_GT(ncopies, 0u);
+  EXPECT_EQ(run_view(vc, Layout::kLinear, Layout::kRandom, 3, rng, &ncopies, 1, 0), expected(vc.view));
+}
+
+}  // namespace

@@ -1,0 +1,222 @@
+//! Pooling: MaxPool, AveragePool (count_include_pad, ceil_mode, dilations),
+//! GlobalAveragePool, GlobalMaxPool, and LRN (a sum over a window of
+//! channels, which is an average pool along the channel axis).
+
+use crate::backend::{PoolMode, PoolParams, ReduceFinal, ReduceOp};
+use crate::error::Result;
+use crate::expr::{Expr, ExprOp};
+use crate::ir::Node;
+use crate::lower::{LowerCx, PrecisionClass};
+
+use super::conv::{as_2d, Window};
+use super::{OpCx, Operator, Registry, TypeShape};
+
+struct Pool {
+    max: bool,
+}
+
+impl Pool {
+    fn window(cx: &OpCx) -> Result<Window> {
+        let x = cx.in_shape(0)?;
+        if x.len() < 3 {
+            return Err(cx.err(format!("input {x:?} must be [N, C, ...spatial]")));
+        }
+        let ceil = cx.node.attr_i("ceil_mode", 0)? != 0;
+        if cx.node.op_type == "AveragePool"
+            && cx.opset < 19
+            && cx.node.attr_ints("dilations")?.is_some()
+        {
+            return Err(cx.err("dilations need AveragePool from opset 19"));
+        }
+        Window::from_node(cx, &x[2..], None, ceil)
+    }
+}
+
+impl Operator for Pool {
+    fn infer(&self, cx: &OpCx) -> Result<Vec<TypeShape>> {
+        let t = cx.in_dtype(0)?;
+        if !t.is_float() {
+            return Err(cx.unsupported_form(&format!("{} on {t}", cx.node.op_type)));
+        }
+        if cx.node.outputs.len() > 1 {
+            return Err(cx.unsupported_form("the Indices output of MaxPool"));
+        }
+        let w = Pool::window(cx)?;
+        let x = cx.in_shape(0)?;
+        let mut out = x[..2].to_vec();
+        out.extend(&w.out);
+        Ok(vec![TypeShape::new(t, out)])
+    }
+
+    fn lower(&self, cx: &mut LowerCx, node: &Node) -> Result<()> {
+        let opcx = OpCx {
+            graph: cx.graph,
+            node,
+            opset: cx.opset,
+        };
+        let win = Pool::window(&opcx)?;
+        let out_shape = cx.shape(node.outputs[0])?;
+        let ft = cx.float_type();
+        let x = cx.tensor_as(node.input(0).unwrap(), ft)?;
+        let x = cx.reshape(&x, &as_2d(&x.shape))?;
+        let (kernel, strides, dilations, pads, out_hw) = win.hw();
+        let mode = if self.max {
+            PoolMode::Max
+        } else if node.attr_i("count_include_pad", 0)? != 0 {
+            PoolMode::AverageIncludePad
+        } else {
+            PoolMode::Average
+        };
+        let p = PoolParams {
+            mode,
+            kernel,
+            strides,
+            dilations,
+            pads,
+            out_hw,
+            ipu: 0,
+            name: String::new(),
+        };
+        let y = cx.pool(&x, p)?;
+        let y = cx.reshape(&y, &out_shape)?;
+        cx.set(node.outputs[0], y);
+        Ok(())
+    }
+
+    fn flops(&self, cx: &OpCx) -> f64 {
+        match Pool::window(cx) {
+            Ok(w) => {
+                let x = cx.in_shape(0).unwrap_or_default();
+                (x[..2].iter().product::<usize>()
+                    * w.out.iter().product::<usize>()
+                    * w.kernel.iter().product::<usize>()) as f64
+            }
+            Err(_) => 0.0,
+        }
+    }
+}
+
+struct GlobalPool {
+    max: bool,
+}
+
+impl Operator for GlobalPool {
+    fn infer(&self, cx: &OpCx) -> Result<Vec<TypeShape>> {
+        let x = cx.in_shape(0)?;
+        let t = cx.in_dtype(0)?;
+        if x.len() < 3 || !t.is_float() {
+            return Err(cx.err(format!(
+                "needs a float input [N, C, ...spatial], got {t} {x:?}"
+            )));
+        }
+        let mut out = x[..2].to_vec();
+        out.extend(std::iter::repeat_n(1, x.len() - 2));
+        Ok(vec![TypeShape::new(t, out)])
+    }
+
+    fn lower(&self, cx: &mut LowerCx, node: &Node) -> Result<()> {
+        let v = node.input(0).unwrap();
+        let shape = cx.shape(v)?;
+        let ft = cx.float_type();
+        let x = cx.tensor_as(v, ft)?;
+        let axes: Vec<usize> = (2..shape.len()).collect();
+        let n: usize = shape[2..].iter().product();
+        let y = if self.max {
+            cx.reduce(&x, &axes, ReduceOp::Max, ReduceFinal::None, 1.0, ft)?
+        } else {
+            cx.reduce(
+                &x,
+                &axes,
+                ReduceOp::Sum,
+                ReduceFinal::Scale,
+                1.0 / n as f64,
+                ft,
+            )?
+        };
+        let out = cx.shape(node.outputs[0])?;
+        let y = cx.reshape(&y, &out)?;
+        cx.set(node.outputs[0], y);
+        Ok(())
+    }
+}
+
+/// LRN: y = x / (bias + alpha / size * sum of x^2 over `size` neighbouring
+/// channels)^beta.
+struct Lrn;
+
+impl Operator for Lrn {
+    fn infer(&self, cx: &OpCx) -> Result<Vec<TypeShape>> {
+        let x = cx.in_shape(0)?;
+        let t = cx.in_dtype(0)?;
+        if x.len() < 3 || !t.is_float() {
+            return Err(cx.err(format!("needs a float input [N, C, ...], got {t} {x:?}")));
+        }
+        let size = cx.node.attr_i("size", 0)?;
+        if size < 1 {
+            return Err(cx.err("size must be a positive odd integer"));
+        }
+        Ok(vec![TypeShape::new(t, x)])
+    }
+
+    fn lower(&self, cx: &mut LowerCx, node: &Node) -> Result<()> {
+        let v = node.input(0).unwrap();
+        let shape = cx.shape(v)?;
+        let size = node.attr_i("size", 1)? as usize;
+        let alpha = node.attr_f("alpha", 1e-4)? as f64;
+        let beta = node.attr_f("beta", 0.75)? as f64;
+        let bias = node.attr_f("bias", 1.0)? as f64;
+        let ft = cx.float_type();
+        let half = cx.half();
+        let x = cx.tensor_as(v, ft)?;
+        let sq = cx.map_now(
+            &Expr::un(ExprOp::Square, Expr::input(0), half),
+            &[x.clone()],
+            ft,
+            &shape,
+        )?;
+        // [N, C, rest] as planes N of C x rest: pool along C with a size x 1 window.
+        let rest: usize = shape[2..].iter().product();
+        let planes = cx.reshape(&sq, &[shape[0], shape[1], rest])?;
+        let before = (size - 1) / 2;
+        let after = size - 1 - before;
+        let p = PoolParams {
+            mode: PoolMode::AverageIncludePad,
+            kernel: [size as u32, 1],
+            strides: [1, 1],
+            dilations: [1, 1],
+            pads: [before as u32, 0, after as u32, 0],
+            out_hw: [shape[1] as u32, rest as u32],
+            ipu: 0,
+            name: String::new(),
+        };
+        let avg = cx.pool(&planes, p)?;
+        let avg = cx.reshape(&avg, &shape)?;
+        // avg * size = sum of squares: y = x * (bias + alpha * avg)^-beta
+        let denom = Expr::bin(
+            ExprOp::Add,
+            Expr::constf(bias, half),
+            Expr::bin(ExprOp::Mul, Expr::constf(alpha, half), Expr::input(1), half),
+            half,
+        );
+        let e = Expr::bin(
+            ExprOp::Mul,
+            Expr::input(0),
+            Expr::bin(ExprOp::Pow, denom, Expr::constf(-beta, half), half),
+            half,
+        );
+        cx.set_lazy(node.outputs[0], e, vec![x, avg], shape, ft);
+        Ok(())
+    }
+
+    fn precision(&self) -> PrecisionClass {
+        PrecisionClass::Sensitive
+    }
+}
+
+pub fn register(r: &mut Registry) {
+    r.insert("MaxPool", Box::new(Pool { max: true }));
+    r.insert("AveragePool", Box::new(Pool { max: false }));
+    r.insert("GlobalMaxPool", Box::new(GlobalPool { max: true }));
+    r.insert("GlobalAveragePool", Box::new(GlobalPool { max: false }));
+    r.insert("LRN", Box::new(Lrn));
+}
