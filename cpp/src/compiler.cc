@@ -4,6 +4,7 @@
 #include <map>
 #include <set>
 #include <tuple>
+#include <unordered_map>
 
 #include "neurenix/error.h"
 
@@ -39,12 +40,12 @@ struct Block {
 struct TileAllocator {
   std::vector<Block> active;  // sorted by offset
   uint64_t hwm = 0;
-  std::vector<MemoryConsumer> at_peak;
+  std::vector<std::pair<VarId, uint64_t>> at_peak;  // live blocks when the high-water mark was set
 
   void release_before(int64_t step) {
     active.erase(std::remove_if(active.begin(), active.end(), [&](const Block& b) { return b.end < step; }), active.end());
   }
-  uint64_t place(VarId var, uint64_t size, int64_t end, const Graph& g) {
+  uint64_t place(VarId var, uint64_t size, int64_t end) {
     uint64_t at = 0;
     size_t pos = 0;
     for (; pos < active.size(); ++pos) {
@@ -55,7 +56,7 @@ struct TileAllocator {
     if (at + size > hwm) {
       hwm = at + size;
       at_peak.clear();
-      for (const Block& b : active) at_peak.push_back(MemoryConsumer{g.var(b.var).name, b.size});
+      for (const Block& b : active) at_peak.push_back({b.var, b.size});
     }
     return at;
   }
@@ -148,7 +149,7 @@ std::unique_ptr<Executable> compile(std::unique_ptr<Graph> gp) {
   exe->var_offsets_.resize(g.num_vars());
   for (size_t v = 0; v < g.num_vars(); ++v) exe->var_offsets_[v].assign(g.var(static_cast<VarId>(v)).tiles.size(), 0);
   exe->arena_bytes_.assign(ntiles, 0);
-  std::vector<std::vector<MemoryConsumer>> peaks(ntiles);
+  std::vector<std::vector<std::pair<VarId, uint64_t>>> peaks(ntiles);
   for (uint32_t tile = 0; tile < ntiles; ++tile) {
     auto& items = per_tile[tile];
     if (items.empty()) continue;
@@ -162,7 +163,7 @@ std::unique_ptr<Executable> compile(std::unique_ptr<Graph> gp) {
       const Variable& var = g.var(v);
       alloc.release_before(live[v].first);
       uint64_t size = align_up(var.tiles[si].count * dtype_size(var.dtype));
-      exe->var_offsets_[v][si] = alloc.place(v, size, live[v].last, g);
+      exe->var_offsets_[v][si] = alloc.place(v, size, live[v].last);
     }
     exe->arena_bytes_[tile] = alloc.hwm;
     peaks[tile] = std::move(alloc.at_peak);
@@ -208,8 +209,8 @@ std::unique_ptr<Executable> compile(std::unique_ptr<Graph> gp) {
     if (m.total() > capacity) {
       TileOverflow o{g.ipu_of_tile(tile), tile % g.tiles_per_ipu(), m.total(), capacity, {}};
       auto& peak = peaks[tile];
-      std::sort(peak.begin(), peak.end(), [](const MemoryConsumer& a, const MemoryConsumer& b) { return a.bytes > b.bytes; });
-      for (size_t i = 0; i < peak.size() && i < 5; ++i) o.largest.push_back(peak[i]);
+      std::sort(peak.begin(), peak.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+      for (size_t i = 0; i < peak.size() && i < 5; ++i) o.largest.push_back(MemoryConsumer{g.var(peak[i].first).name, peak[i].second});
       if (m.vertex_state + m.code + m.exchange_code + m.control_code > capacity / 4)
         o.largest.push_back(MemoryConsumer{"(vertex state, code, exchange and control code)",
                                            m.vertex_state + m.code + m.exchange_code + m.control_code});
@@ -218,11 +219,18 @@ std::unique_ptr<Executable> compile(std::unique_ptr<Graph> gp) {
   }
 
   // Resolve addresses.
+  VarId last_var = UINT32_MAX;
+  uint32_t last_tile = UINT32_MAX;
+  uint64_t last_base = 0;
   auto tile_base = [&](VarId v, uint32_t tile) -> uint64_t {
+    if (v == last_var && tile == last_tile) return last_base;
     const Variable& var = g.var(v);
     const TileShare* s = var.share(tile);
     NX_CHECK(s, "address of '" + var.name + "' on a tile that does not hold it");
-    return exe->var_offsets_[v][static_cast<size_t>(s - var.tiles.data())];
+    last_var = v;
+    last_tile = tile;
+    last_base = exe->var_offsets_[v][static_cast<size_t>(s - var.tiles.data())];
+    return last_base;
   };
   for (auto& cs : g.compute_sets())
     for (auto& v : cs.vertices)
@@ -254,7 +262,7 @@ std::unique_ptr<Executable> compile(std::unique_ptr<Graph> gp) {
   const double link_bytes_per_cycle = t.ipu_link_bytes_per_sec * t.ipu_links / t.clock_hz;
   for (int64_t s = 0; s < nsteps; ++s) {
     const Step& st = program[s];
-    StepCost c{st.kind, st.index, step_name(g, st), 0, 0};
+    StepCost c{st.kind, st.index, step_name(g, st), 0, 0, 0};
     switch (st.kind) {
       case StepKind::kCompute: {
         uint64_t worst = 0;
@@ -264,14 +272,30 @@ std::unique_ptr<Executable> compile(std::unique_ptr<Graph> gp) {
           worst = std::max(worst, sum);
         }
         c.cycles = worst + t.sync_cycles;
+        c.items = g.compute_sets()[st.index].vertices.size();
         break;
       }
       case StepKind::kExchange: {
-        std::map<uint32_t, uint64_t> in, out;
-        std::map<uint32_t, uint64_t> cross;  // bytes leaving each IPU
+        std::unordered_map<uint32_t, uint64_t> in, out, cross;  // cross: bytes leaving each IPU
         // The exchange fabric multicasts: data sent once can be received by
         // any number of tiles, so a sender pays for each distinct run once.
-        std::set<std::tuple<uint32_t, uint64_t, uint64_t, int64_t, uint64_t, int64_t>> sent;
+        struct Sent {
+          uint32_t tile;
+          uint64_t byte, count, outer;
+          int64_t stride, src_outer;
+          uint64_t bytes;
+          bool operator<(const Sent& o) const {
+            return std::tie(tile, byte, count, stride, outer, src_outer) <
+                   std::tie(o.tile, o.byte, o.count, o.stride, o.outer, o.src_outer);
+          }
+          bool operator==(const Sent& o) const {
+            return tile == o.tile && byte == o.byte && count == o.count && stride == o.stride && outer == o.outer &&
+                   src_outer == o.src_outer;
+          }
+        };
+        std::vector<Sent> sent;
+        sent.reserve(g.exchanges()[st.index].copies.size());
+        c.items = g.exchanges()[st.index].copies.size();
         for (const Copy& cp : g.exchanges()[st.index].copies) {
           uint64_t bytes = cp.count * cp.outer * dtype_size(g.var(cp.src).dtype);
           c.bytes += bytes;
@@ -282,9 +306,11 @@ std::unique_ptr<Executable> compile(std::unique_ptr<Graph> gp) {
           uint32_t si = g.ipu_of_tile(cp.src_tile), di = g.ipu_of_tile(cp.dst_tile);
           if (si != di) cross[si] += bytes;
           in[cp.dst_tile] += bytes;
-          if (sent.insert({cp.src_tile, cp.src_byte, cp.count, cp.src_stride, cp.outer, cp.src_outer}).second)
-            out[cp.src_tile] += bytes;
+          sent.push_back(Sent{cp.src_tile, cp.src_byte, cp.count, cp.outer, cp.src_stride, cp.src_outer, bytes});
         }
+        std::sort(sent.begin(), sent.end());
+        for (size_t i = 0; i < sent.size(); ++i)
+          if (i == 0 || !(sent[i] == sent[i - 1])) out[sent[i].tile] += sent[i].bytes;
         uint64_t worst = 0;
         for (auto& [tile, b] : in) worst = std::max(worst, b);
         for (auto& [tile, b] : out) worst = std::max(worst, b);

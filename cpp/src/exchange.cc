@@ -6,8 +6,31 @@ namespace neurenix {
 
 void copy_view(Graph& g, uint32_t ex, const View& src_in, const View& dst_in) {
   NX_CHECK(src_in.shape == dst_in.shape, "copy_view between views of different shapes");
-  // A rank-0 view is one element: treat it as a 1-element vector.
+  // Merge dimensions that are contiguous in both views (and drop unit ones),
+  // so chunks along the innermost dimension are as long as possible; a
+  // rank-0 view becomes a 1-element vector.
   View src = src_in, dst = dst_in;
+  src.shape.clear();
+  src.strides.clear();
+  dst.shape.clear();
+  dst.strides.clear();
+  for (size_t d = 0; d < src_in.shape.size(); ++d) {
+    const uint64_t n = src_in.shape[d];
+    if (n == 1) continue;
+    const int64_t ss = src_in.strides[d], ds = dst_in.strides[d];
+    if (!src.shape.empty() && src.strides.back() == static_cast<int64_t>(n) * ss &&
+        dst.strides.back() == static_cast<int64_t>(n) * ds) {
+      src.shape.back() *= n;
+      dst.shape.back() *= n;
+      src.strides.back() = ss;
+      dst.strides.back() = ds;
+      continue;
+    }
+    src.shape.push_back(n);
+    dst.shape.push_back(n);
+    src.strides.push_back(ss);
+    dst.strides.push_back(ds);
+  }
   if (src.shape.empty()) {
     src.shape = dst.shape = {1};
     src.strides = dst.strides = {1};

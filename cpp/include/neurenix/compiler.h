@@ -41,6 +41,7 @@ struct StepCost {
   std::string name;
   uint64_t cycles;
   uint64_t bytes;  // exchanged or streamed bytes (0 for compute)
+  uint64_t items;  // vertices (compute) or copy descriptors (exchange)
 };
 
 class Executable {

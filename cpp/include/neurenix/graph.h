@@ -106,15 +106,22 @@ class Vertex {
   // Bytes of code this vertex's codelet occupies on a tile (counted once per
   // codelet per tile).
   virtual uint64_t code_bytes() const { return 256; }
-  std::vector<Field*> all_fields() {
-    std::vector<Field*> out;
-    list_fields(out);
-    return out;
+  // The vertex's fields (listed once, then cached: fields never change).
+  const std::vector<Field*>& all_fields() {
+    if (!fields_listed_) {
+      list_fields(fields_);
+      fields_listed_ = true;
+    }
+    return fields_;
   }
   uint32_t tile = 0;
 
  protected:
   virtual void list_fields(std::vector<Field*>& out) = 0;
+
+ private:
+  std::vector<Field*> fields_;
+  bool fields_listed_ = false;
 };
 
 struct ComputeSet {

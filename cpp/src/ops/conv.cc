@@ -116,21 +116,21 @@ Tensor conv(Graph& g, const Tensor& x, const Tensor& w, const Tensor* bias, cons
     const uint64_t in_bytes = gb * kb * rows_in * d.w * eb;
     const bool w_copy = p.m_split > 1 || !w_unmapped;
     const uint64_t w_bytes = w_copy ? gb * nb * kb * d.khw * eb : 0;
-    uint64_t part = 0, recv = 0, rows_per = 0;
+    uint64_t part = 0, recv = 0, ch_per = 0;
     if (p.k_split > 1) {
       part = gb * nb * mb * d.wo * pb;
-      rows_per = ceil_div(mb, p.k_split);
-      recv = p.k_split * gb * nb * rows_per * d.wo * pb;
+      ch_per = ceil_div(nb, p.k_split);
+      recv = p.k_split * gb * ch_per * mb * d.wo * pb;
     }
     p.temp_bytes = in_bytes + w_bytes + part + recv + (bias ? nb * eb : 0);
     const uint64_t n_tile = ceil_div(N, p.n_split);
-    p.resident_bytes = gb * ceil_div(mb, p.k_split) * n_tile * d.wo * ob + (w_unmapped ? gb * kb * n_tile * d.khw * eb : 0);
+    p.resident_bytes = gb * mb * ceil_div(n_tile, p.k_split) * d.wo * ob + (w_unmapped ? gb * kb * n_tile * d.khw * eb : 0);
     const uint64_t ex = t.exchange_bytes_per_cycle;
     uint64_t per = t.sync_cycles + w_bytes / ex;
     per += t.sync_cycles + gb * (amp_cycles(t, in, partials, nb, mb * d.wo, kb * d.khw) + 4 * mb * nb * o.kh);
     if (p.k_split > 1) {
-      per += t.sync_cycles + (p.k_split - 1) * rows_per * gb * nb * d.wo * pb / ex;
-      per += t.sync_cycles + t.vertex_overhead_cycles + p.k_split * rows_per * gb * nb * d.wo / 2;
+      per += t.sync_cycles + (p.k_split - 1) * ch_per * gb * mb * d.wo * pb / ex;
+      per += t.sync_cycles + t.vertex_overhead_cycles + p.k_split * ch_per * gb * mb * d.wo / 2;
     }
     p.cycles = p.serial_split * per + in_bytes / ex;
   };
@@ -176,7 +176,9 @@ Tensor conv(Graph& g, const Tensor& x, const Tensor& w, const Tensor* bias, cons
           }
     g.set_mapping(w.var, std::move(ivs));
   }
-  // Result: block rows split among the K tiles of the block (each reduces them).
+  // Result: the output channels of a block split among the K tiles of the
+  // block (each reduces its channels), so every tile holds whole rows of whole
+  // channels and the next layer reads long contiguous runs.
   {
     std::vector<TileInterval> ivs;
     for (uint32_t gi = 0; gi < gs; ++gi)
@@ -184,7 +186,7 @@ Tensor conv(Graph& g, const Tensor& x, const Tensor& w, const Tensor* bias, cons
         for (uint32_t j = 0; j < S; ++j)
           for (uint32_t ni = 0; ni < ns; ++ni)
             for (uint32_t ki = 0; ki < ks; ++ki) {
-              Range gr = part(G, gs, gi), cr = chunk_n(j, ni), rr = sub(part(M, ms, mi), ks, ki);
+              Range gr = part(G, gs, gi), cr = sub(chunk_n(j, ni), ks, ki), rr = part(M, ms, mi);
               if (gr.empty() || cr.empty() || rr.empty()) continue;
               for (const Segment& sgm : segments(rr, d.ho))
                 for (uint64_t gg = gr.begin; gg < gr.end; ++gg)
@@ -434,7 +436,8 @@ Tensor conv(Graph& g, const Tensor& x, const Tensor& w, const Tensor* bias, cons
     g.execute(cs);
 
     if (ks > 1) {
-      // Second stage: each K tile of a block sums its share of the rows.
+      // Second stage: each K tile of a block sums its share of the output
+      // channels over the block's rows.
       uint32_t rex = g.add_exchange(o.name + "/reduce_exchange");
       uint32_t rcs = g.add_compute_set(o.name + "/reduce");
       uint64_t total = 0;
@@ -442,25 +445,19 @@ Tensor conv(Graph& g, const Tensor& x, const Tensor& w, const Tensor* bias, cons
       struct Red {
         size_t wi;
         uint64_t gg;
-        Segment seg;   // the reducer's rows within one image
-        size_t src_seg;  // index of the block segment containing it
+        size_t seg;
         uint64_t at;
       };
       std::vector<Red> reds;
       for (size_t wi = 0; wi < work.size(); ++wi) {
         const Work& wk = work[wi];
-        Range cr = chunk_n(j, wk.ni);
-        if (cr.empty()) continue;
-        Range mine = sub(wk.mr, ks, wk.ki);
+        const Range cr = chunk_n(j, wk.ni), mine = sub(cr, ks, wk.ki);
         if (mine.empty()) continue;
-        uint64_t start = total;
+        const uint64_t start = total;
         for (uint64_t gg = wk.gr.begin; gg < wk.gr.end; ++gg)
-          for (const Segment& sg : segments(mine, d.ho)) {
-            size_t src_seg = 0;
-            while (!(wk.segs[src_seg].n == sg.n && wk.segs[src_seg].ho_lo <= sg.ho_lo && sg.ho_hi <= wk.segs[src_seg].ho_hi))
-              ++src_seg;
-            reds.push_back(Red{wi, gg, sg, src_seg, total});
-            total += ks * cr.size() * sg.rows() * d.wo;
+          for (size_t si = 0; si < wk.segs.size(); ++si) {
+            reds.push_back(Red{wi, gg, si, total});
+            total += ks * mine.size() * wk.segs[si].rows() * d.wo;
           }
         if (total > start) ivs.push_back(TileInterval{start, total, wk.tile, 0});
       }
@@ -468,37 +465,38 @@ Tensor conv(Graph& g, const Tensor& x, const Tensor& w, const Tensor* bias, cons
       g.set_mapping(recv.var, std::move(ivs));
       for (const Red& r : reds) {
         const Work& wk = work[r.wi];
-        Range cr = chunk_n(j, wk.ni);
-        const uint64_t cols = r.seg.rows() * d.wo;
+        const Range cr = chunk_n(j, wk.ni), mine = sub(cr, ks, wk.ki);
+        const Segment& sg = wk.segs[r.seg];
+        const uint64_t cols = sg.rows() * d.wo;
         for (uint32_t kk = 0; kk < ks; ++kk) {
           const size_t src_wi = by_pos[((wk.gi * ms + wk.mi) * ns + wk.ni) * ks + kk];
           NX_CHECK(src_wi != SIZE_MAX, "conv K split produced an empty slice");
-          const Work& sw = work[src_wi];
-          // Offset of (group, segment) in the source tile's partials.
+          // Offset of (group, segment) in the source tile's partials; the K
+          // tiles of a block share its groups, rows and segments.
           uint64_t off = part_base[src_wi];
-          for (uint64_t g2 = sw.gr.begin; g2 < r.gg; ++g2)
-            for (const Segment& s2 : sw.segs) off += cr.size() * s2.rows() * d.wo;
-          for (size_t s2 = 0; s2 < r.src_seg; ++s2) off += cr.size() * sw.segs[s2].rows() * d.wo;
-          const uint64_t seg_cols = sw.segs[r.src_seg].rows() * d.wo;
-          View src{partial_t.var, static_cast<int64_t>(off + (r.seg.ho_lo - sw.segs[r.src_seg].ho_lo) * d.wo),
-                   {cr.size(), cols}, {static_cast<int64_t>(seg_cols), 1}};
-          View dst{recv.var, static_cast<int64_t>(r.at + kk * cr.size() * cols), {cr.size(), cols},
+          for (uint64_t g2 = wk.gr.begin; g2 < r.gg; ++g2)
+            for (const Segment& s2 : wk.segs) off += cr.size() * s2.rows() * d.wo;
+          for (size_t s2 = 0; s2 < r.seg; ++s2) off += cr.size() * wk.segs[s2].rows() * d.wo;
+          off += (mine.begin - cr.begin) * cols;
+          View src{partial_t.var, static_cast<int64_t>(off), {mine.size(), cols}, {static_cast<int64_t>(cols), 1}};
+          View dst{recv.var, static_cast<int64_t>(r.at + kk * mine.size() * cols), {mine.size(), cols},
                    {static_cast<int64_t>(cols), 1}};
           copy_view(g, rex, src, dst);
         }
-        const uint64_t flat = ((r.seg.n * d.co + r.gg * d.cog + cr.begin) * d.ho + r.seg.ho_lo) * d.wo;
+        const uint64_t flat = ((sg.n * d.co + r.gg * d.cog + mine.begin) * d.ho + sg.ho_lo) * d.wo;
         auto [ot, ol] = local_of(c.var, flat);
-        NX_CHECK(ot == wk.tile, "conv output rows are not on their reducing tile");
+        NX_CHECK(ot == wk.tile, "conv output channels are not on their reducing tile");
         uint64_t ld = cols;
-        if (cr.size() > 1) ld = local_of(c.var, flat + d.ho * d.wo).second - ol;
-        Field fin{recv.var, wk.tile, local_of(recv.var, r.at).second, ks * cr.size() * cols};
-        Field fout{c.var, wk.tile, ol, (cr.size() - 1) * ld + cols};
-        auto v = std::make_unique<SumPartialsVertex>(wk.tile, fin, fout, ks, static_cast<uint32_t>(cr.size()),
+        if (mine.size() > 1) ld = local_of(c.var, flat + d.ho * d.wo).second - ol;
+        Field fin{recv.var, wk.tile, local_of(recv.var, r.at).second, ks * mine.size() * cols};
+        Field fout{c.var, wk.tile, ol, (mine.size() - 1) * ld + cols};
+        auto v = std::make_unique<SumPartialsVertex>(wk.tile, fin, fout, ks, static_cast<uint32_t>(mine.size()),
                                                      static_cast<uint32_t>(cols), static_cast<uint32_t>(ld), partials,
                                                      o.out_dtype);
-        if (bias) v->set_bias(Field{bias_at[r.wi].first, wk.tile, bias_at[r.wi].second + (r.gg - wk.gr.begin) * cr.size(),
-                                    cr.size()},
-                              in);
+        if (bias)
+          v->set_bias(Field{bias_at[r.wi].first, wk.tile,
+                            bias_at[r.wi].second + (r.gg - wk.gr.begin) * cr.size() + (mine.begin - cr.begin), mine.size()},
+                      in);
         g.add_vertex(rcs, std::move(v));
       }
       g.execute_exchange(rex);

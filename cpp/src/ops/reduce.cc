@@ -94,10 +94,18 @@ Tensor reduce(Graph& g, const Tensor& x_in, const std::vector<uint32_t>& axes_in
       while (r <= pieces[i].row) row_first[r++] = i;
     while (r <= rows) row_first[r++] = pieces.size();
   }
-  // Output row r lives on the tile of its first piece.
+  // Output row r lives on a tile holding one of its pieces: the only one for
+  // rows on one tile; for split rows, piece r mod (pieces of the row), so that
+  // rows split the same way (a column-split tensor, say) spread over all their
+  // tiles instead of piling onto the first.
+  std::vector<uint32_t> row_tile(rows);
   {
     std::vector<TileInterval> ivs;
-    for (uint64_t r = 0; r < rows; ++r) ivs.push_back(TileInterval{r, r + 1, pieces[row_first[r]].tile, 0});
+    for (uint64_t r = 0; r < rows; ++r) {
+      const uint64_t np = row_first[r + 1] - row_first[r];
+      row_tile[r] = pieces[row_first[r] + (np > 1 ? r % np : 0)].tile;
+      ivs.push_back(TileInterval{r, r + 1, row_tile[r], 0});
+    }
     g.set_mapping(out.var, std::move(ivs));
   }
   // Partial slots for pieces of split rows, each on its piece's tile.
@@ -169,7 +177,7 @@ Tensor reduce(Graph& g, const Tensor& x_in, const std::vector<uint32_t>& axes_in
       uint64_t n = row_first[r + 1] - row_first[r];
       if (n <= 1) continue;
       uint64_t s0 = static_cast<uint64_t>(slot[row_first[r]]);
-      ivs.push_back(TileInterval{s0, s0 + n, pieces[row_first[r]].tile, 0});
+      ivs.push_back(TileInterval{s0, s0 + n, row_tile[r], 0});
       split_rows.push_back(r);
     }
     g.set_mapping(gathered.var, std::move(ivs));

@@ -171,7 +171,7 @@ impl PyExecutable {
                 2 => "host_to_device",
                 _ => "device_to_host",
             };
-            steps.append((kind, sc.name, sc.cycles, sc.bytes))?;
+            steps.append((kind, sc.name, sc.cycles, sc.bytes, sc.items))?;
         }
         d.set_item("steps", steps)?;
         d.set_item("cycles_per_run", self.exe.cycles_per_run())?;

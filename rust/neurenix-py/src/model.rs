@@ -56,9 +56,11 @@ fn attr(node: &str, name: &str, kind: &str, value: &Bound<'_, PyAny>) -> PyResul
             let (dt, shape, data): (i32, Vec<usize>, Vec<u8>) = value.extract()?;
             Attr::Tensor(tensor(dt, shape, &data, &what).py()?)
         }
-        other => return Err(crate::errors::to_py(Error::model(format!(
+        other => {
+            return Err(crate::errors::to_py(Error::model(format!(
             "{what}: attributes of kind '{other}' (sparse tensors, type protos) are not supported"
-        )))),
+        ))))
+        }
     })
 }
 

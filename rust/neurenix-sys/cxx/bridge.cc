@@ -239,7 +239,7 @@ rust::Vec<OpRecordFfi> CompiledGraph::op_records() const {
 rust::Vec<StepCostFfi> CompiledGraph::step_costs() const {
   rust::Vec<StepCostFfi> out;
   for (const auto& s : exe_->step_costs())
-    out.push_back(StepCostFfi{static_cast<uint8_t>(s.kind), rust::String(s.name), s.cycles, s.bytes});
+    out.push_back(StepCostFfi{static_cast<uint8_t>(s.kind), rust::String(s.name), s.cycles, s.bytes, s.items});
   return out;
 }
 

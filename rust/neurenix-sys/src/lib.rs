@@ -63,6 +63,7 @@ pub mod ffi {
         name: String,
         cycles: u64,
         bytes: u64,
+        items: u64,
     }
 
     struct RunStatsFfi {

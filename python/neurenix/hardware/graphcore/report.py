@@ -51,6 +51,7 @@ class ProgramStep:
     name: str
     cycles: int
     bytes: int
+    items: int  # vertices of a compute step, copy descriptors of an exchange
 
 
 @dataclass
