@@ -258,6 +258,21 @@ std::unique_ptr<Executable> compile(std::unique_ptr<Graph> gp) {
     for (const Copy& c : g.exchanges()[ei].copies) by_tile[c.dst_tile].push_back(&c);
     for (auto& [tile, cs] : by_tile) exe->exchange_schedule_[ei].push_back(Executable::TileCopies{tile, std::move(cs)});
   }
+  exe->byte_schedule_.resize(g.exchanges().size());
+  exe->byte_copies_.resize(g.exchanges().size());
+  for (size_t ei = 0; ei < g.exchanges().size(); ++ei) {
+    auto& bc = exe->byte_copies_[ei];
+    bc.reserve(g.exchanges()[ei].copies.size());
+    for (const auto& tc : exe->exchange_schedule_[ei]) {
+      const uint32_t begin = static_cast<uint32_t>(bc.size());
+      for (const Copy* c : tc.copies) {
+        const int64_t es = static_cast<int64_t>(dtype_size(g.var(c->src).dtype));
+        bc.push_back(Executable::ByteCopy{c->src_tile, static_cast<uint32_t>(es), c->src_byte, c->dst_byte, c->count,
+                                          c->outer, c->src_stride * es, c->src_outer * es, c->dst_outer * es});
+      }
+      exe->byte_schedule_[ei].push_back(Executable::TileByteCopies{tc.dst_tile, begin, static_cast<uint32_t>(bc.size())});
+    }
+  }
   const double host_bytes_per_cycle = t.host_link_bytes_per_sec / t.clock_hz;
   const double link_bytes_per_cycle = t.ipu_link_bytes_per_sec * t.ipu_links / t.clock_hz;
   for (int64_t s = 0; s < nsteps; ++s) {

@@ -207,8 +207,12 @@ void Engine::run() {
   RunStats st;
   const auto& program = exe_->program();
   const auto& costs = exe_->step_costs();
+  auto since = [](std::chrono::steady_clock::time_point a) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - a).count();
+  };
   for (size_t s = 0; s < program.size(); ++s) {
     const Step& step = program[s];
+    const auto step_start = std::chrono::steady_clock::now();
     switch (step.kind) {
       case StepKind::kCompute: {
         const auto& sched = exe_->compute_schedule()[step.index];
@@ -217,48 +221,54 @@ void Engine::run() {
           for (const Vertex* v : sched[i].vertices) v->compute(mem);
         });
         st.compute_cycles += costs[s].cycles;
+        st.compute_seconds += since(step_start);
         break;
       }
       case StepKind::kExchange: {
-        const auto& sched = exe_->exchange_schedule()[step.index];
+        const auto& sched = exe_->byte_schedule()[step.index];
+        const auto& copies = exe_->byte_copies()[step.index];
         pool_->parallel_for(sched.size(), [&](size_t i) {
           uint8_t* dst = arenas_[sched[i].dst_tile];
-          for (const Copy* c : sched[i].copies) {
-            const size_t es = dtype_size(g.var(c->src).dtype);
-            for (uint64_t o = 0; o < c->outer; ++o) {
-              const uint8_t* src = arenas_[c->src_tile] + c->src_byte + static_cast<int64_t>(o) * c->src_outer * static_cast<int64_t>(es);
-              uint8_t* d = dst + c->dst_byte + static_cast<int64_t>(o) * c->dst_outer * static_cast<int64_t>(es);
-              if (c->src_stride == 1 || c->count == 1) {
-                std::memmove(d, src, c->count * es);
-              } else if (c->src_stride == 0) {
+          for (uint32_t ci = sched[i].begin; ci < sched[i].end; ++ci) {
+            const Executable::ByteCopy& c = copies[ci];
+            const uint8_t* src = arenas_[c.src_tile] + c.src_byte;
+            uint8_t* d = dst + c.dst_byte;
+            const uint64_t row = c.count * c.elem;
+            for (uint64_t o = 0; o < c.outer; ++o, src += c.src_outer, d += c.dst_outer) {
+              if (c.count == 1 || c.src_stride == static_cast<int64_t>(c.elem)) {
+                std::memmove(d, src, row);
+              } else if (c.src_stride == 0) {
                 // One element repeated: double the filled prefix.
-                std::memcpy(d, src, es);
-                uint64_t done = 1;
-                while (done < c->count) {
-                  const uint64_t n = std::min(done, c->count - done);
-                  std::memcpy(d + done * es, d, n * es);
+                std::memcpy(d, src, c.elem);
+                uint64_t done = c.elem;
+                while (done < row) {
+                  const uint64_t n = std::min(done, row - done);
+                  std::memcpy(d + done, d, n);
                   done += n;
                 }
               } else {
-                for (uint64_t k = 0; k < c->count; ++k)
-                  std::memcpy(d + k * es, src + static_cast<int64_t>(k) * c->src_stride * static_cast<int64_t>(es), es);
+                const uint8_t* sp = src;
+                for (uint64_t k = 0; k < c.count; ++k, sp += c.src_stride) std::memcpy(d + k * c.elem, sp, c.elem);
               }
             }
           }
         });
         st.exchange_cycles += costs[s].cycles;
         st.exchanged_bytes += costs[s].bytes;
+        st.exchange_seconds += since(step_start);
         break;
       }
       case StepKind::kStreamIn:
         scatter(g.inputs()[step.index].tensor, in_buf_[step.index].data());
         st.host_cycles += costs[s].cycles;
         st.host_bytes += costs[s].bytes;
+        st.host_io_seconds += since(step_start);
         break;
       case StepKind::kStreamOut:
         gather(g.outputs()[step.index].tensor, out_buf_[step.index].data());
         st.host_cycles += costs[s].cycles;
         st.host_bytes += costs[s].bytes;
+        st.host_io_seconds += since(step_start);
         break;
     }
     st.cycles += costs[s].cycles;

@@ -409,6 +409,33 @@ TEST(Compiler, FixedOverheadsPerTile) {
     EXPECT_GT(m.vertex_state, 0u);
     EXPECT_GE(m.control_code, 6u * 64) << "worker stacks";
   }
+  // More steps on a tile mean more control code and vertex state, but the
+  // same codelet is stored once however often it runs.
+  auto longer_graph = [] {
+    auto g = std::make_unique<Graph>(tiny(1), 1);
+    Tensor x = g->add_variable("x", DType::kFloat32, {16}, VarKind::kInput, 0);
+    g->add_input_stream("x", x);
+    Tensor t = x;
+    for (int i = 0; i < 6; ++i) t = ops::map(*g, {in(0), op(E::kNeg)}, {t}, DType::kFloat32, {16}, 0, "neg");
+    g->add_output_stream("t", t);
+    return compile(std::move(g));
+  };
+  auto shorter_graph = [] {
+    auto g = std::make_unique<Graph>(tiny(1), 1);
+    Tensor x = g->add_variable("x", DType::kFloat32, {16}, VarKind::kInput, 0);
+    g->add_input_stream("x", x);
+    Tensor t = ops::map(*g, {in(0), op(E::kNeg)}, {x}, DType::kFloat32, {16}, 0, "neg");
+    g->add_output_stream("t", t);
+    return compile(std::move(g));
+  };
+  auto longer = longer_graph(), shorter = shorter_graph();
+  ASSERT_EQ(longer->tile_memory().size(), 1u);
+  ASSERT_EQ(shorter->tile_memory().size(), 1u);
+  const TileMemory& l = longer->tile_memory()[0];
+  const TileMemory& s = shorter->tile_memory()[0];
+  EXPECT_GT(l.control_code, s.control_code);
+  EXPECT_GT(l.vertex_state, s.vertex_state);
+  EXPECT_EQ(l.code, s.code);
 }
 
 }  // namespace

@@ -58,6 +58,9 @@ fn main() {
         && std::is_x86_feature_detected!("f16c")
     {
         build.flag("-mavx2").flag("-mfma").flag("-mf16c");
+        if std::is_x86_feature_detected!("avx512f") {
+            build.flag("-mavx512f");
+        }
     }
     let _ = (native, &target, &host);
     build.compile("neurenix_cpp");

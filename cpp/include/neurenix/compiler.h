@@ -73,6 +73,20 @@ class Executable {
     std::vector<const Copy*> copies;
   };
   const std::vector<std::vector<TileCopies>>& exchange_schedule() const { return exchange_schedule_; }
+  // The same copies resolved to bytes, packed per destination tile for the
+  // engine's inner loop.
+  struct ByteCopy {
+    uint32_t src_tile;
+    uint32_t elem;  // element size
+    uint64_t src_byte, dst_byte, count, outer;
+    int64_t src_stride, src_outer, dst_outer;  // in bytes
+  };
+  struct TileByteCopies {
+    uint32_t dst_tile;
+    uint32_t begin, end;  // range in byte_copies()[exchange]
+  };
+  const std::vector<std::vector<TileByteCopies>>& byte_schedule() const { return byte_schedule_; }
+  const std::vector<std::vector<ByteCopy>>& byte_copies() const { return byte_copies_; }
 
  private:
   friend std::unique_ptr<Executable> compile(std::unique_ptr<Graph> g);
@@ -85,6 +99,8 @@ class Executable {
   std::vector<std::vector<uint64_t>> var_offsets_;
   std::vector<std::vector<TileVertices>> compute_schedule_;
   std::vector<std::vector<TileCopies>> exchange_schedule_;
+  std::vector<std::vector<TileByteCopies>> byte_schedule_;
+  std::vector<std::vector<ByteCopy>> byte_copies_;
 };
 
 // Compiles a graph. A graph that does not fit still yields an Executable, with

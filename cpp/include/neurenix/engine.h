@@ -26,6 +26,10 @@ struct RunStats {
   uint64_t exchanged_bytes = 0;
   uint64_t host_bytes = 0;
   double wall_seconds = 0;  // host time the simulation took
+  // ... of which in compute steps, in exchanges, and streaming to and from the host.
+  double compute_seconds = 0;
+  double exchange_seconds = 0;
+  double host_io_seconds = 0;
 };
 
 class Engine {

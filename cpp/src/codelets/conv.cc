@@ -96,18 +96,35 @@ void ConvVertex::compute(uint8_t* mem) const {
     w_f = wts.data();
     ldw = k;
   }
-  // im2col: B[k][p], k = (ci, a, b), p = (r, wo).
-  const float* b_f;
+  // im2col straight into the product's packed panels: B[k][p] with
+  // k = (ci, a, b) and p = (r, wo); padding stays zero.
+  const uint32_t panel = gemm_panel(p);
+  col.assign(gemm_packed_size(panel, k, p), 0.0f);
+  float* packed = col.data();
+  // Writes `len` values (or copies of nothing: zeros already there) at (kr, j0..).
+  auto put = [&](uint32_t kr, uint32_t j0, const float* src, uint32_t len, uint32_t stride) {
+    while (len) {
+      const uint32_t in_panel = std::min(len, panel - j0 % panel);
+      float* d = packed + gemm_packed_index(panel, k, kr, j0);
+      if (stride == 1) {
+        std::memcpy(d, src, in_panel * sizeof(float));
+      } else {
+        for (uint32_t i = 0; i < in_panel; ++i) d[i] = src[static_cast<size_t>(i) * stride];
+      }
+      src += static_cast<size_t>(in_panel) * stride;
+      j0 += in_panel;
+      len -= in_panel;
+    }
+  };
   const bool direct = s.kh == 1 && s.kw == 1 && s.sh == 1 && s.sw == 1 && s.pad_top == 0 && s.pad_left == 0 &&
                       s.in_w == s.out_w && s.hi0 == static_cast<int32_t>(s.ho0) && s.in_rows == s.rows;
   if (direct) {
-    b_f = in_f;
+    for (uint32_t ci = 0; ci < s.cin; ++ci) put(ci, 0, in_f + static_cast<size_t>(ci) * p, p, 1);
   } else {
-    col.resize(static_cast<size_t>(k) * p);
     for (uint32_t ci = 0; ci < s.cin; ++ci)
       for (uint32_t a = 0; a < s.kh; ++a)
         for (uint32_t bb = 0; bb < s.kw; ++bb) {
-          float* dst_row = col.data() + static_cast<size_t>((ci * s.kh + a) * s.kw + bb) * p;
+          const uint32_t kr = (ci * s.kh + a) * s.kw + bb;
           const int32_t shift = static_cast<int32_t>(bb * s.dw) - s.pad_left;
           // Output columns whose input column lies inside the row.
           int32_t lo = 0, hi = static_cast<int32_t>(s.out_w);
@@ -116,37 +133,28 @@ void ConvVertex::compute(uint8_t* mem) const {
             const int32_t last = static_cast<int32_t>(s.in_w) - 1 - shift;  // wo*sw <= last
             hi = last < 0 ? 0 : std::min<int32_t>(hi, last / static_cast<int32_t>(s.sw) + 1);
           }
+          if (lo >= hi) continue;
           for (uint32_t r = 0; r < s.rows; ++r) {
-            float* dst = dst_row + static_cast<size_t>(r) * s.out_w;
             const int32_t hi_row = static_cast<int32_t>((s.ho0 + r) * s.sh + a * s.dh) - s.pad_top;
-            if (hi_row < 0 || hi_row >= static_cast<int32_t>(s.in_h) || lo >= hi) {
-              std::fill(dst, dst + s.out_w, 0.0f);
-              continue;
-            }
+            if (hi_row < 0 || hi_row >= static_cast<int32_t>(s.in_h)) continue;
             const int32_t local = hi_row - s.hi0;
             NX_CHECK(local >= 0 && local < static_cast<int32_t>(s.in_rows), "conv window misses an input row");
             const float* src = in_f + (static_cast<size_t>(ci) * s.in_rows + local) * s.in_w;
-            std::fill(dst, dst + lo, 0.0f);
-            if (s.sw == 1) {
-              std::memcpy(dst + lo, src + lo + shift, static_cast<size_t>(hi - lo) * 4);
-            } else {
-              for (int32_t wo = lo; wo < hi; ++wo) dst[wo] = src[wo * static_cast<int32_t>(s.sw) + shift];
-            }
-            std::fill(dst + hi, dst + s.out_w, 0.0f);
+            put(kr, r * s.out_w + lo, src + lo * static_cast<int32_t>(s.sw) + shift, hi - lo, s.sw);
           }
         }
-    b_f = col.data();
   }
   // C[cout][p] = W . B, then bias and conversion.
   acc.resize(static_cast<size_t>(s.cout) * p);
   if (partials_ == DType::kFloat32) {
-    gemm_f32(w_f, b_f, acc.data(), s.cout, p, k, ldw, p, p, false);
+    gemm_f32_packed(panel, w_f, ldw, packed, k, acc.data(), s.cout, p, k, p, false);
   } else {
     std::fill(acc.begin(), acc.end(), 0.0f);
     tmp.resize(acc.size());
     for (uint32_t k0 = 0; k0 < k; k0 += kHalfPartialsDepth) {
       const uint32_t kc = std::min(kHalfPartialsDepth, k - k0);
-      gemm_f32(w_f + k0, b_f + static_cast<size_t>(k0) * p, tmp.data(), s.cout, p, kc, ldw, p, p, false);
+      gemm_f32_packed(panel, w_f + k0, ldw, packed + static_cast<size_t>(k0) * panel, k, tmp.data(), s.cout, p, kc, p,
+                      false);
       round_half(tmp.data(), tmp.size());
       for (size_t i = 0; i < acc.size(); ++i) acc[i] += tmp[i];
       round_half(acc.data(), acc.size());

@@ -1,6 +1,7 @@
 // The host kernel behind the matrix-product and convolution vertices:
-// single-precision C = A . B with B packed into 16-column panels and a 6x16
-// register-blocked micro-kernel (GCC vector extensions; AVX2/FMA when the build
+// single-precision C = A . B with B packed into column panels and a
+// register-blocked micro-kernel (GCC vector extensions: 16-wide panels with
+// AVX2/FMA, and 32-wide ones with AVX-512 for wide products, when the build
 // host has them). Only the simulator's speed depends on it: results are plain
 // float32 dot products.
 #include <algorithm>
@@ -13,29 +14,35 @@ namespace neurenix {
 namespace {
 
 typedef float v8 __attribute__((vector_size(32)));
+#if defined(__AVX512F__)
+typedef float v16 __attribute__((vector_size(64)));
+#endif
 
 constexpr uint32_t kMR = 6;
-constexpr uint32_t kNR = 16;
-constexpr uint32_t kKC = 256;
 
-inline v8 load8(const float* p) {
-  v8 v;
+template <typename V>
+inline V loadv(const float* p) {
+  V v;
   std::memcpy(&v, p, sizeof(v));
   return v;
 }
-inline void store8(float* p, v8 v) { std::memcpy(p, &v, sizeof(v)); }
+template <typename V>
+inline void storev(float* p, V v) {
+  std::memcpy(p, &v, sizeof(v));
+}
 
-// C[MR x 16] (+)= A[MR x kc] . P[kc x 16]; `nr` valid columns.
-template <uint32_t MR>
+// C[MR x NR] (+)= A[MR x kc] . P[kc x NR] with NR = two vectors; `nr` valid columns.
+template <typename V, uint32_t MR>
 void micro(const float* __restrict a, uint32_t lda, const float* __restrict p, uint32_t kc, float* __restrict c,
            uint32_t ldc, uint32_t nr, bool accumulate) {
-  v8 acc0[MR], acc1[MR];
+  constexpr uint32_t VW = sizeof(V) / sizeof(float), NR = 2 * VW;
+  V acc0[MR], acc1[MR];
   for (uint32_t r = 0; r < MR; ++r) {
-    acc0[r] = v8{};
-    acc1[r] = v8{};
+    acc0[r] = V{};
+    acc1[r] = V{};
   }
   for (uint32_t kk = 0; kk < kc; ++kk) {
-    const v8 b0 = load8(p + kk * kNR), b1 = load8(p + kk * kNR + 8);
+    const V b0 = loadv<V>(p + kk * NR), b1 = loadv<V>(p + kk * NR + VW);
     for (uint32_t r = 0; r < MR; ++r) {
       const float x = a[r * static_cast<size_t>(lda) + kk];
       acc0[r] += b0 * x;
@@ -44,66 +51,105 @@ void micro(const float* __restrict a, uint32_t lda, const float* __restrict p, u
   }
   for (uint32_t r = 0; r < MR; ++r) {
     float* cr = c + r * static_cast<size_t>(ldc);
-    if (nr == kNR) {
+    if (nr == NR) {
       if (accumulate) {
-        store8(cr, load8(cr) + acc0[r]);
-        store8(cr + 8, load8(cr + 8) + acc1[r]);
+        storev(cr, loadv<V>(cr) + acc0[r]);
+        storev(cr + VW, loadv<V>(cr + VW) + acc1[r]);
       } else {
-        store8(cr, acc0[r]);
-        store8(cr + 8, acc1[r]);
+        storev(cr, acc0[r]);
+        storev(cr + VW, acc1[r]);
       }
     } else {
-      float tmp[kNR];
-      store8(tmp, acc0[r]);
-      store8(tmp + 8, acc1[r]);
+      float tmp[NR];
+      storev(tmp, acc0[r]);
+      storev(tmp + VW, acc1[r]);
       for (uint32_t j = 0; j < nr; ++j) cr[j] = accumulate ? cr[j] + tmp[j] : tmp[j];
     }
   }
 }
 
 using MicroFn = void (*)(const float*, uint32_t, const float*, uint32_t, float*, uint32_t, uint32_t, bool);
-constexpr MicroFn kMicro[kMR + 1] = {nullptr, micro<1>, micro<2>, micro<3>, micro<4>, micro<5>, micro<6>};
+
+template <typename V>
+void run_panels(const float* a, uint32_t lda, const float* packed, uint32_t ktot, float* c, uint32_t m, uint32_t n,
+                uint32_t k, uint32_t ldc, bool accumulate) {
+  constexpr uint32_t NR = 2 * sizeof(V) / sizeof(float);
+  static constexpr MicroFn kMicro[kMR + 1] = {nullptr,       micro<V, 1>, micro<V, 2>, micro<V, 3>,
+                                              micro<V, 4>,   micro<V, 5>, micro<V, 6>};
+  const uint32_t panels = (n + NR - 1) / NR;
+  for (uint32_t i0 = 0; i0 < m; i0 += kMR) {
+    const uint32_t mr = std::min(kMR, m - i0);
+    const float* ai = a + static_cast<size_t>(i0) * lda;
+    for (uint32_t pj = 0; pj < panels; ++pj) {
+      const uint32_t j0 = pj * NR;
+      kMicro[mr](ai, lda, packed + static_cast<size_t>(pj) * ktot * NR, k, c + static_cast<size_t>(i0) * ldc + j0, ldc,
+                 std::min(NR, n - j0), accumulate);
+    }
+  }
+}
 
 }  // namespace
 
-void gemm_f32(const float* a, const float* b, float* c, uint32_t m, uint32_t n, uint32_t k, uint32_t lda, uint32_t ldb,
-              uint32_t ldc, bool accumulate) {
+uint32_t gemm_panel(uint32_t n) {
+#if defined(__AVX512F__)
+  return n > 16 ? 32 : 16;
+#else
+  (void)n;
+  return 16;
+#endif
+}
+
+size_t gemm_packed_size(uint32_t panel, uint32_t k, uint32_t n) {
+  return static_cast<size_t>((n + panel - 1) / panel) * k * panel;
+}
+
+void gemm_pack_b(uint32_t panel, const float* b, uint32_t ldb, uint32_t k, uint32_t n, float* packed) {
+  const uint32_t panels = (n + panel - 1) / panel;
+  for (uint32_t pj = 0; pj < panels; ++pj) {
+    const uint32_t j0 = pj * panel, nr = std::min(panel, n - j0);
+    float* dst = packed + static_cast<size_t>(pj) * k * panel;
+    for (uint32_t kk = 0; kk < k; ++kk) {
+      const float* src = b + static_cast<size_t>(kk) * ldb + j0;
+      float* d = dst + static_cast<size_t>(kk) * panel;
+      std::memcpy(d, src, nr * sizeof(float));
+      if (nr < panel) std::fill(d + nr, d + panel, 0.0f);
+    }
+  }
+}
+
+void gemm_f32_packed(uint32_t panel, const float* a, uint32_t lda, const float* packed, uint32_t ktot, float* c,
+                     uint32_t m, uint32_t n, uint32_t k, uint32_t ldc, bool accumulate) {
   if (m == 0 || n == 0) return;
   if (k == 0) {
     if (!accumulate)
       for (uint32_t i = 0; i < m; ++i) std::fill(c + static_cast<size_t>(i) * ldc, c + static_cast<size_t>(i) * ldc + n, 0.0f);
     return;
   }
-  const uint32_t panels = (n + kNR - 1) / kNR;
+#if defined(__AVX512F__)
+  if (panel == 32) {
+    run_panels<v16>(a, lda, packed, ktot, c, m, n, k, ldc, accumulate);
+    return;
+  }
+#endif
+  run_panels<v8>(a, lda, packed, ktot, c, m, n, k, ldc, accumulate);
+}
+
+void gemm_f32(const float* a, const float* b, float* c, uint32_t m, uint32_t n, uint32_t k, uint32_t lda, uint32_t ldb,
+              uint32_t ldc, bool accumulate) {
+  if (m == 0 || n == 0) return;
+  const uint32_t panel = gemm_panel(n);
+  if (k == 0) {
+    gemm_f32_packed(panel, a, lda, nullptr, 0, c, m, n, 0, ldc, accumulate);
+    return;
+  }
+  // Block over k so that a packed panel and the rows of A it meets stay in cache.
+  constexpr uint32_t kKC = 256;
   thread_local std::vector<float> pack;
   for (uint32_t k0 = 0; k0 < k; k0 += kKC) {
     const uint32_t kc = std::min(kKC, k - k0);
-    pack.resize(static_cast<size_t>(panels) * kc * kNR);
-    // Pack B[k0:k0+kc, :] into zero-padded 16-column panels.
-    for (uint32_t pj = 0; pj < panels; ++pj) {
-      const uint32_t j0 = pj * kNR, nr = std::min(kNR, n - j0);
-      float* dst = pack.data() + static_cast<size_t>(pj) * kc * kNR;
-      for (uint32_t kk = 0; kk < kc; ++kk) {
-        const float* src = b + static_cast<size_t>(k0 + kk) * ldb + j0;
-        float* d = dst + kk * kNR;
-        if (nr == kNR) {
-          std::memcpy(d, src, kNR * sizeof(float));
-        } else {
-          std::memcpy(d, src, nr * sizeof(float));
-          std::fill(d + nr, d + kNR, 0.0f);
-        }
-      }
-    }
-    const bool acc = accumulate || k0 > 0;
-    for (uint32_t i0 = 0; i0 < m; i0 += kMR) {
-      const uint32_t mr = std::min(kMR, m - i0);
-      const float* ai = a + static_cast<size_t>(i0) * lda + k0;
-      for (uint32_t pj = 0; pj < panels; ++pj) {
-        const uint32_t j0 = pj * kNR;
-        kMicro[mr](ai, lda, pack.data() + static_cast<size_t>(pj) * kc * kNR, kc, c + static_cast<size_t>(i0) * ldc + j0,
-                   ldc, std::min(kNR, n - j0), acc);
-      }
-    }
+    pack.resize(gemm_packed_size(panel, kc, n));
+    gemm_pack_b(panel, b + static_cast<size_t>(k0) * ldb, ldb, kc, n, pack.data());
+    gemm_f32_packed(panel, a + k0, lda, pack.data(), kc, c, m, n, kc, ldc, accumulate || k0 > 0);
   }
 }
 

@@ -264,6 +264,9 @@ impl PyExecutable {
         d.set_item("exchanged_bytes", s.exchanged_bytes)?;
         d.set_item("host_bytes", s.host_bytes)?;
         d.set_item("wall_seconds", s.wall_seconds)?;
+        d.set_item("compute_seconds", s.compute_seconds)?;
+        d.set_item("exchange_seconds", s.exchange_seconds)?;
+        d.set_item("host_io_seconds", s.host_io_seconds)?;
         d.set_item("arena_bytes", eng.arena_bytes())?;
         Ok(Some(d))
     }

@@ -270,8 +270,9 @@ uint64_t EngineHandle::output_bytes(uint32_t index) const {
 }
 RunStatsFfi EngineHandle::last_run() const {
   const RunStats& s = engine_.last_run();
-  return RunStatsFfi{s.cycles, s.compute_cycles, s.exchange_cycles, s.host_cycles, s.steps, s.exchanged_bytes, s.host_bytes,
-                     s.wall_seconds};
+  return RunStatsFfi{s.cycles,          s.compute_cycles, s.exchange_cycles,  s.host_cycles,
+                     s.steps,           s.exchanged_bytes, s.host_bytes,      s.wall_seconds,
+                     s.compute_seconds, s.exchange_seconds, s.host_io_seconds};
 }
 
 std::unique_ptr<DeviceManagerHandle> new_device_manager(rust::Str spec, rust::Str lock_dir) {

@@ -75,6 +75,9 @@ pub mod ffi {
         exchanged_bytes: u64,
         host_bytes: u64,
         wall_seconds: f64,
+        compute_seconds: f64,
+        exchange_seconds: f64,
+        host_io_seconds: f64,
     }
 
     struct SystemInfoFfi {

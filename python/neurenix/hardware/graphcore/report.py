@@ -3,7 +3,7 @@ estimated cycles and throughput."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Dict, List, Tuple
 
 
@@ -198,7 +198,10 @@ class ExecutionReport:
     arena_bytes: int
     clock_hz: float
     batch_size: int = 1
-    extra: Dict[str, Any] = field(default_factory=dict)
+    # Host time of the simulation by kind of step.
+    compute_seconds: float = 0.0
+    exchange_seconds: float = 0.0
+    host_io_seconds: float = 0.0
 
     @classmethod
     def from_native(cls, d: Dict[str, Any], clock_hz: float, batch_size: int) -> "ExecutionReport":
@@ -214,6 +217,9 @@ class ExecutionReport:
             arena_bytes=d["arena_bytes"],
             clock_hz=clock_hz,
             batch_size=batch_size,
+            compute_seconds=d["compute_seconds"],
+            exchange_seconds=d["exchange_seconds"],
+            host_io_seconds=d["host_io_seconds"],
         )
 
     @property
@@ -231,5 +237,6 @@ class ExecutionReport:
             f"{self.samples_per_second:,.0f} samples/s): compute {self.compute_cycles:,}, exchange "
             f"{self.exchange_cycles:,}, host I/O {self.host_cycles:,}; {self.steps} BSP steps, "
             f"{_bytes(self.exchanged_bytes)} exchanged; simulated in {self.wall_seconds * 1e3:,.1f} ms "
-            f"using {_bytes(self.arena_bytes)} of host memory for tiles"
+            f"(compute {self.compute_seconds * 1e3:,.1f}, exchange {self.exchange_seconds * 1e3:,.1f}, "
+            f"host I/O {self.host_io_seconds * 1e3:,.1f}) using {_bytes(self.arena_bytes)} of host memory for tiles"
         )
