@@ -5,6 +5,7 @@
 #include <set>
 #include <tuple>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "neurenix/error.h"
 
@@ -91,6 +92,7 @@ std::unique_ptr<Executable> compile(std::unique_ptr<Graph> gp) {
   // Liveness per variable, in program steps.
   const int64_t nsteps = static_cast<int64_t>(program.size());
   std::vector<LiveRange> live(g.num_vars());
+  std::unordered_set<uint32_t> staged_exchanges;
   std::vector<bool> written(g.num_vars(), false);
   for (int64_t s = 0; s < nsteps; ++s) {
     const Step& st = program[s];
@@ -105,7 +107,14 @@ std::unique_ptr<Executable> compile(std::unique_ptr<Graph> gp) {
                                   "' before anything writes it");
           }
         break;
-      case StepKind::kExchange:
+      case StepKind::kExchange: {
+        // An exchange reads memory as it was before the exchange (every tile
+        // sends, then every tile receives). When it reads a variable it also
+        // writes, the engine stages the sources first.
+        std::unordered_set<VarId> srcs;
+        for (const Copy& c : g.exchanges()[st.index].copies) srcs.insert(c.src);
+        for (const Copy& c : g.exchanges()[st.index].copies)
+          if (srcs.count(c.dst)) staged_exchanges.insert(st.index);
         for (const Copy& c : g.exchanges()[st.index].copies) {
           live[c.src].touch(s);
           live[c.dst].touch(s);
@@ -114,6 +123,7 @@ std::unique_ptr<Executable> compile(std::unique_ptr<Graph> gp) {
           written[c.dst] = true;
         }
         break;
+      }
       case StepKind::kStreamIn: {
         VarId v = g.inputs()[st.index].tensor.var;
         live[v].touch(s);
@@ -258,6 +268,8 @@ std::unique_ptr<Executable> compile(std::unique_ptr<Graph> gp) {
     for (const Copy& c : g.exchanges()[ei].copies) by_tile[c.dst_tile].push_back(&c);
     for (auto& [tile, cs] : by_tile) exe->exchange_schedule_[ei].push_back(Executable::TileCopies{tile, std::move(cs)});
   }
+  exe->staged_.assign(g.exchanges().size(), false);
+  for (uint32_t ei : staged_exchanges) exe->staged_[ei] = true;
   exe->byte_schedule_.resize(g.exchanges().size());
   exe->byte_copies_.resize(g.exchanges().size());
   for (size_t ei = 0; ei < g.exchanges().size(); ++ei) {

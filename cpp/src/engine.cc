@@ -227,10 +227,30 @@ void Engine::run() {
       case StepKind::kExchange: {
         const auto& sched = exe_->byte_schedule()[step.index];
         const auto& copies = exe_->byte_copies()[step.index];
+        // Staged exchanges first snapshot every source run, in copy order.
+        std::vector<uint8_t> stage;
+        std::vector<size_t> stage_at;
+        if (exe_->staged(step.index)) {
+          for (const auto& c : copies) {
+            stage_at.push_back(stage.size());
+            for (uint64_t o = 0; o < c.outer; ++o)
+              for (uint64_t k = 0; k < c.count; ++k) {
+                const uint8_t* sp = arenas_[c.src_tile] + c.src_byte + static_cast<int64_t>(o) * c.src_outer +
+                                    static_cast<int64_t>(k) * c.src_stride;
+                stage.insert(stage.end(), sp, sp + c.elem);
+              }
+          }
+        }
         pool_->parallel_for(sched.size(), [&](size_t i) {
           uint8_t* dst = arenas_[sched[i].dst_tile];
           for (uint32_t ci = sched[i].begin; ci < sched[i].end; ++ci) {
             const Executable::ByteCopy& c = copies[ci];
+            if (!stage_at.empty()) {
+              const uint8_t* sp = stage.data() + stage_at[ci];
+              for (uint64_t o = 0; o < c.outer; ++o, sp += c.count * c.elem)
+                std::memcpy(dst + c.dst_byte + static_cast<int64_t>(o) * c.dst_outer, sp, c.count * c.elem);
+              continue;
+            }
             const uint8_t* src = arenas_[c.src_tile] + c.src_byte;
             uint8_t* d = dst + c.dst_byte;
             const uint64_t row = c.count * c.elem;

@@ -631,7 +631,7 @@ TEST(MapCodelet, HalfFlagsRoundExactlyWhereSet) {
 // An input instruction flagged half should round a float32 operand like
 // every other flagged instruction does (the header: each instruction says
 // whether its float result is rounded).
-TEST(MapCodelet, DISABLED_HalfFlaggedInputRoundsFloat32Operand) {
+TEST(MapCodelet, HalfFlaggedInputRoundsFloat32Operand) {
   auto got = run_map({in(0, true)}, {{DType::kFloat32, {0.1, 2049}}}, DType::kFloat32, 2);
   EXPECT_EQ(got[0], ref_round_half(static_cast<float>(0.1)));
   EXPECT_EQ(got[1], 2048.0);

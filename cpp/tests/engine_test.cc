@@ -244,7 +244,7 @@ TEST(Engine, ConstantOnlyProgramAndThreadEnvironment) {
 // BSP: every copy of an exchange reads memory as it was before the exchange
 // began, so two tensors can trade contents in one exchange, and the result
 // cannot depend on the order (or thread) in which tiles are served.
-TEST(Engine, DISABLED_ExchangeReadsThePreExchangeState) {
+TEST(Engine, ExchangeReadsThePreExchangeState) {
   for (unsigned threads : {1u, 2u}) {
     auto g = std::make_unique<Graph>(tiny(2), 1);
     Tensor a = g->add_variable("a", DType::kInt32, {4}, VarKind::kInput, 0);

@@ -239,3 +239,23 @@ TEST(OpsFill, EveryTypeOnEveryTile) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(OpsMap, ScalarResultsAndRankZeroOperands) {
+  std::mt19937 rng(7);
+  for (uint32_t tiles : {1u, 4u}) {
+    Input a{{}, DType::kFloat32, {2.5}, 0}, b{{1}, DType::kFloat32, {-4}, 3}, c{{1, 1}, DType::kFloat32, {0.5}, 1};
+    // Only rank-0 operands broadcast to a rank-0 result (numpy: [1] with [] gives [1]).
+    Input d{{}, DType::kFloat32, {-4}, 3};
+    auto s = run_map_op(tiny(tiles), {in(0), in(1), op(E::kMul), cf(0.5), op(E::kAdd)}, {a, d}, DType::kFloat32, {}, rng);
+    EXPECT_EQ(s, std::vector<double>{-9.5});
+    auto r1 = run_map_op(tiny(tiles), {in(0), in(1), op(E::kMul)}, {a, b}, DType::kFloat32, {1}, rng);
+    EXPECT_EQ(r1, std::vector<double>{-10});
+    auto v = run_map_op(tiny(tiles), {in(0), in(1), op(E::kMul), in(2), op(E::kAdd)}, {a, b, c}, DType::kFloat32, {1, 1, 3},
+                        rng);
+    EXPECT_EQ(v, std::vector<double>(3, -9.5));
+  }
+}
+
+}  // namespace

@@ -357,7 +357,7 @@ TEST(OpsReduce, EmptyAndDegenerateAxes) {
 // The identity of an empty reduction should go through the final operation
 // like any other result: log(prod of nothing) = log(1) = 0, sqrt(max of
 // nothing) = sqrt(-inf) = NaN, scale(prod of nothing) = scale.
-TEST(OpsReduce, DISABLED_EmptyReductionAppliesTheFinalOperation) {
+TEST(OpsReduce, EmptyReductionAppliesTheFinalOperation) {
   std::mt19937 rng(8);
   {
     ReduceCase c{{2, 0}, {1}, ReduceOp::kProd, ReduceFinal::kLog};
@@ -371,6 +371,16 @@ TEST(OpsReduce, DISABLED_EmptyReductionAppliesTheFinalOperation) {
     ReduceCase c{{2, 0}, {1}, ReduceOp::kMin, ReduceFinal::kLog};
     EXPECT_EQ(run_reduce(c, {}, rng).out, std::vector<double>(2, INFINITY));
   }
+}
+
+// Asking for the result on another IPU than the input's is a caller error,
+// reported as such (ops::map and ops::rearrange say kInvalidArgument), not an
+// internal invariant failure.
+TEST(OpsReduce, InputOnAnotherIpuIsACallerError) {
+  Graph g(tiny(2, 2), 2);
+  Tensor t = g.add_variable("x", DType::kFloat32, {3, 4}, VarKind::kInput, 0);
+  EXPECT_NX_ERROR(kInvalidArgument, ops::reduce(g, t, {1}, ReduceOp::kSum, ReduceFinal::kNone, 1, DType::kFloat32, 1, "red"),
+                  "'red'");
 }
 
 TEST(OpsReduce, Errors) {

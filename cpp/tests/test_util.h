@@ -82,7 +82,7 @@ inline void expect_error_impl(const std::function<void()>& fn, ErrorCode code, s
   try {
     fn();
   } catch (const Error& e) {
-    EXPECT_EQ(e.code(), code) << "message: " << e.what();
+    EXPECT_STREQ(error_code_name(e.code()), error_code_name(code)) << "message: " << e.what();
     EXPECT_EQ(std::string(e.what()).rfind(std::string("[") + error_code_name(code) + "] ", 0), 0u) << e.what();
     for (const std::string& n : needles) EXPECT_NE(e.message().find(n), std::string::npos) << "'" << n << "' not in: " << e.message();
     return;

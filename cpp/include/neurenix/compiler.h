@@ -87,6 +87,8 @@ class Executable {
   };
   const std::vector<std::vector<TileByteCopies>>& byte_schedule() const { return byte_schedule_; }
   const std::vector<std::vector<ByteCopy>>& byte_copies() const { return byte_copies_; }
+  // Exchanges that read a variable they also write: their sources are staged.
+  bool staged(uint32_t exchange) const { return staged_[exchange]; }
 
  private:
   friend std::unique_ptr<Executable> compile(std::unique_ptr<Graph> g);
@@ -101,6 +103,7 @@ class Executable {
   std::vector<std::vector<TileCopies>> exchange_schedule_;
   std::vector<std::vector<TileByteCopies>> byte_schedule_;
   std::vector<std::vector<ByteCopy>> byte_copies_;
+  std::vector<bool> staged_;
 };
 
 // Compiles a graph. A graph that does not fit still yields an Executable, with

@@ -56,7 +56,8 @@ inline float half_to_float_soft(half_bits h) {
     float v = (float)man * 5.9604644775390625e-8f;
     return sign ? -v : v;
   }
-  if (exp == 31) return bits_to_float(sign | 0x7f800000u | (man << 13));
+  // NaNs come out quiet, as the F16C conversion makes them.
+  if (exp == 31) return bits_to_float(sign | 0x7f800000u | (man << 13) | (man ? 0x400000u : 0u));
   return bits_to_float(sign | ((exp + 112) << 23) | (man << 13));
 }
 

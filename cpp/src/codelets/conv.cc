@@ -96,6 +96,48 @@ void ConvVertex::compute(uint8_t* mem) const {
     w_f = wts.data();
     ldw = k;
   }
+  // Stride-1 convolutions with float partials: no im2col. Over a window
+  // padded with zeros to width wp, output position (r, wo) of tap (a, b)
+  // reads padded[ci][(r + a*dh) * wp + wo + b*dw], so each tap is one product
+  // of the weights' (a, b) slice with a shifted view of the padded window,
+  // accumulated over taps; columns wo >= out_w are computed and dropped.
+  if (s.sh == 1 && s.sw == 1 && partials_ == DType::kFloat32) {
+    const uint32_t wp = s.in_w + static_cast<uint32_t>(s.pad_left) + (s.kw - 1) * s.dw;  // left pad + halo
+    const uint32_t rows_p = s.rows + (s.kh - 1) * s.dh;
+    const uint32_t plane = rows_p * wp;
+    const size_t slack = static_cast<size_t>(s.kw) * s.dw + wp;
+    thread_local std::vector<float> pad;
+    const int32_t first_row = static_cast<int32_t>(s.ho0) - s.pad_top;  // input row of padded row 0
+    // Without padding the window is already the padded plane (1x1 convolutions).
+    const bool in_place = wp == s.in_w && first_row == s.hi0 && rows_p == s.in_rows && in_dtype_ == DType::kFloat32 &&
+                          s.kw == 1 && s.kh == 1;
+    if (!in_place) pad.assign(static_cast<size_t>(s.cin) * plane + slack, 0.0f);
+    for (uint32_t ci = 0; ci < s.cin && !in_place; ++ci)
+      for (uint32_t r = 0; r < rows_p; ++r) {
+        const int32_t hi_row = first_row + static_cast<int32_t>(r);
+        if (hi_row < 0 || hi_row >= static_cast<int32_t>(s.in_h)) continue;
+        const int32_t local = hi_row - s.hi0;
+        NX_CHECK(local >= 0 && local < static_cast<int32_t>(s.in_rows), "conv window misses an input row");
+        std::memcpy(pad.data() + static_cast<size_t>(ci) * plane + static_cast<size_t>(r) * wp + s.pad_left,
+                    in_f + (static_cast<size_t>(ci) * s.in_rows + local) * s.in_w, s.in_w * sizeof(float));
+      }
+    const uint32_t n = s.rows * wp;
+    acc.resize(static_cast<size_t>(s.cout) * n);
+    const uint32_t khw = s.kh * s.kw;
+    for (uint32_t a = 0; a < s.kh; ++a)
+      for (uint32_t bb = 0; bb < s.kw; ++bb) {
+        const uint32_t tap = a * s.kw + bb;
+        const float* base = in_place ? in_f : pad.data();
+        gemm_f32_strided(w_f + tap, ldw, khw, base + static_cast<size_t>(a) * s.dh * wp + bb * s.dw, plane, acc.data(),
+                         s.cout, n, s.cin, n, tap > 0);
+      }
+    // Keep the valid columns: acc[co][r * wp + wo] -> [co][r * out_w + wo].
+    for (uint32_t co = 0; co < s.cout; ++co) {
+      float* row = acc.data() + static_cast<size_t>(co) * n;
+      float* dst = acc.data() + static_cast<size_t>(co) * p;
+      for (uint32_t r = 0; r < s.rows; ++r) std::memmove(dst + static_cast<size_t>(r) * s.out_w, row + static_cast<size_t>(r) * wp, s.out_w * sizeof(float));
+    }
+  } else {
   // im2col straight into the product's packed panels: B[k][p] with
   // k = (ci, a, b) and p = (r, wo); padding stays zero.
   const uint32_t panel = gemm_panel(p);
@@ -159,6 +201,7 @@ void ConvVertex::compute(uint8_t* mem) const {
       for (size_t i = 0; i < acc.size(); ++i) acc[i] += tmp[i];
       round_half(acc.data(), acc.size());
     }
+  }
   }
   if (has_bias_) {
     for (uint32_t co = 0; co < s.cout; ++co) {

@@ -18,7 +18,11 @@ typedef float v8 __attribute__((vector_size(32)));
 typedef float v16 __attribute__((vector_size(64)));
 #endif
 
-constexpr uint32_t kMR = 6;
+#if defined(__AVX512F__)
+constexpr uint32_t kMR = 8;  // 16 accumulator registers of the 32
+#else
+constexpr uint32_t kMR = 6;  // 12 of the 16
+#endif
 
 template <typename V>
 inline V loadv(const float* p) {
@@ -31,20 +35,26 @@ inline void storev(float* p, V v) {
   std::memcpy(p, &v, sizeof(v));
 }
 
-// C[MR x NR] (+)= A[MR x kc] . P[kc x NR] with NR = two vectors; `nr` valid columns.
-template <typename V, uint32_t MR>
-void micro(const float* __restrict a, uint32_t lda, const float* __restrict p, uint32_t kc, float* __restrict c,
-           uint32_t ldc, uint32_t nr, bool accumulate) {
+// C[MR x NR] (+)= A[MR x kc] . P[kc x NR] with NR = two vectors; `nr` valid
+// columns. A's k-th element of row r is a[r * lda + k * ak]; P's rows are `pld`
+// floats apart (NR when packed).
+template <typename V, uint32_t MR, bool PACKED>
+void micro(const float* __restrict a, uint32_t lda, uint32_t ak_arg, const float* __restrict p, uint32_t pld_arg,
+           uint32_t kc, float* __restrict c, uint32_t ldc, uint32_t nr, bool accumulate) {
   constexpr uint32_t VW = sizeof(V) / sizeof(float), NR = 2 * VW;
+  // Packed panels have compile-time strides, which the inner loop needs.
+  const uint32_t pld = PACKED ? NR : pld_arg;
+  const uint32_t ak = PACKED ? 1 : ak_arg;
   V acc0[MR], acc1[MR];
   for (uint32_t r = 0; r < MR; ++r) {
     acc0[r] = V{};
     acc1[r] = V{};
   }
   for (uint32_t kk = 0; kk < kc; ++kk) {
-    const V b0 = loadv<V>(p + kk * NR), b1 = loadv<V>(p + kk * NR + VW);
+    const float* pk = p + static_cast<size_t>(kk) * pld;
+    const V b0 = loadv<V>(pk), b1 = loadv<V>(pk + VW);
     for (uint32_t r = 0; r < MR; ++r) {
-      const float x = a[r * static_cast<size_t>(lda) + kk];
+      const float x = a[r * static_cast<size_t>(lda) + static_cast<size_t>(kk) * ak];
       acc0[r] += b0 * x;
       acc1[r] += b1 * x;
     }
@@ -68,23 +78,60 @@ void micro(const float* __restrict a, uint32_t lda, const float* __restrict p, u
   }
 }
 
-using MicroFn = void (*)(const float*, uint32_t, const float*, uint32_t, float*, uint32_t, uint32_t, bool);
+using MicroFn = void (*)(const float*, uint32_t, uint32_t, const float*, uint32_t, uint32_t, float*, uint32_t, uint32_t,
+                         bool);
+
+template <typename V, bool PACKED>
+constexpr MicroFn micro_for(uint32_t mr) {
+  constexpr MicroFn table[9] = {nullptr,
+                                micro<V, 1, PACKED>,
+                                micro<V, 2, PACKED>,
+                                micro<V, 3, PACKED>,
+                                micro<V, 4, PACKED>,
+                                micro<V, 5, PACKED>,
+                                micro<V, 6, PACKED>,
+                                micro<V, 7, PACKED>,
+                                micro<V, 8, PACKED>};
+  return table[mr];
+}
 
 template <typename V>
 void run_panels(const float* a, uint32_t lda, const float* packed, uint32_t ktot, float* c, uint32_t m, uint32_t n,
                 uint32_t k, uint32_t ldc, bool accumulate) {
   constexpr uint32_t NR = 2 * sizeof(V) / sizeof(float);
-  static constexpr MicroFn kMicro[kMR + 1] = {nullptr,       micro<V, 1>, micro<V, 2>, micro<V, 3>,
-                                              micro<V, 4>,   micro<V, 5>, micro<V, 6>};
   const uint32_t panels = (n + NR - 1) / NR;
   for (uint32_t i0 = 0; i0 < m; i0 += kMR) {
     const uint32_t mr = std::min(kMR, m - i0);
     const float* ai = a + static_cast<size_t>(i0) * lda;
     for (uint32_t pj = 0; pj < panels; ++pj) {
       const uint32_t j0 = pj * NR;
-      kMicro[mr](ai, lda, packed + static_cast<size_t>(pj) * ktot * NR, k, c + static_cast<size_t>(i0) * ldc + j0, ldc,
-                 std::min(NR, n - j0), accumulate);
+      micro_for<V, true>(mr)(ai, lda, 1, packed + static_cast<size_t>(pj) * ktot * NR, NR, k,
+                       c + static_cast<size_t>(i0) * ldc + j0, ldc, std::min(NR, n - j0), accumulate);
     }
+  }
+}
+
+// Unpacked B (rows `ldb` apart): full panels are read in place, a partial
+// last panel through a small zero-padded copy.
+template <typename V>
+void run_strided(const float* a, uint32_t lda, uint32_t ak, const float* b, uint32_t ldb, float* c, uint32_t m,
+                 uint32_t n, uint32_t k, uint32_t ldc, bool accumulate) {
+  constexpr uint32_t NR = 2 * sizeof(V) / sizeof(float);
+  const uint32_t full = n / NR, tail = n - full * NR;
+  thread_local std::vector<float> last;
+  if (tail) {
+    last.assign(static_cast<size_t>(k) * NR, 0.0f);
+    for (uint32_t kk = 0; kk < k; ++kk)
+      std::memcpy(last.data() + static_cast<size_t>(kk) * NR, b + static_cast<size_t>(kk) * ldb + full * NR,
+                  tail * sizeof(float));
+  }
+  for (uint32_t i0 = 0; i0 < m; i0 += kMR) {
+    const uint32_t mr = std::min(kMR, m - i0);
+    const float* ai = a + static_cast<size_t>(i0) * lda;
+    float* ci = c + static_cast<size_t>(i0) * ldc;
+    for (uint32_t pj = 0; pj < full; ++pj)
+      micro_for<V, false>(mr)(ai, lda, ak, b + pj * NR, ldb, k, ci + pj * NR, ldc, NR, accumulate);
+    if (tail) micro_for<V, false>(mr)(ai, lda, ak, last.data(), NR, k, ci + full * NR, ldc, tail, accumulate);
   }
 }
 
@@ -134,9 +181,31 @@ void gemm_f32_packed(uint32_t panel, const float* a, uint32_t lda, const float* 
   run_panels<v8>(a, lda, packed, ktot, c, m, n, k, ldc, accumulate);
 }
 
+void gemm_f32_strided(const float* a, uint32_t lda, uint32_t a_kstride, const float* b, uint32_t ldb, float* c, uint32_t m,
+                      uint32_t n, uint32_t k, uint32_t ldc, bool accumulate) {
+  if (m == 0 || n == 0) return;
+  if (k == 0) {
+    gemm_f32_packed(16, a, lda, nullptr, 0, c, m, n, 0, ldc, accumulate);
+    return;
+  }
+#if defined(__AVX512F__)
+  if (gemm_panel(n) == 32) {
+    run_strided<v16>(a, lda, a_kstride, b, ldb, c, m, n, k, ldc, accumulate);
+    return;
+  }
+#endif
+  run_strided<v8>(a, lda, a_kstride, b, ldb, c, m, n, k, ldc, accumulate);
+}
+
 void gemm_f32(const float* a, const float* b, float* c, uint32_t m, uint32_t n, uint32_t k, uint32_t lda, uint32_t ldb,
               uint32_t ldc, bool accumulate) {
   if (m == 0 || n == 0) return;
+  // Few rows of A use each element of B only a few times: packing B would
+  // cost as much as the product. Read it in place.
+  if (m <= 2 * kMR && k > 0) {
+    gemm_f32_strided(a, lda, 1, b, ldb, c, m, n, k, ldc, accumulate);
+    return;
+  }
   const uint32_t panel = gemm_panel(n);
   if (k == 0) {
     gemm_f32_packed(panel, a, lda, nullptr, 0, c, m, n, 0, ldc, accumulate);

@@ -350,6 +350,7 @@ void MapVertex::compute(uint8_t* mem) const {
                   break;
               }
             }
+            if (ins.half && s.kind == ValueKind::kFloat && o.dtype != DType::kFloat16) round_half_block(s.f, n);
           }
           break;
         }

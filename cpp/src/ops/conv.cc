@@ -96,6 +96,10 @@ Tensor conv(Graph& g, const Tensor& x, const Tensor& w, const Tensor* bias, cons
   d.wo = static_cast<uint64_t>(eff_w) / o.sw + 1;
   if (bias && (bias->numel() != d.co || g.var(bias->var).dtype != in))
     fail(ErrorCode::kShapeMismatch, "conv '" + o.name + "': bias must hold one value per output channel");
+  for (const Tensor* t : {&x, &w})
+    if (g.var(t->var).ipu != o.ipu)
+      fail(ErrorCode::kInvalidArgument, "conv '" + o.name + "': operand '" + g.var(t->var).name + "' is on IPU " +
+                                            std::to_string(g.var(t->var).ipu) + ", not " + std::to_string(o.ipu));
   const DType partials = in == DType::kFloat32 ? DType::kFloat32 : o.partials;
   const uint32_t ipu = o.ipu;
   Tensor c = g.add_variable(o.name, o.out_dtype, {d.n, d.co, d.ho, d.wo}, VarKind::kIntermediate, ipu);

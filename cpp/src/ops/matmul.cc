@@ -109,6 +109,10 @@ Tensor matmul(Graph& g, const Tensor& a, const Tensor& b, const MatMulOptions& o
                                         std::string(dtype_name(in)) + " and " + dtype_name(g.var(b.var).dtype));
   if (o.available_memory_proportion <= 0 || o.available_memory_proportion > 1)
     fail(ErrorCode::kInvalidArgument, "available memory proportion must be in (0, 1]");
+  for (const Tensor* t : {&a, &b})
+    if (g.var(t->var).ipu != o.ipu)
+      fail(ErrorCode::kInvalidArgument, "matmul '" + o.name + "': operand '" + g.var(t->var).name + "' is on IPU " +
+                                            std::to_string(g.var(t->var).ipu) + ", not " + std::to_string(o.ipu));
   const DType partials = (in == DType::kFloat32) ? DType::kFloat32 : o.partials;
   const uint64_t G = a.shape[0], M = a.shape[1], K = a.shape[2], N = b.shape[2];
   const uint32_t ipu = o.ipu;

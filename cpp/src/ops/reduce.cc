@@ -32,6 +32,9 @@ Tensor reduce(Graph& g, const Tensor& x_in, const std::vector<uint32_t>& axes_in
   uint64_t row_len = 1;
   for (uint32_t a : axes) row_len *= x_in.shape[a];
 
+  if (g.var(x_in.var).ipu != ipu)
+    fail(ErrorCode::kInvalidArgument, "reduce '" + name + "': input is on IPU " + std::to_string(g.var(x_in.var).ipu) +
+                                          ", not " + std::to_string(ipu));
   Tensor out = g.add_variable(name, out_dtype, out_shape, VarKind::kIntermediate, ipu);
   if (rows == 0) return out;
   const bool float_in = is_float(g.var(x_in.var).dtype);
@@ -39,7 +42,12 @@ Tensor reduce(Graph& g, const Tensor& x_in, const std::vector<uint32_t>& axes_in
   if (row_len == 0) {
     // Empty reduction: the identity of the operation, then the final step.
     double ident = op == ReduceOp::kProd ? 1.0 : op == ReduceOp::kMax ? -INFINITY : op == ReduceOp::kMin ? INFINITY : 0.0;
-    if (final_op == ReduceFinal::kLog) ident = -INFINITY;
+    switch (final_op) {
+      case ReduceFinal::kNone: break;
+      case ReduceFinal::kScale: ident *= scale; break;
+      case ReduceFinal::kSqrt: ident = std::sqrt(ident); break;
+      case ReduceFinal::kLog: ident = std::log(ident); break;
+    }
     return fill(g, out_dtype, out_shape, ident, ipu, name);
   }
 
