@@ -53,6 +53,7 @@ def bench(name, build, threads, repeat, precision, system):
         outs = []
         t_sim = time_runs(lambda: outs.append(ipu.execute_model(compiled, feeds)), repeat)
         rep = compiled.report
+        run = compiled.last_execution
     got = outs[-1]
     err = max(float(np.max(np.abs(g.astype(np.float64) - e))) for g, e in zip(got, expected))
     return {
@@ -67,6 +68,9 @@ def bench(name, build, threads, repeat, precision, system):
         "throughput": rep.estimated_throughput,
         "max_tile_kib": rep.max_tile_memory / 1024,
         "max_abs_err": err,
+        "sim_compute_ms": run.compute_seconds * 1e3,
+        "sim_exchange_ms": run.exchange_seconds * 1e3,
+        "exchanged_mib": run.exchanged_bytes / 2**20,
     }
 
 
@@ -80,13 +84,15 @@ def main(argv=None):
     a = p.parse_args(argv)
     rows = [bench(m, MODELS[m], a.threads, a.repeat, a.precision, a.system) for m in a.models]
     print(f"threads={a.threads} repeat={a.repeat} system={a.system}")
-    print("| model | precision | compile (s) | simulated run (ms) | onnxruntime (ms) | sim / ORT | "
-          "est. device time (us) | est. throughput (samples/s) | busiest tile (KiB) | max abs err vs ORT |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("| model | precision | compile (s) | simulated run (ms) | of which compute / exchange (ms) | "
+          "onnxruntime (ms) | sim / ORT | est. device time (us) | est. throughput (samples/s) | "
+          "busiest tile (KiB) | exchanged (MiB) | max abs err vs ORT |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['model']} | {r['precision']} | {r['compile_s']:.2f} | {r['sim_ms']:.2f} | {r['ort_ms']:.3f} | "
+        print(f"| {r['model']} | {r['precision']} | {r['compile_s']:.2f} | {r['sim_ms']:.1f} | "
+              f"{r['sim_compute_ms']:.0f} / {r['sim_exchange_ms']:.0f} | {r['ort_ms']:.2f} | "
               f"{r['ratio']:.1f}x | {r['device_us']:.1f} | {r['throughput']:,.0f} | {r['max_tile_kib']:.1f} | "
-              f"{r['max_abs_err']:.1e} |")
+              f"{r['exchanged_mib']:,.0f} | {r['max_abs_err']:.1e} |")
 
 
 if __name__ == "__main__":

@@ -240,9 +240,48 @@ def bert_encoder(batch, seq, vocab=8000, hidden=256, heads=4, layers=4, ffn=1024
 # attention shapes are those a real BERT exercises.
 BERT_BENCH = dict(vocab=8000, hidden=256, heads=4, layers=4, ffn=1024)
 
+# ---------------------------------------------------------------------------
+# Light models from the onnx package, with seeded random weights
+# ---------------------------------------------------------------------------
+
+
+def light_model(name, batch=1):
+    """A `light` model of the onnx package's test data with the random weights
+    and calibrated batch-norm statistics of the conformance run (cut before
+    its final softmax), at batch size `batch`: the input's first dimension and
+    the batch dimension of fixed Reshape targets are changed."""
+    import importlib.util
+    import os
+
+    from onnx import numpy_helper as nh
+
+    spec = importlib.util.spec_from_file_location("conformance", os.path.join(os.path.dirname(__file__), "conformance.py"))
+    conformance = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(conformance)
+    model, feeds, _ = conformance.prepare_light_model(name)
+    if batch != 1:
+        g = model.graph
+        data = {k for k in feeds}
+        for vi in list(g.input) + list(g.output):
+            if vi.name in data or vi in g.output:
+                vi.type.tensor_type.shape.dim[0].dim_value = batch
+        reshape_targets = {n.input[1] for n in g.node if n.op_type == "Reshape"}
+        for t in g.initializer:
+            if t.name in reshape_targets:
+                v = nh.to_array(t).copy()
+                if v.size and v[0] == 1:
+                    v[0] = batch
+                    t.CopyFrom(nh.from_array(v, t.name))
+        rng = np.random.default_rng(batch)
+        feeds = {k: rng.standard_normal((batch,) + v.shape[1:]).astype(v.dtype) for k, v in feeds.items()}
+    return model, feeds
+
+
 MODELS = {
     "mlp-784-1024-1024-10 b1": lambda: _mlp([784, 1024, 1024, 10], 1),
     "mlp-784-1024-1024-10 b64": lambda: _mlp([784, 1024, 1024, 10], 64),
     "bert-base-like b1": lambda: bert_encoder(1, 128, **BERT_BENCH),
     "bert-base-like b8": lambda: bert_encoder(8, 128, **BERT_BENCH),
+    "resnet50-light b1": lambda: light_model("light_resnet50", 1),
+    "resnet50-light b8": lambda: light_model("light_resnet50", 8),
 }

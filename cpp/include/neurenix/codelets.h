@@ -275,9 +275,11 @@ void gemm_pack_b(uint32_t panel, const float* b, uint32_t ldb, uint32_t k, uint3
 void gemm_f32_packed(uint32_t panel, const float* a, uint32_t lda, const float* packed_b, uint32_t ktot, float* c,
                      uint32_t m, uint32_t n, uint32_t k, uint32_t ldc, bool accumulate);
 // Unpacked B read in place (rows `ldb` apart), A's k-th element of row r at
-// a[r * lda + k * a_kstride].
+// a[r * lda + k * a_kstride]. With `readable_tail`, every row of B may be read
+// up to a whole panel (gemm_panel(n) floats) past its n-th element (the
+// values there are ignored); otherwise a partial last panel is copied.
 void gemm_f32_strided(const float* a, uint32_t lda, uint32_t a_kstride, const float* b, uint32_t ldb, float* c, uint32_t m,
-                      uint32_t n, uint32_t k, uint32_t ldc, bool accumulate);
+                      uint32_t n, uint32_t k, uint32_t ldc, bool accumulate, bool readable_tail);
 void gemm_f32(const float* a, const float* b, float* c, uint32_t m, uint32_t n, uint32_t k, uint32_t lda, uint32_t ldb,
               uint32_t ldc, bool accumulate);
 

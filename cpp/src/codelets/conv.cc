@@ -105,7 +105,8 @@ void ConvVertex::compute(uint8_t* mem) const {
     const uint32_t wp = s.in_w + static_cast<uint32_t>(s.pad_left) + (s.kw - 1) * s.dw;  // left pad + halo
     const uint32_t rows_p = s.rows + (s.kh - 1) * s.dh;
     const uint32_t plane = rows_p * wp;
-    const size_t slack = static_cast<size_t>(s.kw) * s.dw + wp;
+    // Slack after the last plane: the products read whole panels past each row.
+    const size_t slack = static_cast<size_t>(s.kw) * s.dw + wp + 32;
     thread_local std::vector<float> pad;
     const int32_t first_row = static_cast<int32_t>(s.ho0) - s.pad_top;  // input row of padded row 0
     // Without padding the window is already the padded plane (1x1 convolutions).
@@ -129,7 +130,7 @@ void ConvVertex::compute(uint8_t* mem) const {
         const uint32_t tap = a * s.kw + bb;
         const float* base = in_place ? in_f : pad.data();
         gemm_f32_strided(w_f + tap, ldw, khw, base + static_cast<size_t>(a) * s.dh * wp + bb * s.dw, plane, acc.data(),
-                         s.cout, n, s.cin, n, tap > 0);
+                         s.cout, n, s.cin, n, tap > 0, !in_place);
       }
     // Keep the valid columns: acc[co][r * wp + wo] -> [co][r * out_w + wo].
     for (uint32_t co = 0; co < s.cout; ++co) {

@@ -115,9 +115,10 @@ void run_panels(const float* a, uint32_t lda, const float* packed, uint32_t ktot
 // last panel through a small zero-padded copy.
 template <typename V>
 void run_strided(const float* a, uint32_t lda, uint32_t ak, const float* b, uint32_t ldb, float* c, uint32_t m,
-                 uint32_t n, uint32_t k, uint32_t ldc, bool accumulate) {
+                 uint32_t n, uint32_t k, uint32_t ldc, bool accumulate, bool readable_tail) {
   constexpr uint32_t NR = 2 * sizeof(V) / sizeof(float);
-  const uint32_t full = n / NR, tail = n - full * NR;
+  const uint32_t full = readable_tail ? (n + NR - 1) / NR : n / NR;
+  const uint32_t tail = readable_tail ? 0 : n - full * NR;
   thread_local std::vector<float> last;
   if (tail) {
     last.assign(static_cast<size_t>(k) * NR, 0.0f);
@@ -130,7 +131,7 @@ void run_strided(const float* a, uint32_t lda, uint32_t ak, const float* b, uint
     const float* ai = a + static_cast<size_t>(i0) * lda;
     float* ci = c + static_cast<size_t>(i0) * ldc;
     for (uint32_t pj = 0; pj < full; ++pj)
-      micro_for<V, false>(mr)(ai, lda, ak, b + pj * NR, ldb, k, ci + pj * NR, ldc, NR, accumulate);
+      micro_for<V, false>(mr)(ai, lda, ak, b + pj * NR, ldb, k, ci + pj * NR, ldc, std::min(NR, n - pj * NR), accumulate);
     if (tail) micro_for<V, false>(mr)(ai, lda, ak, last.data(), NR, k, ci + full * NR, ldc, tail, accumulate);
   }
 }
@@ -182,7 +183,7 @@ void gemm_f32_packed(uint32_t panel, const float* a, uint32_t lda, const float* 
 }
 
 void gemm_f32_strided(const float* a, uint32_t lda, uint32_t a_kstride, const float* b, uint32_t ldb, float* c, uint32_t m,
-                      uint32_t n, uint32_t k, uint32_t ldc, bool accumulate) {
+                      uint32_t n, uint32_t k, uint32_t ldc, bool accumulate, bool readable_tail) {
   if (m == 0 || n == 0) return;
   if (k == 0) {
     gemm_f32_packed(16, a, lda, nullptr, 0, c, m, n, 0, ldc, accumulate);
@@ -190,11 +191,11 @@ void gemm_f32_strided(const float* a, uint32_t lda, uint32_t a_kstride, const fl
   }
 #if defined(__AVX512F__)
   if (gemm_panel(n) == 32) {
-    run_strided<v16>(a, lda, a_kstride, b, ldb, c, m, n, k, ldc, accumulate);
+    run_strided<v16>(a, lda, a_kstride, b, ldb, c, m, n, k, ldc, accumulate, readable_tail);
     return;
   }
 #endif
-  run_strided<v8>(a, lda, a_kstride, b, ldb, c, m, n, k, ldc, accumulate);
+  run_strided<v8>(a, lda, a_kstride, b, ldb, c, m, n, k, ldc, accumulate, readable_tail);
 }
 
 void gemm_f32(const float* a, const float* b, float* c, uint32_t m, uint32_t n, uint32_t k, uint32_t lda, uint32_t ldb,
@@ -203,7 +204,7 @@ void gemm_f32(const float* a, const float* b, float* c, uint32_t m, uint32_t n, 
   // Few rows of A use each element of B only a few times: packing B would
   // cost as much as the product. Read it in place.
   if (m <= 2 * kMR && k > 0) {
-    gemm_f32_strided(a, lda, 1, b, ldb, c, m, n, k, ldc, accumulate);
+    gemm_f32_strided(a, lda, 1, b, ldb, c, m, n, k, ldc, accumulate, false);
     return;
   }
   const uint32_t panel = gemm_panel(n);
