@@ -16,7 +16,9 @@
 namespace neurenix {
 
 // A fixed pool: parallel_for hands out indices through an atomic counter; the
-// calling thread works too.
+// calling thread works too. BSP steps come in quick succession, so workers
+// spin briefly for the next step before sleeping, and the caller spins for
+// the stragglers: a sleep/wake per step would cost more than small steps.
 class ThreadPool {
  public:
   explicit ThreadPool(unsigned n) {
@@ -25,7 +27,8 @@ class ThreadPool {
   ~ThreadPool() {
     {
       std::lock_guard<std::mutex> l(mu_);
-      stop_ = true;
+      stop_.store(true);
+      generation_.fetch_add(1);
     }
     cv_.notify_all();
     for (auto& t : workers_) t.join();
@@ -38,27 +41,37 @@ class ThreadPool {
       for (size_t i = 0; i < n; ++i) fn(i);
       return;
     }
+    fn_ = &fn;
+    n_ = n;
+    error_ = nullptr;
+    next_.store(0, std::memory_order_relaxed);
+    pending_.store(static_cast<int>(workers_.size()), std::memory_order_relaxed);
     {
       std::lock_guard<std::mutex> l(mu_);
-      fn_ = &fn;
-      n_ = n;
-      next_.store(0);
-      pending_ = workers_.size();
-      error_ = nullptr;
-      ++generation_;
+      generation_.fetch_add(1, std::memory_order_release);
     }
-    cv_.notify_all();
+    if (sleepers_.load(std::memory_order_acquire) > 0) cv_.notify_all();
     work();
-    std::unique_lock<std::mutex> l(mu_);
-    done_cv_.wait(l, [&] { return pending_ == 0; });
+    for (int spin = 0; pending_.load(std::memory_order_acquire) != 0; ++spin) {
+      if (spin < (1 << 16)) {
+        pause();
+      } else {
+        std::this_thread::yield();
+      }
+    }
     fn_ = nullptr;
     if (error_) std::rethrow_exception(error_);
   }
 
  private:
+  static void pause() {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+  }
   void work() {
     while (true) {
-      size_t i = next_.fetch_add(1);
+      size_t i = next_.fetch_add(1, std::memory_order_relaxed);
       if (i >= n_) break;
       try {
         (*fn_)(i);
@@ -71,29 +84,36 @@ class ThreadPool {
   void loop() {
     uint64_t seen = 0;
     while (true) {
-      {
+      // Spin a little for the next step, then sleep.
+      uint64_t gen = generation_.load(std::memory_order_acquire);
+      for (int spin = 0; gen == seen && spin < (1 << 14); ++spin) {
+        pause();
+        gen = generation_.load(std::memory_order_acquire);
+      }
+      if (gen == seen) {
         std::unique_lock<std::mutex> l(mu_);
-        cv_.wait(l, [&] { return stop_ || generation_ != seen; });
-        if (stop_) return;
-        seen = generation_;
+        sleepers_.fetch_add(1, std::memory_order_acq_rel);
+        cv_.wait(l, [&] { return generation_.load(std::memory_order_acquire) != seen; });
+        sleepers_.fetch_sub(1, std::memory_order_acq_rel);
+        gen = generation_.load(std::memory_order_acquire);
       }
+      seen = gen;
+      if (stop_.load()) return;
       work();
-      {
-        std::lock_guard<std::mutex> l(mu_);
-        if (--pending_ == 0) done_cv_.notify_one();
-      }
+      pending_.fetch_sub(1, std::memory_order_acq_rel);
     }
   }
 
   std::vector<std::thread> workers_;
   std::mutex mu_, err_mu_;
-  std::condition_variable cv_, done_cv_;
+  std::condition_variable cv_;
   const std::function<void(size_t)>* fn_ = nullptr;
   size_t n_ = 0;
   std::atomic<size_t> next_{0};
-  size_t pending_ = 0;
-  uint64_t generation_ = 0;
-  bool stop_ = false;
+  std::atomic<int> pending_{0};
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<int> sleepers_{0};
+  std::atomic<bool> stop_{false};
   std::exception_ptr error_;
 };
 

@@ -295,7 +295,10 @@ TEST(OpsMatMul, HalfPartialsReplayTheRoundingSequence) {
     ASSERT_EQ(r.c.size(), c.G * c.M * c.N);
     const uint64_t ks = r.plan.k_split;
     if (ks > 1) ++k_split_seen;
-    const uint64_t block = (c.K + ks - 1) / ks;
+    // The planner splits K in blocks of whole multiples of 16 (the AMP's
+    // channel grouping) once K exceeds 16.
+    uint64_t block = (c.K + ks - 1) / ks;
+    if (c.K > 16) block = (block + 15) / 16 * 16;
     for (uint64_t g = 0; g < c.G; ++g)
       for (uint64_t i = 0; i < c.M; ++i)
         for (uint64_t j = 0; j < c.N; ++j) {

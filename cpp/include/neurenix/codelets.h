@@ -198,21 +198,24 @@ class ConvVertex : public Vertex {
 };
 
 // ---------------------------------------------------------------------------
-// Pooling over the two innermost dimensions of `planes` planes: max or average
-// windows, input window rows [hi0, hi0 + in_rows) held per plane.
+// Pooling over the two innermost dimensions of `planes` planes: max or
+// average windows. The input window holds, per plane, the input rows listed in
+// `rows` (ascending; only the rows the outputs read, so dilated kernels do not
+// fetch the rows they skip), each restricted to columns [wi0, wi0 + in_cols).
 
 enum class PoolMode : uint8_t { kMax, kAverage, kAverageIncludePad };
 
 struct PoolWindow {
   uint32_t planes = 0;
   uint32_t in_w = 0, in_h = 0;
-  int32_t hi0 = 0;
-  uint32_t in_rows = 0;
-  uint32_t ho0 = 0, rows = 0, out_w = 0;
+  int32_t wi0 = 0;
+  uint32_t in_cols = 0;
+  std::vector<int32_t> rows;
+  uint32_t ho0 = 0, out_rows = 0, wo0 = 0, out_cols = 0;
   uint32_t kh = 1, kw = 1, sh = 1, sw = 1, dh = 1, dw = 1;
   int32_t pad_top = 0, pad_left = 0;
   uint32_t pad_bottom = 0, pad_right = 0;  // explicit end pads (count_include_pad divisor)
-  uint32_t ld_out = 0;                     // between planes in the output field
+  uint32_t ld_out_plane = 0, ld_out_row = 0;  // in the output field
 };
 
 class PoolVertex : public Vertex {

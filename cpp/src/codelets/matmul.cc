@@ -86,6 +86,12 @@ uint64_t MatMulVertex::cycles(const TargetSpec& t) const {
 void MatMulVertex::compute(uint8_t* mem) const {
   const uint32_t m = s_.m, n = s_.n, k = s_.k;
   if (m == 0 || n == 0) return;
+  if (in_ == DType::kFloat32 && out_ == DType::kFloat32) {
+    // Float data is multiplied where it lies, straight into the result.
+    gemm_f32(reinterpret_cast<const float*>(mem + a_.byte_offset), reinterpret_cast<const float*>(mem + b_.byte_offset),
+             reinterpret_cast<float*>(mem + c_.byte_offset), m, n, k, s_.lda, s_.ldb, s_.ldc, false);
+    return;
+  }
   thread_local std::vector<float> abuf, bbuf, cbuf, tbuf;
   abuf.resize(static_cast<size_t>(m) * k);
   bbuf.resize(static_cast<size_t>(k) * n);

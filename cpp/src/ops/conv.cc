@@ -32,6 +32,10 @@ std::string ConvPlan::describe() const {
 
 namespace {
 
+// Output and input channels are split in multiples of 8 (the AMP's channel
+// grouping for float), so neighbouring layers exchange whole channel groups.
+constexpr uint64_t kGrain = 8;
+
 struct Dims {
   uint64_t n, c, h, w, co, cg, cog, ho, wo, khw;
 };
@@ -111,7 +115,8 @@ Tensor conv(Graph& g, const Tensor& x, const Tensor& w, const Tensor* bias, cons
   const TargetSpec& t = g.target();
   auto evaluate = [&](SplitPlan& p) {
     const uint64_t gb = ceil_div(G, p.g_split), mb = ceil_div(M, p.m_split);
-    const uint64_t chunk = ceil_div(N, p.serial_split), nb = ceil_div(chunk, p.n_split), kb = ceil_div(K, p.k_split);
+    const uint64_t nb = grain_block(N, static_cast<uint64_t>(p.serial_split) * p.n_split, kGrain);
+    const uint64_t kb = grain_block(K, p.k_split, kGrain);
     // Input rows a block of mb output rows reads (with halo; whole images when
     // the block spans several).
     uint64_t rows_in;
@@ -127,7 +132,7 @@ Tensor conv(Graph& g, const Tensor& x, const Tensor& w, const Tensor* bias, cons
       recv = p.k_split * gb * ch_per * mb * d.wo * pb;
     }
     p.temp_bytes = in_bytes + w_bytes + part + recv + (bias ? nb * eb : 0);
-    const uint64_t n_tile = ceil_div(N, p.n_split);
+    const uint64_t n_tile = nb * p.serial_split;
     p.resident_bytes = gb * mb * ceil_div(n_tile, p.k_split) * d.wo * ob + (w_unmapped ? gb * kb * n_tile * d.khw * eb : 0);
     const uint64_t ex = t.exchange_bytes_per_cycle;
     uint64_t per = t.sync_cycles + w_bytes / ex;
@@ -140,7 +145,8 @@ Tensor conv(Graph& g, const Tensor& x, const Tensor& w, const Tensor* bias, cons
   };
   ConvPlan plan;
   static_cast<SplitPlan&>(plan) =
-      search_splits(G, M, N, K, g.tiles_per_ipu(), g.bytes_per_tile(), o.available_memory_proportion, evaluate);
+      search_splits(G, M, N, K, g.tiles_per_ipu(), g.bytes_per_tile(), o.available_memory_proportion, evaluate, kGrain,
+                    kGrain);
   plan.batch = d.n;
   plan.in_channels = d.c;
   plan.out_channels = d.co;
@@ -161,7 +167,7 @@ Tensor conv(Graph& g, const Tensor& x, const Tensor& w, const Tensor* bias, cons
   auto tile_of = [&](uint32_t gi, uint32_t mi, uint32_t ni, uint32_t ki) {
     return g.window_tile(ipu, first, ((gi * ms + mi) * ns + ni) * ks + ki);
   };
-  auto chunk_n = [&](uint32_t j, uint32_t ni) { return sub(part(N, S, j), ns, ni); };
+  auto chunk_n = [&](uint32_t j, uint32_t ni) { return part_g(N, static_cast<uint64_t>(S) * ns, j * ns + ni, kGrain); };
 
   // Weights: block (groups, out channels of pass j, in channels) on tile (g, 0, n, k).
   if (w_unmapped) {
@@ -170,7 +176,7 @@ Tensor conv(Graph& g, const Tensor& x, const Tensor& w, const Tensor* bias, cons
       for (uint32_t j = 0; j < S; ++j)
         for (uint32_t ni = 0; ni < ns; ++ni)
           for (uint32_t ki = 0; ki < ks; ++ki) {
-            Range gr = part(G, gs, gi), cr = chunk_n(j, ni), kr = part(K, ks, ki);
+            Range gr = part(G, gs, gi), cr = chunk_n(j, ni), kr = part_g(K, ks, ki, kGrain);
             if (gr.empty() || cr.empty() || kr.empty()) continue;
             for (uint64_t gg = gr.begin; gg < gr.end; ++gg)
               for (uint64_t co = cr.begin; co < cr.end; ++co) {
@@ -218,7 +224,7 @@ Tensor conv(Graph& g, const Tensor& x, const Tensor& w, const Tensor* bias, cons
     for (uint32_t mi = 0; mi < ms; ++mi)
       for (uint32_t ni = 0; ni < ns; ++ni)
         for (uint32_t ki = 0; ki < ks; ++ki) {
-          Work wk{gi, mi, ni, ki, tile_of(gi, mi, ni, ki), part(G, gs, gi), part(M, ms, mi), part(K, ks, ki), {}, 0, {}, {}};
+          Work wk{gi, mi, ni, ki, tile_of(gi, mi, ni, ki), part(G, gs, gi), part(M, ms, mi), part_g(K, ks, ki, kGrain), {}, 0, {}, {}};
           if (wk.gr.empty() || wk.mr.empty() || wk.kr.empty()) continue;
           wk.segs = segments(wk.mr, d.ho);
           for (const Segment& sg : wk.segs) wk.seg_rows.push_back(input_rows(o, d, sg.ho_lo, sg.ho_hi));

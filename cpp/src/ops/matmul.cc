@@ -18,11 +18,15 @@
 namespace neurenix::ops {
 namespace {
 
+// N and K are split in multiples of 16: the AMP's channel grouping, and long
+// enough runs for exchange to move in few descriptors.
+constexpr uint64_t kGrain = 16;
+
 void evaluate(const TargetSpec& t, const MatMulProblem& p, SplitPlan& plan) {
   const uint64_t eb = dtype_size(p.in_dtype), pb = dtype_size(p.partials);
   const uint64_t gb = ceil_div(p.groups, plan.g_split), mb = ceil_div(p.m, plan.m_split);
-  const uint64_t chunk = ceil_div(p.n, plan.serial_split);
-  const uint64_t nb = ceil_div(chunk, plan.n_split), kb = ceil_div(p.k, plan.k_split);
+  const uint64_t nb = grain_block(p.n, static_cast<uint64_t>(plan.serial_split) * plan.n_split, kGrain);
+  const uint64_t kb = grain_block(p.k, plan.k_split, kGrain);
   const bool a_copy = plan.n_split > 1 || !p.a_unmapped;
   const bool b_copy = plan.m_split > 1 || !p.b_unmapped;
   const uint64_t a_bytes = a_copy ? gb * mb * kb * eb : 0;
@@ -36,7 +40,7 @@ void evaluate(const TargetSpec& t, const MatMulProblem& p, SplitPlan& plan) {
   plan.temp_bytes = a_bytes + b_bytes + part_bytes + recv_bytes;
   // Operands this plan lays out itself, and the result, stay on the tiles.
   const uint64_t ob = dtype_size(p.out_dtype);
-  const uint64_t n_per_tile = ceil_div(p.n, plan.n_split);
+  const uint64_t n_per_tile = nb * plan.serial_split;
   uint64_t resident = gb * ceil_div(mb, plan.k_split) * n_per_tile * ob;
   if (p.a_unmapped) resident += gb * mb * kb * eb;
   if (p.b_unmapped) resident += gb * kb * n_per_tile * eb;
@@ -67,7 +71,7 @@ MatMulPlan plan_matmul(const TargetSpec& target, uint32_t tiles, uint64_t bytes_
                        double proportion) {
   MatMulPlan plan;
   static_cast<SplitPlan&>(plan) = search_splits(p.groups, p.m, p.n, p.k, tiles, bytes_per_tile, proportion,
-                                                [&](SplitPlan& s) { evaluate(target, p, s); });
+                                                [&](SplitPlan& s) { evaluate(target, p, s); }, kGrain, kGrain);
   plan.groups = p.groups;
   plan.m = p.m;
   plan.n = p.n;
@@ -137,7 +141,7 @@ Tensor matmul(Graph& g, const Tensor& a, const Tensor& b, const MatMulOptions& o
   auto tile_of = [&](uint32_t gi, uint32_t mi, uint32_t ni, uint32_t ki) {
     return g.window_tile(ipu, first, ((gi * ms + mi) * ns + ni) * ks + ki);
   };
-  auto chunk_n = [&](uint32_t j, uint32_t ni) { return sub(part(N, S, j), ns, ni); };
+  auto chunk_n = [&](uint32_t j, uint32_t ni) { return part_g(N, static_cast<uint64_t>(S) * ns, j * ns + ni, kGrain); };
 
   // Lay out operands nobody has placed yet, and the result.
   if (!g.var(a.var).mapped) {
@@ -145,7 +149,7 @@ Tensor matmul(Graph& g, const Tensor& a, const Tensor& b, const MatMulOptions& o
     for (uint32_t gi = 0; gi < gs; ++gi)
       for (uint32_t mi = 0; mi < ms; ++mi)
         for (uint32_t ki = 0; ki < ks; ++ki)
-          block_intervals(ivs, M, K, part(G, gs, gi), part(M, ms, mi), part(K, ks, ki), tile_of(gi, mi, 0, ki));
+          block_intervals(ivs, M, K, part(G, gs, gi), part(M, ms, mi), part_g(K, ks, ki, kGrain), tile_of(gi, mi, 0, ki));
     g.set_mapping(a.var, std::move(ivs));
   }
   if (!g.var(b.var).mapped) {
@@ -154,7 +158,7 @@ Tensor matmul(Graph& g, const Tensor& a, const Tensor& b, const MatMulOptions& o
       for (uint32_t j = 0; j < S; ++j)
         for (uint32_t ni = 0; ni < ns; ++ni)
           for (uint32_t ki = 0; ki < ks; ++ki)
-            block_intervals(ivs, K, N, part(G, gs, gi), part(K, ks, ki), chunk_n(j, ni), tile_of(gi, 0, ni, ki));
+            block_intervals(ivs, K, N, part(G, gs, gi), part_g(K, ks, ki, kGrain), chunk_n(j, ni), tile_of(gi, 0, ni, ki));
     g.set_mapping(b.var, std::move(ivs));
   }
   {
@@ -255,7 +259,7 @@ Tensor matmul(Graph& g, const Tensor& a, const Tensor& b, const MatMulOptions& o
       for (uint32_t mi = 0; mi < ms; ++mi)
         for (uint32_t ni = 0; ni < ns; ++ni)
           for (uint32_t ki = 0; ki < ks; ++ki) {
-            TileWork w{gi, mi, ni, ki, tile_of(gi, mi, ni, ki), part(G, gs, gi), part(M, ms, mi), part(K, ks, ki), {}};
+            TileWork w{gi, mi, ni, ki, tile_of(gi, mi, ni, ki), part(G, gs, gi), part(M, ms, mi), part_g(K, ks, ki, kGrain), {}};
             if (w.gr.empty() || w.mr.empty() || w.kr.empty()) continue;
             if (!resolve(a, M, K, w.tile, w.gr, w.mr, w.kr, &w.a)) {
               a_needs.push_back(Need{w.tile, w.gr, w.mr, w.kr});

@@ -7,7 +7,7 @@
 
 namespace neurenix::ops {
 
-std::vector<uint32_t> split_candidates(uint64_t d, uint64_t max_split) {
+std::vector<uint32_t> split_candidates(uint64_t d, uint64_t max_split, uint64_t grain) {
   // Small counts, powers of two (and 1.5x them), and the counts that give
   // power-of-two block sizes.
   std::set<uint64_t> raw;
@@ -23,6 +23,7 @@ std::vector<uint32_t> split_candidates(uint64_t d, uint64_t max_split) {
   for (uint64_t s : raw) {
     if (s == 0 || s > lim) continue;
     uint64_t block = ceil_div(d, s);
+    if (grain > 1 && d > grain) block = ceil_div(block, grain) * grain;
     eff.insert(static_cast<uint32_t>(ceil_div(d, block)));
   }
   if (eff.empty()) eff.insert(1);
@@ -40,7 +41,8 @@ uint64_t amp_cycles(const TargetSpec& t, DType in, DType partials, uint64_t m, u
 }
 
 SplitPlan search_splits(uint64_t g, uint64_t m, uint64_t n, uint64_t k, uint32_t tiles, uint64_t bytes_per_tile,
-                        double proportion, const std::function<void(SplitPlan&)>& evaluate) {
+                        double proportion, const std::function<void(SplitPlan&)>& evaluate, uint64_t n_grain,
+                        uint64_t k_grain) {
   const double budget = proportion * static_cast<double>(bytes_per_tile);
   SplitPlan best, fallback, smallest;
   bool have_best = false, have_fallback = false, have_smallest = false;
@@ -53,8 +55,8 @@ SplitPlan search_splits(uint64_t g, uint64_t m, uint64_t n, uint64_t k, uint32_t
     if (a.temp_bytes != b.temp_bytes) return a.temp_bytes < b.temp_bytes;
     return a.cycles < b.cycles;
   };
-  const auto gs = split_candidates(g, tiles), ms = split_candidates(m, tiles), ns = split_candidates(n, tiles),
-             ks = split_candidates(k, tiles);
+  const auto gs = split_candidates(g, tiles), ms = split_candidates(m, tiles), ns = split_candidates(n, tiles, n_grain),
+             ks = split_candidates(k, tiles, k_grain);
   std::vector<uint32_t> serials;
   for (uint64_t s = 1; s <= std::max<uint64_t>(1, n); s *= 2) {
     serials.push_back(static_cast<uint32_t>(s));

@@ -13,6 +13,7 @@ Tensor pool(Graph& g, const Tensor& x, const PoolOptions& o) {
   if (x.shape.size() < 2) fail(ErrorCode::kShapeMismatch, "pool '" + o.name + "': input must have at least 2 dimensions");
   const DType dtype = g.var(x.var).dtype;
   if (!is_float(dtype)) fail(ErrorCode::kShapeMismatch, "pool '" + o.name + "': input must be float");
+  if (g.var(x.var).ipu != o.ipu) fail(ErrorCode::kInvalidArgument, "pool '" + o.name + "': input is on another IPU");
   const size_t r = x.shape.size();
   const uint64_t h = x.shape[r - 2], w = x.shape[r - 1];
   uint64_t planes = 1;
@@ -26,77 +27,116 @@ Tensor pool(Graph& g, const Tensor& x, const PoolOptions& o) {
   if (out.numel() == 0) return out;
   g.ensure_mapped(x.var);
 
-  // Output rows (plane, row) spread evenly, whole rows per tile.
-  const uint64_t rows = planes * ho;
-  const uint64_t ntiles = std::min<uint64_t>(g.tiles_per_ipu(), rows);
-  const uint64_t per = ceil_div(rows, ntiles);
-  const uint64_t used = ceil_div(rows, per);
+  // Work units are output rows (plane, row); with fewer rows than tiles, each
+  // row is also split into column chunks (of at least 8 outputs).
+  const uint64_t rows = planes * ho, tiles = g.tiles_per_ipu();
+  const uint64_t cpr = rows >= tiles ? 1 : std::max<uint64_t>(1, std::min(ceil_div(tiles, rows), ceil_div(wo, 8)));
+  const uint64_t units = rows * cpr;
+  const uint64_t per = ceil_div(units, std::min(tiles, units));
+  const uint64_t used = ceil_div(units, per);
   const uint32_t first = g.reserve_tiles(ipu, static_cast<uint32_t>(used));
+  auto chunk = [&](uint64_t c) { return part(wo, cpr, c); };
   {
     std::vector<TileInterval> ivs;
-    for (uint64_t i = 0; i < used; ++i) {
-      uint64_t a = i * per, b = std::min(rows, a + per);
-      ivs.push_back(TileInterval{a * wo, b * wo, g.window_tile(ipu, first, static_cast<uint32_t>(i)), 0});
+    for (uint64_t u = 0; u < units; ++u) {
+      const uint64_t row = u / cpr;
+      const Range cr = chunk(u % cpr);
+      if (cr.empty()) continue;
+      ivs.push_back(TileInterval{row * wo + cr.begin, row * wo + cr.end, g.window_tile(ipu, first, static_cast<uint32_t>(u / per)), 0});
     }
     g.set_mapping(out.var, std::move(ivs));
   }
-  // Per tile: runs of rows within one plane, or whole planes back to back.
+  // Segments: whole planes, runs of full rows of one plane, or one column chunk.
   struct Seg {
     uint32_t tile;
-    uint64_t plane0, planes, ho_lo, ho_hi;
-    int64_t hi_lo, hi_hi;
+    uint64_t plane0, planes, ho_lo, ho_hi, wo_lo, wo_hi;
+    std::vector<int32_t> in_rows;
+    int64_t wi_lo, wi_hi;
     uint64_t at;  // offset in the window temporary
   };
   std::vector<Seg> segs;
-  uint64_t total = 0;
-  std::vector<TileInterval> ivs;
   for (uint64_t i = 0; i < used; ++i) {
     const uint32_t tile = g.window_tile(ipu, first, static_cast<uint32_t>(i));
-    uint64_t a = i * per, b = std::min(rows, a + per);
-    const uint64_t start = total;
-    while (a < b) {
-      Seg s{tile, a / ho, 1, a % ho, 0, 0, 0, total};
-      if (s.ho_lo == 0 && b - a >= ho) {
-        s.planes = (b - a) / ho;
-        s.ho_hi = ho;
+    uint64_t u = i * per;
+    const uint64_t u_end = std::min(units, u + per);
+    while (u < u_end) {
+      Seg sg{tile, 0, 1, 0, 0, 0, wo, {}, 0, 0, 0};
+      if (cpr > 1) {
+        const uint64_t row = u / cpr;
+        const Range cr = chunk(u % cpr);
+        sg.plane0 = row / ho;
+        sg.ho_lo = row % ho;
+        sg.ho_hi = sg.ho_lo + 1;
+        sg.wo_lo = cr.begin;
+        sg.wo_hi = cr.end;
+        u += 1;
+        if (cr.empty()) continue;
       } else {
-        s.ho_hi = std::min(ho, s.ho_lo + (b - a));
+        sg.plane0 = u / ho;
+        sg.ho_lo = u % ho;
+        if (sg.ho_lo == 0 && u_end - u >= ho) {
+          sg.planes = (u_end - u) / ho;
+          sg.ho_hi = ho;
+        } else {
+          sg.ho_hi = std::min(ho, sg.ho_lo + (u_end - u));
+        }
+        u += sg.planes * (sg.ho_hi - sg.ho_lo);
       }
-      int64_t lo = static_cast<int64_t>(s.ho_lo * o.sh) - o.pad_top;
-      int64_t hi = static_cast<int64_t>((s.ho_hi - 1) * o.sh + (o.kh - 1) * o.dh) - o.pad_top + 1;
-      s.hi_lo = std::max<int64_t>(0, lo);
-      s.hi_hi = std::min<int64_t>(static_cast<int64_t>(h), hi);
-      if (s.hi_hi < s.hi_lo) s.hi_hi = s.hi_lo;
-      total += s.planes * static_cast<uint64_t>(s.hi_hi - s.hi_lo) * w;
-      a += s.planes * (s.ho_hi - s.ho_lo);
-      segs.push_back(s);
+      for (uint64_t hh = sg.ho_lo; hh < sg.ho_hi; ++hh)
+        for (uint32_t a = 0; a < o.kh; ++a) {
+          const int64_t hi = static_cast<int64_t>(hh * o.sh + a * o.dh) - o.pad_top;
+          if (hi >= 0 && hi < static_cast<int64_t>(h)) sg.in_rows.push_back(static_cast<int32_t>(hi));
+        }
+      std::sort(sg.in_rows.begin(), sg.in_rows.end());
+      sg.in_rows.erase(std::unique(sg.in_rows.begin(), sg.in_rows.end()), sg.in_rows.end());
+      sg.wi_lo = std::max<int64_t>(0, static_cast<int64_t>(sg.wo_lo * o.sw) - o.pad_left);
+      sg.wi_hi = std::min<int64_t>(static_cast<int64_t>(w),
+                                   static_cast<int64_t>((sg.wo_hi - 1) * o.sw + (o.kw - 1) * o.dw) - o.pad_left + 1);
+      if (sg.wi_hi < sg.wi_lo) sg.wi_hi = sg.wi_lo;
+      segs.push_back(std::move(sg));
     }
-    if (total > start) ivs.push_back(TileInterval{start, total, tile, 0});
+  }
+  uint64_t total = 0;
+  std::vector<TileInterval> ivs;
+  for (Seg& sg : segs) {
+    sg.at = total;
+    const uint64_t sz = sg.planes * sg.in_rows.size() * static_cast<uint64_t>(sg.wi_hi - sg.wi_lo);
+    if (sz) ivs.push_back(TileInterval{total, total + sz, sg.tile, 0});
+    total += sz;
   }
   Tensor win = g.add_variable(o.name + "/input_window", dtype, {total}, VarKind::kTemporary, ipu);
   g.set_mapping(win.var, std::move(ivs));
   uint32_t ex = g.add_exchange(o.name + "/fetch");
-  for (const Seg& s : segs) {
-    const uint64_t nrows = static_cast<uint64_t>(s.hi_hi - s.hi_lo);
-    if (!nrows) continue;
-    View src{x.var, static_cast<int64_t>((s.plane0 * h + static_cast<uint64_t>(s.hi_lo)) * w), {s.planes, nrows, w},
-             {static_cast<int64_t>(h * w), static_cast<int64_t>(w), 1}};
-    View dst{win.var, static_cast<int64_t>(s.at), {s.planes, nrows, w},
-             {static_cast<int64_t>(nrows * w), static_cast<int64_t>(w), 1}};
-    copy_view(g, ex, src, dst);
+  for (const Seg& sg : segs) {
+    const uint64_t cols = static_cast<uint64_t>(sg.wi_hi - sg.wi_lo), nrows = sg.in_rows.size();
+    if (!cols || !nrows) continue;
+    // One copy per run of consecutive input rows.
+    size_t i = 0;
+    while (i < nrows) {
+      size_t j = i + 1;
+      while (j < nrows && sg.in_rows[j] == sg.in_rows[j - 1] + 1) ++j;
+      View src{x.var, static_cast<int64_t>((sg.plane0 * h + static_cast<uint64_t>(sg.in_rows[i])) * w + sg.wi_lo),
+               {sg.planes, j - i, cols}, {static_cast<int64_t>(h * w), static_cast<int64_t>(w), 1}};
+      View dst{win.var, static_cast<int64_t>(sg.at + i * cols), {sg.planes, j - i, cols},
+               {static_cast<int64_t>(nrows * cols), static_cast<int64_t>(cols), 1}};
+      copy_view(g, ex, src, dst);
+      i = j;
+    }
   }
   g.execute_exchange(ex);
   uint32_t cs = g.add_compute_set(o.name);
-  for (const Seg& s : segs) {
+  for (const Seg& sg : segs) {
     PoolWindow pw;
-    pw.planes = static_cast<uint32_t>(s.planes);
+    pw.planes = static_cast<uint32_t>(sg.planes);
     pw.in_w = static_cast<uint32_t>(w);
     pw.in_h = static_cast<uint32_t>(h);
-    pw.hi0 = static_cast<int32_t>(s.hi_lo);
-    pw.in_rows = static_cast<uint32_t>(s.hi_hi - s.hi_lo);
-    pw.ho0 = static_cast<uint32_t>(s.ho_lo);
-    pw.rows = static_cast<uint32_t>(s.ho_hi - s.ho_lo);
-    pw.out_w = static_cast<uint32_t>(wo);
+    pw.wi0 = static_cast<int32_t>(sg.wi_lo);
+    pw.in_cols = static_cast<uint32_t>(sg.wi_hi - sg.wi_lo);
+    pw.rows = sg.in_rows;
+    pw.ho0 = static_cast<uint32_t>(sg.ho_lo);
+    pw.out_rows = static_cast<uint32_t>(sg.ho_hi - sg.ho_lo);
+    pw.wo0 = static_cast<uint32_t>(sg.wo_lo);
+    pw.out_cols = static_cast<uint32_t>(sg.wo_hi - sg.wo_lo);
     pw.kh = o.kh;
     pw.kw = o.kw;
     pw.sh = o.sh;
@@ -107,29 +147,32 @@ Tensor pool(Graph& g, const Tensor& x, const PoolOptions& o) {
     pw.pad_left = static_cast<int32_t>(o.pad_left);
     pw.pad_bottom = o.pad_bottom;
     pw.pad_right = o.pad_right;
-    pw.ld_out = static_cast<uint32_t>(ho * wo);
+    // Locally, a tile's output rows (and whole planes) are back to back.
+    pw.ld_out_row = static_cast<uint32_t>(wo);
+    pw.ld_out_plane = static_cast<uint32_t>(ho * wo);
     uint32_t t;
     uint64_t out_local, win_local = 0;
     size_t hint = 0;
-    g.locate(out.var, (s.plane0 * ho + s.ho_lo) * wo, &t, &out_local, &hint);
-    NX_CHECK(t == s.tile, "pool output rows are not on their tile");
-    if (s.planes > 1) {
-      // Whole planes: consecutive in local memory.
-      pw.ld_out = static_cast<uint32_t>(ho * wo);
-    }
-    Field fin{win.var, s.tile, 0, 0};
-    if (pw.in_rows) {
+    g.locate(out.var, (sg.plane0 * ho + sg.ho_lo) * wo + sg.wo_lo, &t, &out_local, &hint);
+    NX_CHECK(t == sg.tile, "pool output rows are not on their tile");
+    const uint64_t win_count = sg.planes * sg.in_rows.size() * pw.in_cols;
+    Field fin{win.var, sg.tile, 0, 0};
+    if (win_count) {
       hint = 0;
-      g.locate(win.var, s.at, &t, &win_local, &hint);
-      fin = Field{win.var, s.tile, win_local, s.planes * static_cast<uint64_t>(pw.in_rows) * w};
+      g.locate(win.var, sg.at, &t, &win_local, &hint);
+      fin = Field{win.var, sg.tile, win_local, win_count};
     }
-    Field fout{out.var, s.tile, out_local, (s.planes - 1) * pw.ld_out + static_cast<uint64_t>(pw.rows) * wo};
-    g.add_vertex(cs, std::make_unique<PoolVertex>(s.tile, fin, fout, pw, o.mode, dtype));
+    const uint64_t out_count =
+        (sg.planes - 1) * pw.ld_out_plane + (pw.out_rows - 1) * static_cast<uint64_t>(pw.ld_out_row) + pw.out_cols;
+    Field fout{out.var, sg.tile, out_local, out_count};
+    g.add_vertex(cs, std::make_unique<PoolVertex>(sg.tile, fin, fout, pw, o.mode, dtype));
   }
   g.execute(cs);
   std::ostringstream desc;
   desc << (o.mode == PoolMode::kMax ? "max" : "average") << " " << o.kh << "x" << o.kw << " window, stride " << o.sh << "x"
-       << o.sw << ", " << rows << " output rows over " << used << " tiles";
+       << o.sw << ", " << rows << " output rows";
+  if (cpr > 1) desc << " in " << cpr << " column chunks";
+  desc << " over " << used << " tiles";
   g.record_op(OpRecord{o.name, "pool", ipu, desc.str(), static_cast<uint32_t>(used), 0, 0});
   return out;
 }
@@ -142,8 +185,12 @@ Tensor gather_rows(Graph& g, const Tensor& table, const Tensor& indices, uint32_
   const uint64_t v = table.shape[0], d = table.shape[1], n = indices.numel();
   Tensor out = g.add_variable(name, dtype, {n, d}, VarKind::kIntermediate, ipu);
   if (out.numel() == 0) return out;
-  const uint64_t ntiles = std::min<uint64_t>(g.tiles_per_ipu(), d);
-  const uint64_t cols = ceil_div(d, ntiles);
+  // Column slices of at least 16 columns where half a tile holds them (fewer,
+  // down to one, for big vocabularies), and at most one slice per tile.
+  const uint64_t es = dtype_size(dtype);
+  const uint64_t fit = std::max<uint64_t>(1, g.bytes_per_tile() / 2 / std::max<uint64_t>(1, v * es));
+  uint64_t cols = std::min<uint64_t>(std::min<uint64_t>(16, fit), d);
+  cols = std::max(cols, ceil_div(d, g.tiles_per_ipu()));
   const uint64_t used = ceil_div(d, cols);
   const uint32_t first = g.reserve_tiles(ipu, static_cast<uint32_t>(used));
   auto tile_of = [&](uint64_t i) { return g.window_tile(ipu, first, static_cast<uint32_t>(i)); };
@@ -176,7 +223,11 @@ Tensor gather_rows(Graph& g, const Tensor& table, const Tensor& indices, uint32_
       copy_view(g, ex, View::of(table), View::of(tab));
     }
   }
-  g.set_mapping(out.var, column_mapping(n));
+  // The lookup writes column slices; the result is then laid out by rows
+  // (what every consumer of an embedding reads), moved once by exchange.
+  Tensor slices = g.add_variable(name + "/slices", dtype, {n, d}, VarKind::kTemporary, ipu);
+  g.set_mapping(slices.var, column_mapping(n));
+  g.map_linearly(out.var, d);
   g.ensure_mapped(indices.var);
   // Every table tile receives all the indices.
   Tensor idx = g.add_variable(name + "/indices", DType::kInt32, {used * n}, VarKind::kTemporary, ipu);
@@ -197,11 +248,14 @@ Tensor gather_rows(Graph& g, const Tensor& table, const Tensor& indices, uint32_
     const uint64_t c = std::min(d, i * cols + cols) - i * cols;
     Field ft{tab.var, tile, table_local[i], v * c};
     Field fi{idx.var, tile, 0, n};
-    Field fo{out.var, tile, 0, n * c};
+    Field fo{slices.var, tile, 0, n * c};
     g.add_vertex(cs, std::make_unique<GatherVertex>(tile, ft, fi, fo, static_cast<uint32_t>(v), static_cast<uint32_t>(c),
                                                     static_cast<uint32_t>(c), dtype));
   }
   g.execute(cs);
+  uint32_t rex = g.add_exchange(name + "/to_rows");
+  copy_view(g, rex, View::of(slices), View::of(out));
+  g.execute_exchange(rex);
   g.record_op(OpRecord{name, "gather", ipu,
                        std::to_string(n) + " rows of a [" + std::to_string(v) + " x " + std::to_string(d) +
                            "] table, columns over " + std::to_string(used) + " tiles",

@@ -379,6 +379,22 @@ pub fn host_to_device(from: DType, bytes: &[u8], to: DeviceType, what: &str) -> 
             }
             Ok(out)
         }
+        (DType::F64, DeviceType::F32) => {
+            let mut out = Vec::with_capacity(bytes.len() / 2);
+            for (i, c) in bytes.chunks_exact(8).enumerate() {
+                let v = f64::from_le_bytes(c.try_into().unwrap());
+                if v.is_finite() && v.abs() > f32::MAX as f64 {
+                    return Err(Error::InputMismatch {
+                        input: what.to_string(),
+                        message: format!(
+                            "input '{what}' element {i} is {v:e}, outside the float32 range the IPU computes float64 in"
+                        ),
+                    });
+                }
+                out.extend_from_slice(&(v as f32).to_le_bytes());
+            }
+            Ok(out)
+        }
         (DType::I64, DeviceType::I32) => {
             let mut out = Vec::with_capacity(bytes.len() / 2);
             for (i, c) in bytes.chunks_exact(8).enumerate() {

@@ -70,6 +70,10 @@ def _dims(vi: Any) -> Tuple[int, Optional[List[Any]]]:
             f"graph value '{vi.name}' is a {kind.replace('_', ' ')}; only tensors are supported", op_type=kind
         )
     tt = t.tensor_type
+    if tt.elem_type == _onnx().TensorProto.STRING:
+        raise UnsupportedOperatorError(
+            f"graph value '{vi.name}' holds strings; string tensors are not supported on the IPU", op_type="string"
+        )
     if not tt.HasField("shape"):
         return tt.elem_type, None
     dims: List[Any] = []

@@ -243,6 +243,58 @@ impl Elementwise {
     }
 }
 
+/// Before opset 7, binary operators broadcast only when asked
+/// (`broadcast=1`), aligning the second operand at `axis`, and PRelu's slope
+/// of one value per channel applies along axis 1. Returns the second
+/// operand's shape with the trailing ones that make numpy's rules give the
+/// same result (`None` when nothing changes).
+fn legacy_shape(node: &Node, opset: i64, a: &[usize], b: &[usize]) -> Result<Option<Vec<usize>>> {
+    if opset >= 7 || b.is_empty() || b.len() >= a.len() {
+        return Ok(None);
+    }
+    let axis = if node.op_type == "PRelu" {
+        if b.len() == 1 && a.len() >= 2 && b[0] == a[1] && b[0] != 1 {
+            1
+        } else {
+            return Ok(None);
+        }
+    } else if node.attr_i("broadcast", 0)? == 1 {
+        let axis = node.attr_i("axis", (a.len() - b.len()) as i64)?;
+        if axis < 0 || axis as usize + b.len() > a.len() {
+            return Err(crate::error::Error::model(format!(
+                "node '{}': axis {axis} does not fit operand shapes {a:?} and {b:?}",
+                node.name
+            )));
+        }
+        axis as usize
+    } else {
+        return Ok(None);
+    };
+    let mut out = b.to_vec();
+    out.extend(std::iter::repeat_n(1, a.len() - axis - b.len()));
+    Ok(Some(out))
+}
+
+impl Elementwise {
+    /// Input shapes with the legacy alignment applied.
+    fn aligned_shapes(&self, cx: &OpCx) -> Result<Vec<Option<Vec<usize>>>> {
+        let mut shapes = Vec::new();
+        for i in 0..cx.node.inputs.len() {
+            shapes.push(if cx.has_input(i) {
+                Some(cx.in_shape(i)?)
+            } else {
+                None
+            });
+        }
+        if let (Some(Some(a)), Some(Some(b))) = (shapes.first(), shapes.get(1)) {
+            if let Some(nb) = legacy_shape(cx.node, cx.opset, a, b)? {
+                shapes[1] = Some(nb);
+            }
+        }
+        Ok(shapes)
+    }
+}
+
 impl Operator for Elementwise {
     fn infer(&self, cx: &OpCx) -> Result<Vec<TypeShape>> {
         let n = cx.node.inputs.len();
@@ -253,12 +305,7 @@ impl Operator for Elementwise {
             )));
         }
         let t = self.check_types(cx)?;
-        let mut shapes = Vec::new();
-        for i in 0..n {
-            if cx.has_input(i) {
-                shapes.push(cx.in_shape(i)?);
-            }
-        }
+        let shapes: Vec<Vec<usize>> = self.aligned_shapes(cx)?.into_iter().flatten().collect();
         let shape = broadcast_shapes(&shapes)
             .ok_or_else(|| cx.err(format!("input shapes {shapes:?} do not broadcast together")))?;
         if cx.node.op_type == "PRelu" && shape != shapes[0] {
@@ -285,17 +332,27 @@ impl Operator for Elementwise {
             Ok(o) => o.into_iter().next().unwrap(),
             Err(e) => return Some(Err(e)),
         };
-        let mut present = Vec::new();
+        let aligned = match self.aligned_shapes(cx) {
+            Ok(a) => a,
+            Err(e) => return Some(Err(e)),
+        };
+        // Operands as the expression sees them (legacy alignment applied).
+        let mut present: Vec<HostTensor> = Vec::new();
         let mut args = Vec::new();
-        for x in inputs {
+        for (i, x) in inputs.iter().enumerate() {
             match x {
                 Some(t) => {
+                    let t = match aligned.get(i).cloned().flatten() {
+                        Some(sh) if sh.as_slice() != t.shape() => t.reshape(&sh).ok()?,
+                        _ => (*t).clone(),
+                    };
                     args.push(Some(Expr::input(present.len())));
-                    present.push(*t);
+                    present.push(t);
                 }
                 None => args.push(None),
             }
         }
+        let present: Vec<&HostTensor> = present.iter().collect();
         let e = match build_expr(self, cx.node, cx.opset, args, false) {
             Ok(e) => e,
             Err(e) => return Some(Err(e)),
@@ -325,6 +382,12 @@ impl Operator for Elementwise {
         };
         let compute = cx.device_type(operand_t);
         let half = compute == DeviceType::F16;
+        let opcx = OpCx {
+            graph: cx.graph,
+            node,
+            opset: cx.opset,
+        };
+        let aligned = self.aligned_shapes(&opcx)?;
         let mut ins = Vec::new();
         let mut args = Vec::new();
         for (i, v) in node.inputs.iter().enumerate() {
@@ -335,7 +398,15 @@ impl Operator for Elementwise {
                     } else {
                         compute
                     };
-                    args.push(Some(cx.operand(*v, &mut ins, Some(want))?));
+                    let sh = aligned[i].clone().unwrap_or_default();
+                    if sh != cx.shape(*v)? {
+                        // Legacy alignment: the operand seen with trailing ones.
+                        let t = cx.tensor_as(*v, want)?;
+                        let t = cx.reshape(&t, &sh)?;
+                        args.push(Some(cx.operand_tensor(t, &mut ins)));
+                    } else {
+                        args.push(Some(cx.operand(*v, &mut ins, Some(want))?));
+                    }
                 }
                 None => args.push(None),
             }
