@@ -111,14 +111,18 @@ fn float16_and_float64_to_device() {
     assert_eq!(b, f16_bytes(&vals), "f16 -> f16 is a copy");
     let b = host_to_device(DType::F16, &f16_bytes(&vals), DeviceType::F32, "h").unwrap();
     assert_exact(&read_f32(&b), &vals, "f16 -> f32 is exact");
-    // float64 -> float32 rounds to nearest.
-    let d = [0.1, 1.0 + 2f64.powi(-30), 1e39, -1e-50, 16777217.0];
+    // float64 -> float32 rounds to nearest; infinities stay infinite.
+    let d = [0.1, 1.0 + 2f64.powi(-30), f64::INFINITY, -1e-50, 16777217.0];
     let b = host_to_device(DType::F64, &f64_bytes(&d), DeviceType::F32, "d").unwrap();
     assert_exact(
         &read_f32(&b),
         &[0.1f32 as f64, 1.0, f64::INFINITY, -0.0, 16777216.0],
         "f64 -> f32",
     );
+    // A finite float64 beyond float32's range is refused, naming the input.
+    let e = host_to_device(DType::F64, &f64_bytes(&[1.0, 1e39]), DeviceType::F32, "d").unwrap_err();
+    assert!(matches!(e, Error::InputMismatch { .. }), "{e:?}");
+    assert!(e.to_string().contains("'d' element 1"), "{e}");
     let b = host_to_device(
         DType::F64,
         &f64_bytes(&[0.1, -2.5, 1e6]),
