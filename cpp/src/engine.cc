@@ -70,14 +70,20 @@ class ThreadPool {
 #endif
   }
   void work() {
+    // Indices are taken in chunks: one shared counter bumped per tile would
+    // bounce its cache line between cores on every tile.
+    const size_t chunk = std::max<size_t>(1, n_ / (8 * size()));
     while (true) {
-      size_t i = next_.fetch_add(1, std::memory_order_relaxed);
-      if (i >= n_) break;
-      try {
-        (*fn_)(i);
-      } catch (...) {
-        std::lock_guard<std::mutex> l(err_mu_);
-        if (!error_) error_ = std::current_exception();
+      const size_t i0 = next_.fetch_add(chunk, std::memory_order_relaxed);
+      if (i0 >= n_) break;
+      const size_t i1 = std::min(n_, i0 + chunk);
+      for (size_t i = i0; i < i1; ++i) {
+        try {
+          (*fn_)(i);
+        } catch (...) {
+          std::lock_guard<std::mutex> l(err_mu_);
+          if (!error_) error_ = std::current_exception();
+        }
       }
     }
   }

@@ -96,48 +96,85 @@ void ConvVertex::compute(uint8_t* mem) const {
     w_f = wts.data();
     ldw = k;
   }
-  // Stride-1 convolutions with float partials: no im2col. Over a window
-  // padded with zeros to width wp, output position (r, wo) of tap (a, b)
-  // reads padded[ci][(r + a*dh) * wp + wo + b*dw], so each tap is one product
-  // of the weights' (a, b) slice with a shifted view of the padded window,
-  // accumulated over taps; columns wo >= out_w are computed and dropped.
-  if (s.sh == 1 && s.sw == 1 && partials_ == DType::kFloat32) {
-    const uint32_t wp = s.in_w + static_cast<uint32_t>(s.pad_left) + (s.kw - 1) * s.dw;  // left pad + halo
-    const uint32_t rows_p = s.rows + (s.kh - 1) * s.dh;
-    const uint32_t plane = rows_p * wp;
+  // Where acc holds output (co, r, wo): acc[co * acc_co + r * acc_row + wo].
+  size_t acc_co = p, acc_row = s.out_w;
+  // With float partials, no im2col: the padded input window is split into
+  // sh x sw phases (rows i*sh + ph, columns j*sw + pc of the padded window),
+  // so that tap (a, b) of output (r, wo) reads phase ((a*dh) % sh, (b*dw) % sw)
+  // at row r + (a*dh) / sh, column wo + (b*dw) / sw: a shifted view of one
+  // phase plane. Each tap is then one product of the weights' (a, b) slice
+  // with that view, accumulated over taps; columns wo >= out_w of each row are
+  // computed and dropped.
+  // (Few input channels make each tap's product too thin: im2col then.)
+  if (partials_ == DType::kFloat32 && (s.cin >= 8 || s.kh * s.kw == 1)) {
+    const uint32_t wq = s.out_w + (s.kw - 1) * s.dw / s.sw + 1;  // phase row width
+    const uint32_t rq = s.rows + (s.kh - 1) * s.dh / s.sh + 1;   // phase rows
+    const uint32_t plane = rq * wq;
+    const uint32_t phases = s.sh * s.sw;
     // Slack after the last plane: the products read whole panels past each row.
-    const size_t slack = static_cast<size_t>(s.kw) * s.dw + wp + 32;
-    thread_local std::vector<float> pad;
-    const int32_t first_row = static_cast<int32_t>(s.ho0) - s.pad_top;  // input row of padded row 0
-    // Without padding the window is already the padded plane (1x1 convolutions).
-    const bool in_place = wp == s.in_w && first_row == s.hi0 && rows_p == s.in_rows && in_dtype_ == DType::kFloat32 &&
-                          s.kw == 1 && s.kh == 1;
-    if (!in_place) pad.assign(static_cast<size_t>(s.cin) * plane + slack, 0.0f);
-    for (uint32_t ci = 0; ci < s.cin && !in_place; ++ci)
-      for (uint32_t r = 0; r < rows_p; ++r) {
-        const int32_t hi_row = first_row + static_cast<int32_t>(r);
-        if (hi_row < 0 || hi_row >= static_cast<int32_t>(s.in_h)) continue;
-        const int32_t local = hi_row - s.hi0;
-        NX_CHECK(local >= 0 && local < static_cast<int32_t>(s.in_rows), "conv window misses an input row");
-        std::memcpy(pad.data() + static_cast<size_t>(ci) * plane + static_cast<size_t>(r) * wp + s.pad_left,
-                    in_f + (static_cast<size_t>(ci) * s.in_rows + local) * s.in_w, s.in_w * sizeof(float));
-      }
-    const uint32_t n = s.rows * wp;
+    const size_t slack = static_cast<size_t>(wq) + 64;
+    thread_local std::vector<float> ph;
+    // Input row of padded row 0, and input column of padded column 0.
+    const int32_t first_row = static_cast<int32_t>(s.ho0 * s.sh) - s.pad_top;
+    const int32_t first_col = -s.pad_left;
+    // A 1x1 stride-1 window without padding is its own (only) phase plane.
+    const bool in_place = phases == 1 && s.kh == 1 && s.kw == 1 && first_row == s.hi0 && s.in_rows == s.rows &&
+                          s.out_w == s.in_w && first_col == 0 && in_dtype_ == DType::kFloat32;
+    const uint32_t in_plane = in_place ? s.in_rows * s.in_w : plane;
+    if (!in_place) {
+      ph.resize(static_cast<size_t>(phases) * s.cin * plane + slack);
+      for (uint32_t py = 0; py < s.sh; ++py)
+        for (uint32_t px = 0; px < s.sw; ++px)
+          for (uint32_t ci = 0; ci < s.cin; ++ci)
+            for (uint32_t i = 0; i < rq; ++i) {
+              float* row = ph.data() + ((static_cast<size_t>(py * s.sw + px) * s.cin + ci) * rq + i) * wq;
+              const int32_t hi_row = first_row + static_cast<int32_t>(i * s.sh + py);
+              if (hi_row < 0 || hi_row >= static_cast<int32_t>(s.in_h)) {
+                std::fill(row, row + wq, 0.0f);
+                continue;
+              }
+              const int32_t local = hi_row - s.hi0;
+              if (local < 0 || local >= static_cast<int32_t>(s.in_rows)) {
+                // Rows below the last output row's window: never read.
+                std::fill(row, row + wq, 0.0f);
+                continue;
+              }
+              const float* src = in_f + (static_cast<size_t>(ci) * s.in_rows + local) * s.in_w;
+              // Columns j with 0 <= first_col + j*sw + px < in_w.
+              const int32_t c0 = first_col + static_cast<int32_t>(px);
+              int32_t j_lo = c0 >= 0 ? 0 : (-c0 + static_cast<int32_t>(s.sw) - 1) / static_cast<int32_t>(s.sw);
+              int32_t j_hi = static_cast<int32_t>(s.in_w) - c0 <= 0
+                                 ? 0
+                                 : (static_cast<int32_t>(s.in_w) - c0 + static_cast<int32_t>(s.sw) - 1) /
+                                       static_cast<int32_t>(s.sw);
+              j_lo = std::min<int32_t>(j_lo, static_cast<int32_t>(wq));
+              j_hi = std::clamp<int32_t>(j_hi, j_lo, static_cast<int32_t>(wq));
+              std::fill(row, row + j_lo, 0.0f);
+              if (s.sw == 1) {
+                std::memcpy(row + j_lo, src + c0 + j_lo, static_cast<size_t>(j_hi - j_lo) * sizeof(float));
+              } else {
+                for (int32_t j = j_lo; j < j_hi; ++j) row[j] = src[c0 + j * static_cast<int32_t>(s.sw)];
+              }
+              std::fill(row + j_hi, row + wq, 0.0f);
+            }
+      std::fill(ph.end() - static_cast<std::ptrdiff_t>(slack), ph.end(), 0.0f);
+    }
+    const uint32_t row_w = in_place ? s.in_w : wq;
+    const uint32_t n = s.rows * row_w;
     acc.resize(static_cast<size_t>(s.cout) * n);
     const uint32_t khw = s.kh * s.kw;
     for (uint32_t a = 0; a < s.kh; ++a)
       for (uint32_t bb = 0; bb < s.kw; ++bb) {
         const uint32_t tap = a * s.kw + bb;
-        const float* base = in_place ? in_f : pad.data();
-        gemm_f32_strided(w_f + tap, ldw, khw, base + static_cast<size_t>(a) * s.dh * wp + bb * s.dw, plane, acc.data(),
-                         s.cout, n, s.cin, n, tap > 0, !in_place);
+        const uint32_t ra = a * s.dh, cb = bb * s.dw;
+        const float* base = in_place ? in_f
+                                     : ph.data() + static_cast<size_t>((ra % s.sh) * s.sw + cb % s.sw) * s.cin * plane +
+                                           static_cast<size_t>(ra / s.sh) * wq + cb / s.sw;
+        gemm_f32_strided(w_f + tap, ldw, khw, base, in_plane, acc.data(), s.cout, n, s.cin, n, tap > 0, !in_place);
       }
-    // Keep the valid columns: acc[co][r * wp + wo] -> [co][r * out_w + wo].
-    for (uint32_t co = 0; co < s.cout; ++co) {
-      float* row = acc.data() + static_cast<size_t>(co) * n;
-      float* dst = acc.data() + static_cast<size_t>(co) * p;
-      for (uint32_t r = 0; r < s.rows; ++r) std::memmove(dst + static_cast<size_t>(r) * s.out_w, row + static_cast<size_t>(r) * wp, s.out_w * sizeof(float));
-    }
+    // Valid columns are acc[co][r * row_w + wo], wo < out_w.
+    acc_co = n;
+    acc_row = row_w;
   } else {
   // im2col straight into the product's packed panels: B[k][p] with
   // k = (ci, a, b) and p = (r, wo); padding stays zero.
@@ -204,21 +241,25 @@ void ConvVertex::compute(uint8_t* mem) const {
     }
   }
   }
-  if (has_bias_) {
-    for (uint32_t co = 0; co < s.cout; ++co) {
-      const float bv = static_cast<float>(load_element(mem + bias_.byte_offset, bias_dtype_, co));
-      float* row = acc.data() + static_cast<size_t>(co) * p;
-      for (uint32_t i = 0; i < p; ++i) row[i] += bv;
-    }
-    if (out_dtype_ == DType::kFloat16 || partials_ == DType::kFloat16) round_half(acc.data(), acc.size());
-  }
+  // Store rows of out_w valid outputs (plus the bias), converting to the
+  // output type.
   uint8_t* out = mem + out_.byte_offset;
   const size_t es = dtype_size(out_dtype_);
+  thread_local std::vector<float> row_buf;
+  row_buf.resize(s.out_w);
   for (uint32_t co = 0; co < s.cout; ++co) {
-    const float* src = acc.data() + static_cast<size_t>(co) * p;
-    uint8_t* dst = out + static_cast<size_t>(co) * s.ld_out * es;
-    if (out_dtype_ == DType::kFloat32) std::memcpy(dst, src, static_cast<size_t>(p) * 4);
-    else float_to_half_n(src, reinterpret_cast<half_bits*>(dst), p);
+    const float bv = has_bias_ ? static_cast<float>(load_element(mem + bias_.byte_offset, bias_dtype_, co)) : 0.0f;
+    for (uint32_t r = 0; r < s.rows; ++r) {
+      const float* src = acc.data() + static_cast<size_t>(co) * acc_co + static_cast<size_t>(r) * acc_row;
+      uint8_t* dst = out + (static_cast<size_t>(co) * s.ld_out + static_cast<size_t>(r) * s.out_w) * es;
+      if (has_bias_) {
+        for (uint32_t i = 0; i < s.out_w; ++i) row_buf[i] = src[i] + bv;
+        if (partials_ == DType::kFloat16) round_half(row_buf.data(), s.out_w);
+        src = row_buf.data();
+      }
+      if (out_dtype_ == DType::kFloat32) std::memcpy(dst, src, static_cast<size_t>(s.out_w) * 4);
+      else float_to_half_n(src, reinterpret_cast<half_bits*>(dst), s.out_w);
+    }
   }
 }
 
