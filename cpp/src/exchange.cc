@@ -1,5 +1,7 @@
 #include "neurenix/exchange.h"
 
+#include <algorithm>
+
 #include "neurenix/error.h"
 
 namespace neurenix {
@@ -52,42 +54,61 @@ void copy_view(Graph& g, uint32_t ex, const View& src_in, const View& dst_in) {
   std::vector<uint64_t> idx(rank - 1, 0);
   int64_t srow = src.offset, drow = dst.offset;
   size_t shint = 0, dhint = 0;
-  bool open = false;
-  Copy cur{};
-  auto emit = [&](uint32_t st, uint64_t sl, int64_t stride, uint32_t dt, uint64_t dl, uint64_t count) {
-    if (open && st == cur.src_tile && dt == cur.dst_tile) {
-      if (cur.outer == 1 && dl == cur.dst_local + cur.count) {
-        // Continues the row.
-        const int64_t step = static_cast<int64_t>(sl) - static_cast<int64_t>(cur.src_local);
-        if (cur.count == 1 && (count == 1 || step == stride)) {
-          cur.src_stride = step;
-          cur.count += count;
-          return;
-        }
-        if ((count == 1 || stride == cur.src_stride) && step == cur.src_stride * static_cast<int64_t>(cur.count)) {
-          cur.count += count;
-          return;
-        }
+  // Runs are merged into the copy they extend: the same row continued, or
+  // another row of the same shape at a constant source and destination step
+  // (a 2-D copy). Several copies stay open at once, as consecutive runs often
+  // alternate between a few source tiles (rows of an image spread over
+  // tiles); the least recently extended one is closed when a new one opens.
+  constexpr size_t kOpen = 8;
+  std::vector<Copy> open;
+  open.reserve(kOpen);
+  auto extend = [&](Copy& cur, uint64_t sl, int64_t stride, uint64_t dl, uint64_t count) {
+    if (cur.outer == 1 && dl == cur.dst_local + cur.count) {
+      // Continues the row.
+      const int64_t step = static_cast<int64_t>(sl) - static_cast<int64_t>(cur.src_local);
+      if (cur.count == 1 && (count == 1 || step == stride)) {
+        cur.src_stride = step;
+        cur.count += count;
+        return true;
       }
-      // Starts another row of the same pattern.
-      const bool same_row = count == cur.count && (count == 1 || stride == cur.src_stride);
-      const int64_t ds = static_cast<int64_t>(dl) - static_cast<int64_t>(cur.dst_local);
-      const int64_t ss = static_cast<int64_t>(sl) - static_cast<int64_t>(cur.src_local);
-      if (same_row && cur.outer == 1 && ds >= static_cast<int64_t>(cur.count)) {
-        cur.outer = 2;
-        cur.src_outer = ss;
-        cur.dst_outer = ds;
-        return;
-      }
-      if (same_row && cur.outer > 1 && ds == cur.dst_outer * static_cast<int64_t>(cur.outer) &&
-          ss == cur.src_outer * static_cast<int64_t>(cur.outer)) {
-        cur.outer += 1;
-        return;
+      if ((count == 1 || stride == cur.src_stride) && step == cur.src_stride * static_cast<int64_t>(cur.count)) {
+        cur.count += count;
+        return true;
       }
     }
-    if (open) out.push_back(cur);
-    cur = Copy{src.var, st, sl, count == 1 ? 1 : stride, dst.var, dt, dl, count};
-    open = true;
+    // Starts another row of the same pattern.
+    const bool same_row = count == cur.count && (count == 1 || stride == cur.src_stride);
+    if (!same_row) return false;
+    const int64_t ds = static_cast<int64_t>(dl) - static_cast<int64_t>(cur.dst_local);
+    const int64_t ss = static_cast<int64_t>(sl) - static_cast<int64_t>(cur.src_local);
+    if (cur.outer == 1 && ds >= static_cast<int64_t>(cur.count)) {
+      cur.outer = 2;
+      cur.src_outer = ss;
+      cur.dst_outer = ds;
+      return true;
+    }
+    if (cur.outer > 1 && ds == cur.dst_outer * static_cast<int64_t>(cur.outer) &&
+        ss == cur.src_outer * static_cast<int64_t>(cur.outer)) {
+      cur.outer += 1;
+      return true;
+    }
+    return false;
+  };
+  auto emit = [&](uint32_t st, uint64_t sl, int64_t stride, uint32_t dt, uint64_t dl, uint64_t count) {
+    // Most recently extended last.
+    for (size_t i = open.size(); i-- > 0;) {
+      Copy& cur = open[i];
+      if (cur.src_tile != st || cur.dst_tile != dt) continue;
+      if (!extend(cur, sl, stride, dl, count)) continue;
+      if (i + 1 != open.size()) std::rotate(open.begin() + static_cast<std::ptrdiff_t>(i),
+                                            open.begin() + static_cast<std::ptrdiff_t>(i) + 1, open.end());
+      return;
+    }
+    if (open.size() == kOpen) {
+      out.push_back(open.front());
+      open.erase(open.begin());
+    }
+    open.push_back(Copy{src.var, st, sl, count == 1 ? 1 : stride, dst.var, dt, dl, count});
   };
   for (uint64_t r = 0; r < rows; ++r) {
     uint64_t i = 0;
@@ -122,7 +143,7 @@ void copy_view(Graph& g, uint32_t ex, const View& src_in, const View& dst_in) {
       idx[d] = 0;
     }
   }
-  if (open) out.push_back(cur);
+  out.insert(out.end(), open.begin(), open.end());
 }
 
 View broadcast_view(const Tensor& t, const Shape& shape) {

@@ -430,6 +430,38 @@ TEST(Exchange, ContiguousDataCoalescesIntoFewCopies) {
   }
 }
 
+// Rows of an image spread round-robin over a few tiles (as a convolution's
+// output is) and gathered into one tile: each source tile's rows become one
+// 2-D copy, even though consecutive rows come from different tiles.
+TEST(Exchange, InterleavedSourceRowsMergeIntoTwoDimensionalCopies) {
+  for (uint32_t sources : {2u, 3u, 4u, 8u}) {
+    Graph g(tiny(9), 1);
+    const uint64_t rows = 6 * sources, cols = 5;
+    Tensor x = g.add_variable("x", DType::kFloat32, {rows, cols}, VarKind::kInput, 0);
+    std::vector<TileInterval> ivs;
+    std::vector<uint64_t> next(sources, 0);
+    for (uint64_t r = 0; r < rows; ++r) {
+      const uint32_t t = static_cast<uint32_t>(r % sources);
+      ivs.push_back(TileInterval{r * cols, (r + 1) * cols, t, next[t]});
+      next[t] += cols;
+    }
+    g.set_mapping(x.var, ivs);
+    Tensor y = g.add_variable("y", DType::kFloat32, {rows, cols}, VarKind::kIntermediate, 0);
+    g.map_to_tile(y.var, 8);
+    uint32_t ex = g.add_exchange("e");
+    copy_view(g, ex, View::of(x), View::of(y));
+    const auto& copies = g.exchange(ex).copies;
+    ASSERT_EQ(copies.size(), sources) << sources << " source tiles";
+    for (const Copy& c : copies) {
+      EXPECT_EQ(c.count, cols);
+      EXPECT_EQ(c.outer, rows / sources);
+      EXPECT_EQ(c.src_outer, static_cast<int64_t>(cols));
+      EXPECT_EQ(c.dst_outer, static_cast<int64_t>(cols * sources));
+    }
+    check_copies(g, g.exchange(ex), x.var, y.var, [](uint64_t e) { return static_cast<int64_t>(e); });
+  }
+}
+
 TEST(Exchange, CopyViewChecksShapesAndTypes) {
   Graph g(tiny(2), 1);
   Tensor x = g.add_variable("x", DType::kFloat32, {4}, VarKind::kInput, 0);

@@ -124,39 +124,39 @@ void ConvVertex::compute(uint8_t* mem) const {
     if (!in_place) {
       ph.resize(static_cast<size_t>(phases) * s.cin * plane + slack);
       for (uint32_t py = 0; py < s.sh; ++py)
-        for (uint32_t px = 0; px < s.sw; ++px)
-          for (uint32_t ci = 0; ci < s.cin; ++ci)
-            for (uint32_t i = 0; i < rq; ++i) {
+        for (uint32_t px = 0; px < s.sw; ++px) {
+          // Columns j of this phase with 0 <= first_col + j*sw + px < in_w.
+          const int32_t sw = static_cast<int32_t>(s.sw), in_w = static_cast<int32_t>(s.in_w);
+          const int32_t c0 = first_col + static_cast<int32_t>(px);
+          int32_t j_lo = c0 >= 0 ? 0 : (-c0 + sw - 1) / sw;
+          int32_t j_hi = in_w - c0 <= 0 ? 0 : (in_w - c0 + sw - 1) / sw;
+          j_lo = std::min<int32_t>(j_lo, static_cast<int32_t>(wq));
+          j_hi = std::clamp<int32_t>(j_hi, j_lo, static_cast<int32_t>(wq));
+          const size_t run = static_cast<size_t>(j_hi - j_lo);
+          for (uint32_t i = 0; i < rq; ++i) {
+            // Input row of phase row i, local to the window; rows outside the
+            // image (padding) or past the window (never read) are zeros.
+            const int32_t hi_row = first_row + static_cast<int32_t>(i * s.sh + py);
+            const int32_t local = hi_row - s.hi0;
+            const bool zero = hi_row < 0 || hi_row >= static_cast<int32_t>(s.in_h) || local < 0 ||
+                              local >= static_cast<int32_t>(s.in_rows);
+            for (uint32_t ci = 0; ci < s.cin; ++ci) {
               float* row = ph.data() + ((static_cast<size_t>(py * s.sw + px) * s.cin + ci) * rq + i) * wq;
-              const int32_t hi_row = first_row + static_cast<int32_t>(i * s.sh + py);
-              if (hi_row < 0 || hi_row >= static_cast<int32_t>(s.in_h)) {
+              if (zero) {
                 std::fill(row, row + wq, 0.0f);
                 continue;
               }
-              const int32_t local = hi_row - s.hi0;
-              if (local < 0 || local >= static_cast<int32_t>(s.in_rows)) {
-                // Rows below the last output row's window: never read.
-                std::fill(row, row + wq, 0.0f);
-                continue;
-              }
-              const float* src = in_f + (static_cast<size_t>(ci) * s.in_rows + local) * s.in_w;
-              // Columns j with 0 <= first_col + j*sw + px < in_w.
-              const int32_t c0 = first_col + static_cast<int32_t>(px);
-              int32_t j_lo = c0 >= 0 ? 0 : (-c0 + static_cast<int32_t>(s.sw) - 1) / static_cast<int32_t>(s.sw);
-              int32_t j_hi = static_cast<int32_t>(s.in_w) - c0 <= 0
-                                 ? 0
-                                 : (static_cast<int32_t>(s.in_w) - c0 + static_cast<int32_t>(s.sw) - 1) /
-                                       static_cast<int32_t>(s.sw);
-              j_lo = std::min<int32_t>(j_lo, static_cast<int32_t>(wq));
-              j_hi = std::clamp<int32_t>(j_hi, j_lo, static_cast<int32_t>(wq));
+              const float* src = in_f + (static_cast<size_t>(ci) * s.in_rows + local) * s.in_w + c0;
               std::fill(row, row + j_lo, 0.0f);
               if (s.sw == 1) {
-                std::memcpy(row + j_lo, src + c0 + j_lo, static_cast<size_t>(j_hi - j_lo) * sizeof(float));
+                std::memcpy(row + j_lo, src + j_lo, run * sizeof(float));
               } else {
-                for (int32_t j = j_lo; j < j_hi; ++j) row[j] = src[c0 + j * static_cast<int32_t>(s.sw)];
+                for (int32_t j = j_lo; j < j_hi; ++j) row[j] = src[j * sw];
               }
               std::fill(row + j_hi, row + wq, 0.0f);
             }
+          }
+        }
       std::fill(ph.end() - static_cast<std::ptrdiff_t>(slack), ph.end(), 0.0f);
     }
     const uint32_t row_w = in_place ? s.in_w : wq;
