@@ -161,6 +161,18 @@ void ConvVertex::compute(uint8_t* mem) const {
     }
     const uint32_t row_w = in_place ? s.in_w : wq;
     const uint32_t n = s.rows * row_w;
+    if (in_place && out_dtype_ == DType::kFloat32) {
+      // Rows hold no dropped columns: the product goes straight to the output.
+      float* out = reinterpret_cast<float*>(mem + out_.byte_offset);
+      gemm_f32_strided(w_f, ldw, 1, in_f, in_plane, out, s.cout, n, s.cin, s.ld_out, false, false);
+      if (has_bias_)
+        for (uint32_t co = 0; co < s.cout; ++co) {
+          const float bv = static_cast<float>(load_element(mem + bias_.byte_offset, bias_dtype_, co));
+          float* o = out + static_cast<size_t>(co) * s.ld_out;
+          for (uint32_t i = 0; i < n; ++i) o[i] += bv;
+        }
+      return;
+    }
     acc.resize(static_cast<size_t>(s.cout) * n);
     const uint32_t khw = s.kh * s.kw;
     for (uint32_t a = 0; a < s.kh; ++a)
