@@ -1,17 +1,15 @@
 #!/usr/bin/env bash
-# Builds and installs neurenix IPU (Rust + C++ + Python) into the current
-# Python environment. With --test, also installs what the test suite needs
-# (CMake and GoogleTest from Debian, pytest/hypothesis/onnxruntime from PyPI).
+# Builds and installs neurenix IPU (Rust + C++ + Python) into the active
+# Python environment, or into .venv/ when none is active (see python-env.sh).
+# With --test, also installs what the test suite needs (CMake and GoogleTest
+# from Debian, pytest/hypothesis/onnxruntime from PyPI).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PYTHON=${PYTHON:-python3}
+source scripts/python-env.sh
 
 if [[ "${1:-}" == "--test" ]]; then
   if ! command -v cmake >/dev/null || [[ ! -e /usr/include/gtest/gtest.h ]]; then
-    SUDO=""
-    if [[ "$(id -u)" -ne 0 ]] && command -v sudo >/dev/null; then SUDO=sudo; fi
-    $SUDO apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq cmake libgtest-dev >/dev/null
+    _nx_apt_install cmake libgtest-dev
   fi
   "$PYTHON" -m pip install -q --disable-pip-version-check ".[test]"
 else

@@ -3,6 +3,7 @@
 # IPU and prints its outputs and reports.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PYTHON=${PYTHON:-python3}
+source scripts/python-env.sh
 scripts/install.sh
-exec "$PYTHON" examples/quickstart.py
+"$PYTHON" examples/quickstart.py
+nx_venv_hint

@@ -3,7 +3,7 @@
 # Rust (cargo test), C++ (GoogleTest via CMake/CTest) and Python (pytest).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PYTHON=${PYTHON:-python3}
+source scripts/python-env.sh
 JOBS=${JOBS:-$(nproc 2>/dev/null || echo 2)}
 
 scripts/install.sh --test
@@ -18,4 +18,5 @@ ctest --test-dir build/cpp --output-on-failure -j "$JOBS"
 
 echo "== pytest"
 # Run from outside the source tree so the installed package is the one tested.
-cd tests && "$PYTHON" -m pytest -q "$@"
+(cd tests && "$PYTHON" -m pytest -q "$@")
+nx_venv_hint
