@@ -188,7 +188,7 @@ def test_wrong_inputs_at_compile_time(good):
     model, _, x = good
     with GraphCoreManager(ipu_model=tiny()) as ipu:
         cases = [
-            (x.astype(np.float64), ["'x'", "float32", "float64"]),
+            (x.astype(np.int32), ["'x'", "float32", "int32"]),
             (x[:, :4], ["'x'", "dimension 1 is 4, not 5"]),
             (x[None], ["'x'", "rank 3"]),
             ({"y": x}, ["unknown input", "'y'", "'x'"]),
@@ -211,8 +211,8 @@ def test_wrong_inputs_at_execution_time(good):
     model, _, x = good
     with GraphCoreManager(ipu_model=tiny()) as ipu:
         compiled = ipu.compile_model(model, x)
-        with pytest.raises(InputMismatchError, match=r"'x' must be float32, got float64.*astype"):
-            ipu.execute_model(compiled, x.astype(np.float64))
+        with pytest.raises(InputMismatchError, match=r"'x' must be float32, got int32.*astype"):
+            ipu.execute_model(compiled, x.astype(np.int32))
         with pytest.raises(InputMismatchError, match=r"shape \[2, 5\] \(as compiled\), got \[3, 5\]"):
             ipu.execute_model(compiled, np.zeros((3, 5), np.float32))
         with pytest.raises(InputMismatchError, match="unknown input"):
@@ -252,6 +252,40 @@ def test_int64_inputs_outside_int32_are_refused():
             ipu.execute_model(compiled, np.array([1, 2**33, 3], np.int64))
         (y,) = ipu.execute_model(compiled, np.array([-5, 0, 5], np.int64))
         assert list(y) == [-10, 0, 10]
+
+
+def test_float64_data_for_float32_inputs_is_cast_within_range(good):
+    model, _, x = good
+    with GraphCoreManager(ipu_model=tiny()) as ipu:
+        # A float64 example compiles the model for its declared float32.
+        compiled = ipu.compile_model(model, x.astype(np.float64))
+        assert compiled.inputs[0].dtype == "float32"
+        (want,) = ipu.execute_model(compiled, x)
+        (got,) = ipu.execute_model(compiled, x.astype(np.float64))
+        np.testing.assert_array_equal(got, want)
+        # inf and nan are float32 values too; finite values beyond its range are not.
+        special = x.astype(np.float64)
+        special[0, 0], special[1, 1] = np.inf, np.nan
+        ipu.execute_model(compiled, special)
+        big = x.astype(np.float64)
+        big[1, 2] = 1e39
+        with pytest.raises(InputMismatchError, match=r"'x' is float64 and element 7 is 1e\+39, beyond float32's range") as e:
+            ipu.execute_model(compiled, big)
+        assert e.value.input_name == "x"
+        still_works(ipu, good)
+
+
+def test_int32_data_for_int64_inputs_is_widened():
+    model = make_model(
+        [helper.make_node("Add", ["a", "a"], ["y"])],
+        [helper.make_tensor_value_info("a", TensorProto.INT64, [3])],
+        [helper.make_tensor_value_info("y", TensorProto.INT64, [3])],
+    )
+    with GraphCoreManager(ipu_model=tiny()) as ipu:
+        compiled = ipu.compile_model(model, np.array([1, 2, 3], np.int32))
+        assert compiled.inputs[0].dtype == "int64"
+        (y,) = ipu.execute_model(compiled, np.array([-7, 0, 2**29], np.int32))
+        assert y.dtype == np.int64 and list(y) == [-14, 0, 2**30]
 
 
 # -- states -----------------------------------------------------------------------

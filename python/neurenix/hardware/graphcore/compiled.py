@@ -98,6 +98,32 @@ def arrange_inputs(
     return [_as_array(inputs, names[0], declared[0])]
 
 
+# Host arrays of these types are converted to the declared type on the way in,
+# as PopTorch converts doubles: (given, declared).
+_HOST_CASTS = {("float64", "float32"), ("int32", "int64")}
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+def conform_input(name: str, declared: Optional[str], a: np.ndarray) -> np.ndarray:
+    """``a`` in the declared element type when a lossless-enough host cast
+    exists (float64 -> float32, int32 -> int64); otherwise unchanged (the
+    caller reports the mismatch). Finite float64 values beyond float32's range
+    raise :class:`InputMismatchError`."""
+    if declared is None or (a.dtype.name, declared) not in _HOST_CASTS:
+        return a
+    if a.dtype == np.float64 and a.size:
+        finite = np.isfinite(a)
+        big = finite & (np.abs(np.where(finite, a, 0.0)) > _FLOAT32_MAX)
+        if big.any():
+            i = int(np.flatnonzero(big.ravel())[0])
+            raise InputMismatchError(
+                f"input '{name}' is float64 and element {i} is {float(a.ravel()[i])!r}, beyond float32's range "
+                f"(+-{_FLOAT32_MAX:.6g}) that the model declares; scale the data or declare the input float64",
+                name,
+            )
+    return a.astype(declared)
+
+
 def _looks_like_data(seq: Sequence[Any]) -> bool:
     """A list of numbers (one input given as nested lists), not a list of inputs."""
     return len(seq) > 0 and all(isinstance(x, (int, float, bool, list, tuple)) for x in seq) and not any(

@@ -9,7 +9,7 @@ from typing import Any, Dict, List, Optional
 import numpy as np
 
 from . import onnx_import
-from .compiled import CompiledModel, arrange_inputs
+from .compiled import CompiledModel, arrange_inputs, conform_input
 from .errors import (
     DeviceNotAttachedError,
     IncompatibleExecutableError,
@@ -241,6 +241,7 @@ class GraphCoreManager:
                 specs.append((n, d or "float32", list(dims)))
             return specs
         arrays = arrange_inputs(names, dtypes, example_inputs, "example_inputs")
+        arrays = [conform_input(n, d, a) for n, d, a in zip(names, dtypes, arrays)]
         return [(n, a.dtype.name, list(a.shape)) for n, a in zip(names, arrays)]
 
     def compile_model(self, model: Any, example_inputs: Any = None) -> CompiledModel:
@@ -299,6 +300,7 @@ class GraphCoreManager:
         arrays = arrange_inputs(names, [s.dtype for s in compiled.inputs], inputs, "inputs")
         raw = []
         for spec, a in zip(compiled.inputs, arrays):
+            a = conform_input(spec.name, spec.dtype, a)
             if a.dtype.name != spec.dtype:
                 raise InputMismatchError(
                     f"input '{spec.name}' must be {spec.dtype}, got {a.dtype.name}; convert it with "
