@@ -16,7 +16,7 @@ pub struct CompileOptions {
     /// temporaries, in (0, 1].
     pub memory_proportion: f64,
     /// Matmul/conv partial sums in half precision (fp16 inputs only).
-    pub half_partials: bool,
+    pub enable_half_partials: bool,
     pub num_ipus: u32,
 }
 
@@ -62,7 +62,7 @@ pub fn lower_model(
     let lopts = LowerOptions {
         precision: opts.precision,
         memory_proportion: opts.memory_proportion,
-        half_partials: opts.half_partials,
+        enable_half_partials: opts.enable_half_partials,
     };
     let g = &m.graph;
     let mut cx = LowerCx::new(backend, g, m.opset, &lopts, &node_ipu);

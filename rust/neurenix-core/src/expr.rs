@@ -481,7 +481,7 @@ pub fn eval_host(
         }
         CastI32 => match args.into_iter().next().unwrap() {
             Data::Float(a) => {
-                Data::Int(a.mapv(|v| crate::tensor::float_to_int(crate::dtype::DType::I32, v)))
+                Data::Int(a.mapv(|v| crate::tensor::float_to_int(crate::dtype::ElemType::I32, v)))
             }
             Data::Int(a) => Data::Int(a.mapv(|v| v as i32 as i64)),
             Data::Bool(a) => Data::Int(a.mapv(|v| v as i64)),

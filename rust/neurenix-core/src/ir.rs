@@ -8,7 +8,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use crate::dtype::DType;
+use crate::dtype::ElemType;
 use crate::error::{Error, Result};
 use crate::tensor::HostTensor;
 
@@ -37,7 +37,7 @@ pub enum Attr {
 #[derive(Debug, Clone)]
 pub struct Value {
     pub name: String,
-    pub dtype: Option<DType>,
+    pub dtype: Option<ElemType>,
     /// Declared shape (graph inputs/outputs) or inferred concrete shape.
     pub shape: Option<Vec<Dim>>,
     /// Set for initializers and values folded at compile time.
@@ -384,7 +384,7 @@ mod ir_unit_tests {
         assert_eq!(g.shape_of(v), None);
         g.set_constant(v, HostTensor::from_i64s(&[2, 1], vec![4, 5]));
         assert_eq!(g.shape_of(v), Some(vec![2, 1]));
-        assert_eq!(g.value(v).dtype, Some(DType::I64));
+        assert_eq!(g.value(v).dtype, Some(ElemType::I64));
         assert_eq!(g.constant(v).unwrap().to_i64_vec(), vec![4, 5]);
         let sym = Value {
             name: "s".into(),

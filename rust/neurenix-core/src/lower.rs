@@ -10,9 +10,9 @@
 use std::collections::HashMap;
 
 use crate::backend::{
-    Backend, ConvParams, MatMulParams, PoolParams, ReduceFinal, ReduceOp, TensorId,
+    Backend, ConvOptions, MatMulOptions, PoolOptions, ReduceFinal, ReduceOp, TensorId,
 };
-use crate::dtype::{DType, DeviceType};
+use crate::dtype::{DeviceType, ElemType};
 use crate::error::{Error, Result};
 use crate::expr::{Expr, ExprOp};
 use crate::ir::{Graph, Node, NodeId, ValueId};
@@ -29,8 +29,8 @@ pub enum Precision {
 impl Precision {
     pub fn parse(s: &str) -> Result<Precision> {
         match s {
-            "float32" | "fp32" => Ok(Precision::Float32),
-            "float16" | "fp16" | "half" => Ok(Precision::Float16),
+            "float32" => Ok(Precision::Float32),
+            "float16" => Ok(Precision::Float16),
             "mixed" => Ok(Precision::Mixed),
             _ => Err(Error::InvalidArgument(format!(
                 "unknown precision '{s}'; expected 'float32', 'float16' or 'mixed'"
@@ -60,7 +60,7 @@ pub enum PrecisionClass {
 pub struct LowerOptions {
     pub precision: Precision,
     pub memory_proportion: f64,
-    pub half_partials: bool,
+    pub enable_half_partials: bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -97,7 +97,7 @@ enum Slot {
 #[derive(Debug, Clone)]
 pub struct Binding {
     pub name: String,
-    pub dtype: DType,
+    pub dtype: ElemType,
     pub shape: Vec<usize>,
     pub device_dtype: DeviceType,
 }
@@ -191,7 +191,7 @@ impl<'a> LowerCx<'a> {
         self.current_float
     }
     /// Device type for a model type under this node's precision.
-    pub fn device_type(&self, dt: DType) -> DeviceType {
+    pub fn device_type(&self, dt: ElemType) -> DeviceType {
         if dt.is_float() {
             self.current_float
         } else {
@@ -216,7 +216,7 @@ impl<'a> LowerCx<'a> {
             ))
         })
     }
-    pub fn dtype(&self, v: ValueId) -> Result<DType> {
+    pub fn dtype(&self, v: ValueId) -> Result<ElemType> {
         self.graph.value(v).dtype.ok_or_else(|| {
             Error::Internal(format!(
                 "value '{}' has no inferred type",
@@ -491,13 +491,13 @@ impl<'a> LowerCx<'a> {
                 "matmul operands must be [G, M, K] and [G, K, N]".into(),
             ));
         }
-        let partials = if a.dtype == DeviceType::F16 && self.opts.half_partials {
+        let partials = if a.dtype == DeviceType::F16 && self.opts.enable_half_partials {
             DeviceType::F16
         } else {
             DeviceType::F32
         };
-        let p = MatMulParams {
-            available_memory_proportion: self.opts.memory_proportion,
+        let p = MatMulOptions {
+            memory_proportion: self.opts.memory_proportion,
             partials,
             out_dtype,
             ipu: self.current_ipu,
@@ -643,13 +643,13 @@ impl<'a> LowerCx<'a> {
         x: &DevTensor,
         w: &DevTensor,
         bias: Option<&DevTensor>,
-        mut p: ConvParams,
+        mut p: ConvOptions,
         out_shape: &[usize],
     ) -> Result<DevTensor> {
         p.ipu = self.current_ipu;
         p.name = self.name();
-        p.available_memory_proportion = self.opts.memory_proportion;
-        p.partials = if x.dtype == DeviceType::F16 && self.opts.half_partials {
+        p.memory_proportion = self.opts.memory_proportion;
+        p.partials = if x.dtype == DeviceType::F16 && self.opts.enable_half_partials {
             DeviceType::F16
         } else {
             DeviceType::F32
@@ -663,7 +663,7 @@ impl<'a> LowerCx<'a> {
         })
     }
 
-    pub fn pool(&mut self, x: &DevTensor, mut p: PoolParams) -> Result<DevTensor> {
+    pub fn pool(&mut self, x: &DevTensor, mut p: PoolOptions) -> Result<DevTensor> {
         p.ipu = self.current_ipu;
         p.name = self.name();
         let id = self.backend.pool(x.id, &p)?;

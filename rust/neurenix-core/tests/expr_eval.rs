@@ -5,7 +5,7 @@
 mod common;
 
 use common::*;
-use neurenix_core::dtype::DType;
+use neurenix_core::dtype::ElemType;
 use neurenix_core::expr::{erf, eval_host, gelu_erf, gelu_tanh, Expr, ExprOp, EXPR_OP_NAMES};
 use neurenix_core::tensor::{Data, HostTensor};
 
@@ -775,5 +775,5 @@ fn postfix_form_and_operand_remapping() {
         &[2],
     ));
     assert_close(&host, &v, 1e-7, "tree evaluation");
-    let _ = DType::F32;
+    let _ = ElemType::F32;
 }

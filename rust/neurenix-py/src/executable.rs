@@ -44,7 +44,7 @@ pub fn compile(
     let options = CompileOptions {
         precision: Precision::parse(precision).py()?,
         memory_proportion,
-        half_partials,
+        enable_half_partials: half_partials,
         num_ipus,
     };
     let m = &model.model;
@@ -126,7 +126,7 @@ impl PyExecutable {
         d.set_item("num_ipus", self.exe.num_ipus_used())?;
         d.set_item("precision", self.options.precision.name())?;
         d.set_item("memory_proportion", self.options.memory_proportion)?;
-        d.set_item("half_partials", self.options.half_partials)?;
+        d.set_item("half_partials", self.options.enable_half_partials)?;
         d.set_item("compile_seconds", self.compile_seconds)?;
         let st = &self.lowered.stats;
         let passes = PyDict::new(py);

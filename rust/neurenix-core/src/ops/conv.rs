@@ -1,7 +1,7 @@
 //! Conv (1-D and 2-D, groups incl. depthwise, strides, dilations, explicit
 //! pads and auto_pad) and the window arithmetic it shares with pooling.
 
-use crate::backend::ConvParams;
+use crate::backend::ConvOptions;
 use crate::dtype::DeviceType;
 use crate::error::Result;
 use crate::ir::Node;
@@ -244,13 +244,13 @@ impl Operator for Conv {
             None => None,
         };
         let (kernel, strides, dilations, pads, out_hw) = win.hw();
-        let p = ConvParams {
+        let p = ConvOptions {
             groups: group as u32,
             kernel,
             strides,
             dilations,
             pads,
-            available_memory_proportion: 0.0,
+            memory_proportion: 0.0,
             partials: DeviceType::F32,
             out_dtype: ft,
             ipu: 0,

@@ -5,7 +5,7 @@
 //! expression is evaluated on the host when folding constants and fused into
 //! the device's map vertices when lowering.
 
-use crate::dtype::{DType, DeviceType};
+use crate::dtype::{DeviceType, ElemType};
 use crate::error::Result;
 use crate::expr::{eval_host, Expr, ExprOp};
 use crate::ir::Node;
@@ -206,7 +206,7 @@ fn clip(n: &Node, opset: i64, a: Vec<Option<Expr>>, half: bool) -> Result<Expr> 
 impl Elementwise {
     /// Type every input is computed in (as a model type): the first
     /// non-condition operand's.
-    fn operand_type(&self, cx: &OpCx) -> Result<DType> {
+    fn operand_type(&self, cx: &OpCx) -> Result<ElemType> {
         if cx.node.op_type == "Where" {
             cx.in_dtype(1)
         } else {
@@ -214,12 +214,12 @@ impl Elementwise {
         }
     }
 
-    fn check_types(&self, cx: &OpCx) -> Result<DType> {
+    fn check_types(&self, cx: &OpCx) -> Result<ElemType> {
         let t = self.operand_type(cx)?;
         let ok = match self.ty {
             Ty::Float => t.is_float(),
             Ty::Numeric => t.is_float() || t.is_int(),
-            Ty::Bool => t == DType::Bool,
+            Ty::Bool => t == ElemType::Bool,
             Ty::Any => true,
         };
         if !ok {
@@ -232,7 +232,7 @@ impl Elementwise {
             }
             let ti = cx.in_dtype(i)?;
             let exempt = (op == "Pow" && i == 1) || (op == "Where" && i == 0);
-            if op == "Where" && i == 0 && ti != DType::Bool {
+            if op == "Where" && i == 0 && ti != ElemType::Bool {
                 return Err(cx.err(format!("condition must be bool, got {ti}")));
             }
             if !exempt && ti != t {
@@ -320,7 +320,7 @@ impl Operator for Elementwise {
             ));
         }
         let dtype = if self.out == Out::Bool {
-            DType::Bool
+            ElemType::Bool
         } else {
             t
         };
@@ -426,12 +426,12 @@ impl Operator for Elementwise {
 struct Cast;
 
 impl Cast {
-    fn target(cx: &OpCx) -> Result<DType> {
+    fn target(cx: &OpCx) -> Result<ElemType> {
         if cx.node.op_type == "CastLike" {
             return cx.in_dtype(1);
         }
         let to = cx.node.attr_i("to", -1)?;
-        DType::from_onnx(to as i32)
+        ElemType::from_onnx(to as i32)
             .ok_or_else(|| cx.unsupported_form(&format!("cast to element type {to}")))
     }
 }
@@ -455,16 +455,16 @@ impl Operator for Cast {
         let mut ins = Vec::new();
         let mut e = cx.operand(node.input(0).unwrap(), &mut ins, None)?;
         // A cast to half rounds even when the policy keeps floats in float32.
-        if to == DType::F16 && dev != DeviceType::F16 {
+        if to == ElemType::F16 && dev != DeviceType::F16 {
             e = cast_expr(e, DeviceType::F16);
         }
         // Integer types narrower than int32 live in int32 on the device: floats
         // saturate into their range, integers wrap (two's complement).
         let narrow = match to {
-            DType::I8 => Some((-128.0, 127.0)),
-            DType::U8 => Some((0.0, 255.0)),
-            DType::I16 => Some((-32768.0, 32767.0)),
-            DType::U16 => Some((0.0, 65535.0)),
+            ElemType::I8 => Some((-128.0, 127.0)),
+            ElemType::U8 => Some((0.0, 255.0)),
+            ElemType::I16 => Some((-32768.0, 32767.0)),
+            ElemType::U16 => Some((0.0, 65535.0)),
             _ => None,
         };
         if let Some((lo, hi)) = narrow {

@@ -2,7 +2,7 @@
 
 use ndarray::{ArrayD, IxDyn};
 
-use crate::dtype::DType;
+use crate::dtype::ElemType;
 use crate::error::Result;
 use crate::expr::{Expr, ExprOp};
 use crate::ir::Node;
@@ -69,7 +69,7 @@ fn matmul_shapes(cx: &OpCx, a: &[usize], b: &[usize]) -> Result<MatMulShapes> {
     })
 }
 
-fn host_matmul(a: &HostTensor, b: &HostTensor, s: &MatMulShapes, dtype: DType) -> HostTensor {
+fn host_matmul(a: &HostTensor, b: &HostTensor, s: &MatMulShapes, dtype: ElemType) -> HostTensor {
     let g: usize = s.batch.iter().product();
     let mut full_a = s.batch.clone();
     full_a.extend([s.m, s.k]);
@@ -270,7 +270,7 @@ impl Operator for Gemm {
             out: vec![m, n],
         };
         let dt = a.dtype;
-        let ab = host_matmul(&a, &b, &s, DType::F64).as_float();
+        let ab = host_matmul(&a, &b, &s, ElemType::F64).as_float();
         let alpha = cx.node.attr_f("alpha", 1.0).ok()? as f64;
         let beta = cx.node.attr_f("beta", 1.0).ok()? as f64;
         let mut y = ab.mapv(|v| crate::tensor::round_float(dt, v) * alpha);

@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
 
-use crate::dtype::DType;
+use crate::dtype::ElemType;
 use crate::error::{Error, Result};
 use crate::ir::{Graph, Node, ValueId};
 use crate::lower::{LowerCx, PrecisionClass};
@@ -27,12 +27,12 @@ pub mod softmax;
 /// Type and shape of one output.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TypeShape {
-    pub dtype: DType,
+    pub dtype: ElemType,
     pub shape: Vec<usize>,
 }
 
 impl TypeShape {
-    pub fn new(dtype: DType, shape: Vec<usize>) -> TypeShape {
+    pub fn new(dtype: ElemType, shape: Vec<usize>) -> TypeShape {
         TypeShape { dtype, shape }
     }
 }
@@ -65,7 +65,7 @@ impl<'a> OpCx<'a> {
             ))
         })
     }
-    pub fn in_dtype(&self, i: usize) -> Result<DType> {
+    pub fn in_dtype(&self, i: usize) -> Result<ElemType> {
         let v = self.input(i)?;
         self.graph.value(v).dtype.ok_or_else(|| {
             self.err(format!(
@@ -108,7 +108,7 @@ impl<'a> OpCx<'a> {
         )
     }
     /// Requires `n` inputs of the same type; returns it.
-    pub fn same_dtype(&self, idx: &[usize]) -> Result<DType> {
+    pub fn same_dtype(&self, idx: &[usize]) -> Result<ElemType> {
         let d0 = self.in_dtype(idx[0])?;
         for &i in &idx[1..] {
             if self.has_input(i) && self.in_dtype(i)? != d0 {

@@ -8,7 +8,7 @@
 use ndarray::{ArrayD, IxDyn};
 
 use crate::backend::{ReduceFinal, ReduceOp};
-use crate::dtype::DType;
+use crate::dtype::ElemType;
 use crate::error::Result;
 use crate::expr::{Expr, ExprOp};
 use crate::ir::Node;
@@ -86,11 +86,11 @@ impl Operator for BatchNorm {
         let e = if let [Some(s), Some(b), Some(m), Some(var)] = consts[..] {
             let (a, sh) = batchnorm_affine(s, b, m, var, eps);
             let ah = HostTensor::float(
-                DType::F32,
+                ElemType::F32,
                 ArrayD::from_shape_vec(IxDyn(&bshape), a).unwrap(),
             );
             let bh = HostTensor::float(
-                DType::F32,
+                ElemType::F32,
                 ArrayD::from_shape_vec(IxDyn(&bshape), sh).unwrap(),
             );
             let name = node.name.clone();
@@ -216,7 +216,7 @@ impl Operator for LayerNorm {
         let mut stat = x[..axis].to_vec();
         stat.extend(std::iter::repeat_n(1, x.len() - axis));
         let stash = if cx.node.attr_i("stash_type", 1)? == 1 {
-            DType::F32
+            ElemType::F32
         } else {
             t
         };

@@ -2,7 +2,7 @@
 //! GlobalAveragePool, GlobalMaxPool, and LRN (a sum over a window of
 //! channels, which is an average pool along the channel axis).
 
-use crate::backend::{PoolMode, PoolParams, ReduceFinal, ReduceOp};
+use crate::backend::{PoolMode, PoolOptions, ReduceFinal, ReduceOp};
 use crate::error::Result;
 use crate::expr::{Expr, ExprOp};
 use crate::ir::Node;
@@ -67,7 +67,7 @@ impl Operator for Pool {
         } else {
             PoolMode::Average
         };
-        let p = PoolParams {
+        let p = PoolOptions {
             mode,
             kernel,
             strides,
@@ -179,7 +179,7 @@ impl Operator for Lrn {
         let planes = cx.reshape(&sq, &[shape[0], shape[1], rest])?;
         let before = (size - 1) / 2;
         let after = size - 1 - before;
-        let p = PoolParams {
+        let p = PoolOptions {
             mode: PoolMode::AverageIncludePad,
             kernel: [size as u32, 1],
             strides: [1, 1],

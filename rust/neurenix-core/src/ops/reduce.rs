@@ -16,7 +16,7 @@
 use ndarray::{ArrayD, IxDyn};
 
 use crate::backend::{ReduceFinal, ReduceOp};
-use crate::dtype::{DType, DeviceType};
+use crate::dtype::{DeviceType, ElemType};
 use crate::error::Result;
 use crate::expr::{Expr, ExprOp};
 use crate::ir::Node;
@@ -151,11 +151,11 @@ impl Reduce {
         Ok(Plan { axes, out_shape })
     }
 
-    fn check_type(&self, cx: &OpCx) -> Result<DType> {
+    fn check_type(&self, cx: &OpCx) -> Result<ElemType> {
         let t = cx.in_dtype(0)?;
         let ok = t.is_float()
             || t.is_int()
-            || (t == DType::Bool && matches!(self.kind, Kind::Max | Kind::Min));
+            || (t == ElemType::Bool && matches!(self.kind, Kind::Max | Kind::Min));
         if !ok {
             return Err(cx.err(format!("does not accept {t} inputs")));
         }
@@ -205,7 +205,7 @@ impl Reduce {
                 .iter()
                 .fold(0i64, |a, &x| a.wrapping_add(x.wrapping_abs())),
             Kind::L2 | Kind::LogSum | Kind::LogSumExp => {
-                crate::tensor::float_to_int(DType::I64, self.row_float(&f()))
+                crate::tensor::float_to_int(ElemType::I64, self.row_float(&f()))
             }
         }
     }
@@ -228,7 +228,7 @@ impl Reduce {
             let out: Vec<i64> = (0..rows)
                 .map(|r| self.row_int(&v[r * len..(r + 1) * len]))
                 .collect();
-            if x.dtype == DType::Bool {
+            if x.dtype == ElemType::Bool {
                 HostTensor::boolean(
                     ArrayD::from_shape_vec(sh, out.into_iter().map(|b| b != 0).collect()).unwrap(),
                 )
@@ -498,7 +498,7 @@ impl Operator for ArgReduce {
         let s = cx.in_shape(0)?;
         let (axis, keep, _) = ArgReduce::params(cx, &s)?;
         Ok(vec![TypeShape::new(
-            DType::I64,
+            ElemType::I64,
             reduced_shape(&s, &[axis], keep),
         )])
     }
@@ -699,7 +699,7 @@ mod tests {
         let g = fold(
             "ReduceSum",
             13,
-            vec![In::C(x.clone()), In::Var(DType::I64, vec![1])],
+            vec![In::C(x.clone()), In::Var(ElemType::I64, vec![1])],
             1,
             &[],
         )
@@ -767,7 +767,7 @@ mod tests {
     fn integers_and_empty_sets() {
         let x = In::C(i64s(&[2, 2], &[1, 2, -3, 4]));
         let m = red("ReduceMean", 13, vec![x], &[("axes", ints(&[1]))]);
-        assert_eq!((m.dtype, m.to_i64_vec()), (DType::I64, vec![1, 0]));
+        assert_eq!((m.dtype, m.to_i64_vec()), (ElemType::I64, vec![1, 0]));
         let s = red(
             "ReduceSumSquare",
             13,
@@ -797,7 +797,7 @@ mod tests {
         let a = red("ArgMax", 13, vec![x()], &[("axis", Attr::Int(1))]);
         assert_eq!(
             (a.dtype, a.shape(), a.to_i64_vec()),
-            (DType::I64, &[2usize, 1][..], vec![1, 0])
+            (ElemType::I64, &[2usize, 1][..], vec![1, 0])
         );
         let a = red(
             "ArgMax",

@@ -6,7 +6,7 @@
 
 use ndarray::IxDyn;
 
-use crate::dtype::DType;
+use crate::dtype::ElemType;
 use crate::error::Result;
 use crate::ir::{Attr, Node};
 use crate::lower::LowerCx;
@@ -54,7 +54,7 @@ impl<R: Relabel> Operator for Alias<R> {
         let s = self.0.out_shape(cx, &cx.in_shape(0)?)?;
         let mut out = vec![TypeShape::new(cx.in_dtype(0)?, s.clone())];
         if cx.node.op_type == "Dropout" && cx.node.outputs.len() > 1 {
-            out.push(TypeShape::new(DType::Bool, s));
+            out.push(TypeShape::new(ElemType::Bool, s));
         }
         Ok(out)
     }
@@ -66,7 +66,7 @@ impl<R: Relabel> Operator for Alias<R> {
         };
         let mut out = vec![x.reshape(&shape).ok()?];
         if cx.node.op_type == "Dropout" && cx.node.outputs.len() > 1 {
-            out.push(HostTensor::full(DType::Bool, &shape, 1.0));
+            out.push(HostTensor::full(ElemType::Bool, &shape, 1.0));
         }
         Some(Ok(out))
     }
@@ -293,7 +293,7 @@ impl Constant {
             return Ok(t.clone());
         }
         if let Some(Attr::Float(f)) = n.attr("value_float") {
-            return Ok(HostTensor::full(DType::F32, &[], *f as f64));
+            return Ok(HostTensor::full(ElemType::F32, &[], *f as f64));
         }
         if let Some(Attr::Int(i)) = n.attr("value_int") {
             return Ok(HostTensor::from_i64s(&[], vec![*i]));
@@ -366,7 +366,7 @@ impl ShapeOf {
 impl Operator for ShapeOf {
     fn infer(&self, cx: &OpCx) -> Result<Vec<TypeShape>> {
         let v = self.value(cx)?;
-        Ok(vec![TypeShape::new(DType::I64, v.shape().to_vec())])
+        Ok(vec![TypeShape::new(ElemType::I64, v.shape().to_vec())])
     }
     fn eval(&self, cx: &OpCx, _inputs: &[Option<&HostTensor>]) -> Option<Result<Vec<HostTensor>>> {
         Some(self.value(cx).map(|v| vec![v]))

@@ -18,7 +18,7 @@
 
 use ndarray::{ArrayD, Axis, Dimension, IxDyn};
 
-use crate::dtype::{DType, DeviceType};
+use crate::dtype::{DeviceType, ElemType};
 use crate::error::{Error, Result};
 use crate::ir::{Attr, Node};
 use crate::lower::{row_major_strides, DevTensor, LowerCx};
@@ -227,7 +227,7 @@ pub(crate) fn fill_tensor(
 ) -> Result<DevTensor> {
     if numel(shape) == 0 {
         let name = format!("{}/empty", cx.node().name);
-        return cx.host_constant(&HostTensor::full(dt.as_dtype(), shape, 0.0), dt, &name);
+        return cx.host_constant(&HostTensor::full(dt.as_elem_type(), shape, 0.0), dt, &name);
     }
     cx.fill(dt, shape, value)
 }
@@ -895,7 +895,7 @@ impl ConstantOfShape {
     /// The one-element fill value (float32 0 by default) and the shape.
     fn parts(cx: &OpCx) -> Result<(HostTensor, Vec<usize>)> {
         let value = match cx.node.attr("value") {
-            None => HostTensor::full(DType::F32, &[], 0.0),
+            None => HostTensor::full(ElemType::F32, &[], 0.0),
             Some(Attr::Tensor(t)) if t.numel() == 1 => t.reshape(&[])?,
             Some(other) => {
                 return Err(cx.err(format!(
@@ -1058,7 +1058,7 @@ impl Operator for Gather {
     fn infer(&self, cx: &OpCx) -> Result<Vec<TypeShape>> {
         let s = cx.in_shape(0)?;
         let it = cx.in_dtype(1)?;
-        if !matches!(it, DType::I32 | DType::I64) {
+        if !matches!(it, ElemType::I32 | ElemType::I64) {
             return Err(cx.err(format!("indices must be int32 or int64, got {it}")));
         }
         let axis = Gather::axis(cx, s.len())?;
@@ -1304,7 +1304,7 @@ pub(crate) mod tests {
 
     pub(crate) fn f32s(shape: &[usize], v: &[f64]) -> HostTensor {
         HostTensor::float(
-            DType::F32,
+            ElemType::F32,
             ArrayD::from_shape_vec(IxDyn(shape), v.to_vec()).unwrap(),
         )
     }
@@ -1325,7 +1325,7 @@ pub(crate) mod tests {
     /// type and shape, or an omitted optional input.
     pub(crate) enum In {
         C(HostTensor),
-        Var(DType, Vec<usize>),
+        Var(ElemType, Vec<usize>),
         Absent,
     }
 
@@ -1519,7 +1519,7 @@ pub(crate) mod tests {
             13,
             vec![
                 In::C(arange(&[4])),
-                In::Var(DType::I64, vec![1]),
+                In::Var(ElemType::I64, vec![1]),
                 In::C(i64s(&[1], &[3])),
             ],
             1,
@@ -1547,7 +1547,7 @@ pub(crate) mod tests {
             vec![In::C(i64s(&[2], &[1, 2])), In::C(i64s(&[1], &[-1]))],
             &[("axis", Attr::Int(0))],
         );
-        assert_eq!((s.dtype, s.to_i64_vec()), (DType::I64, vec![1, 2, -1]));
+        assert_eq!((s.dtype, s.to_i64_vec()), (ElemType::I64, vec![1, 2, -1]));
         assert!(fold(
             "Concat",
             13,
@@ -1657,7 +1657,7 @@ pub(crate) mod tests {
         let z = one("ConstantOfShape", 9, vec![In::C(i64s(&[2], &[2, 3]))], &[]);
         assert_eq!(
             (z.dtype, z.shape(), z.to_f64_vec()),
-            (DType::F32, &[2usize, 3][..], vec![0.0; 6])
+            (ElemType::F32, &[2usize, 3][..], vec![0.0; 6])
         );
         let v = one(
             "ConstantOfShape",
@@ -1665,7 +1665,7 @@ pub(crate) mod tests {
             vec![In::C(i64s(&[1], &[3]))],
             &[("value", Attr::Tensor(i64s(&[1], &[7])))],
         );
-        assert_eq!((v.dtype, v.to_i64_vec()), (DType::I64, vec![7, 7, 7]));
+        assert_eq!((v.dtype, v.to_i64_vec()), (ElemType::I64, vec![7, 7, 7]));
         let s = one(
             "ConstantOfShape",
             9,
@@ -1681,12 +1681,12 @@ pub(crate) mod tests {
         assert_eq!(r.numel(), 0);
         let si = |v: i64| In::C(i64s(&[], &[v]));
         let r = one("Range", 11, vec![si(10), si(4), si(-3)], &[]);
-        assert_eq!((r.dtype, r.to_i64_vec()), (DType::I64, vec![10, 7]));
+        assert_eq!((r.dtype, r.to_i64_vec()), (ElemType::I64, vec![10, 7]));
         assert!(fold("Range", 11, vec![si(0), si(3), si(0)], 1, &[]).is_err());
         let e = fold(
             "Range",
             11,
-            vec![si(0), In::Var(DType::I64, vec![]), si(1)],
+            vec![si(0), In::Var(ElemType::I64, vec![]), si(1)],
             1,
             &[],
         )
@@ -1732,7 +1732,7 @@ pub(crate) mod tests {
         );
         assert_eq!(
             (y.dtype, y.shape(), y.to_i64_vec()),
-            (DType::I64, &[][..], vec![8])
+            (ElemType::I64, &[][..], vec![8])
         );
     }
 
@@ -1743,7 +1743,7 @@ pub(crate) mod tests {
         gr.set_constant(x, arange(&[3, 4]));
         let i = gr.add_value(Value {
             name: "i".into(),
-            dtype: Some(DType::I64),
+            dtype: Some(ElemType::I64),
             shape: Some(vec![Dim::Fixed(5)]),
             constant: None,
         });
@@ -1764,7 +1764,7 @@ pub(crate) mod tests {
         let op = lookup(&node, 13).unwrap();
         assert_eq!(
             op.infer(&cx).unwrap(),
-            vec![TypeShape::new(DType::F32, vec![5, 4])]
+            vec![TypeShape::new(ElemType::F32, vec![5, 4])]
         );
         assert!(op.eval(&cx, &[gr.constant(x), None]).is_none());
     }
@@ -1843,7 +1843,7 @@ pub(crate) mod tests {
         let mut g = Graph::default();
         let x = g.add_value(Value {
             name: "x".into(),
-            dtype: Some(DType::F32),
+            dtype: Some(ElemType::F32),
             shape: Some(vec![Dim::Fixed(2), Dim::Fixed(3), Dim::Fixed(4)]),
             constant: None,
         });

@@ -18,9 +18,9 @@
 use std::collections::{BTreeMap, HashMap};
 
 use half::f16;
-use neurenix_core::backend::{Backend, MatMulParams, ReduceFinal, ReduceOp, TensorId};
+use neurenix_core::backend::{Backend, MatMulOptions, ReduceFinal, ReduceOp, TensorId};
 use neurenix_core::compile::{lower_model, CompileOptions, Lowered};
-use neurenix_core::dtype::{DType, DeviceType};
+use neurenix_core::dtype::{DeviceType, ElemType};
 use neurenix_core::error::{Error, Result};
 use neurenix_core::expr::{ExprInstr, ExprOp};
 use neurenix_core::ir::{Attr, Dim, Graph, Model, Node, Value, ValueId};
@@ -175,7 +175,7 @@ pub fn assert_rel(got: &[f64], want: &[f64], rel: f64, what: &str) {
 // ---------------------------------------------------------------------------
 // Host tensors.
 
-pub fn tfloat(dtype: DType, shape: &[usize], v: &[f64]) -> HostTensor {
+pub fn tfloat(dtype: ElemType, shape: &[usize], v: &[f64]) -> HostTensor {
     assert_eq!(numel(shape), v.len(), "tensor data does not fill its shape");
     HostTensor::float(
         dtype,
@@ -183,15 +183,15 @@ pub fn tfloat(dtype: DType, shape: &[usize], v: &[f64]) -> HostTensor {
     )
 }
 pub fn tf32(shape: &[usize], v: &[f64]) -> HostTensor {
-    tfloat(DType::F32, shape, v)
+    tfloat(ElemType::F32, shape, v)
 }
 pub fn tf16(shape: &[usize], v: &[f64]) -> HostTensor {
-    tfloat(DType::F16, shape, v)
+    tfloat(ElemType::F16, shape, v)
 }
 pub fn tf64(shape: &[usize], v: &[f64]) -> HostTensor {
-    tfloat(DType::F64, shape, v)
+    tfloat(ElemType::F64, shape, v)
 }
-pub fn tint(dtype: DType, shape: &[usize], v: &[i64]) -> HostTensor {
+pub fn tint(dtype: ElemType, shape: &[usize], v: &[i64]) -> HostTensor {
     assert_eq!(numel(shape), v.len(), "tensor data does not fill its shape");
     HostTensor::int(
         dtype,
@@ -199,10 +199,10 @@ pub fn tint(dtype: DType, shape: &[usize], v: &[i64]) -> HostTensor {
     )
 }
 pub fn ti64(shape: &[usize], v: &[i64]) -> HostTensor {
-    tint(DType::I64, shape, v)
+    tint(ElemType::I64, shape, v)
 }
 pub fn ti32(shape: &[usize], v: &[i64]) -> HostTensor {
-    tint(DType::I32, shape, v)
+    tint(ElemType::I32, shape, v)
 }
 pub fn tbool(shape: &[usize], v: &[bool]) -> HostTensor {
     assert_eq!(numel(shape), v.len(), "tensor data does not fill its shape");
@@ -232,7 +232,7 @@ impl ModelBuilder {
         }
     }
     /// A declared graph input.
-    pub fn input(&mut self, name: &str, dtype: DType, dims: Vec<Dim>) -> ValueId {
+    pub fn input(&mut self, name: &str, dtype: ElemType, dims: Vec<Dim>) -> ValueId {
         let id = self.g.add_value(Value {
             name: name.into(),
             dtype: Some(dtype),
@@ -242,7 +242,7 @@ impl ModelBuilder {
         self.g.inputs.push(id);
         id
     }
-    pub fn input_fixed(&mut self, name: &str, dtype: DType, shape: &[usize]) -> ValueId {
+    pub fn input_fixed(&mut self, name: &str, dtype: ElemType, shape: &[usize]) -> ValueId {
         self.input(name, dtype, fixed(shape))
     }
     /// An initializer.
@@ -496,7 +496,7 @@ pub enum Detail {
         fin: ReduceFinal,
         scale: f64,
     },
-    MatMul(MatMulParams),
+    MatMul(MatMulOptions),
     Rearrange {
         offset: i64,
         strides: Vec<i64>,
@@ -1185,7 +1185,7 @@ impl Backend for TestBackend {
         ))
     }
 
-    fn matmul(&mut self, a: TensorId, b: TensorId, p: &MatMulParams) -> Result<TensorId> {
+    fn matmul(&mut self, a: TensorId, b: TensorId, p: &MatMulOptions) -> Result<TensorId> {
         let ta = self.on_ipu(a, p.ipu, &p.name)?.clone();
         let tb = self.on_ipu(b, p.ipu, &p.name)?.clone();
         if ta.shape.len() != 3 || tb.shape.len() != 3 {
@@ -1206,11 +1206,8 @@ impl Backend for TestBackend {
                 ta.dtype, tb.dtype, p.out_dtype
             ));
         }
-        if !(p.available_memory_proportion > 0.0 && p.available_memory_proportion <= 1.0) {
-            return fail(format!(
-                "memory proportion {}",
-                p.available_memory_proportion
-            ));
+        if !(p.memory_proportion > 0.0 && p.memory_proportion <= 1.0) {
+            return fail(format!("memory proportion {}", p.memory_proportion));
         }
         let mut out = vec![0.0; g * m * n];
         for gi in 0..g {
@@ -1519,12 +1516,12 @@ impl Backend for TestBackend {
 
 pub struct Feed {
     pub name: String,
-    pub dtype: DType,
+    pub dtype: ElemType,
     pub shape: Vec<usize>,
     pub data: Vec<f64>,
 }
 
-pub fn feed(name: &str, dtype: DType, shape: &[usize], data: Vec<f64>) -> Feed {
+pub fn feed(name: &str, dtype: ElemType, shape: &[usize], data: Vec<f64>) -> Feed {
     assert_eq!(
         numel(shape),
         data.len(),
@@ -1542,7 +1539,7 @@ pub fn copts(precision: Precision, num_ipus: u32) -> CompileOptions {
     CompileOptions {
         precision,
         memory_proportion: 0.6,
-        half_partials: false,
+        enable_half_partials: false,
         num_ipus,
     }
 }
