@@ -1,4 +1,4 @@
-//! Host evaluation of element-wise expressions (`expr::eval_host`), the
+//! Host evaluation of element-wise expressions (`expr::eval::eval_host`), the
 //! error function, and the postfix form: every `ExprOp` against
 //! hand-computed values.
 
@@ -6,7 +6,8 @@ mod common;
 
 use common::*;
 use neurenix_core::dtype::ElemType;
-use neurenix_core::expr::{erf, eval_host, gelu_erf, gelu_tanh, Expr, ExprOp, EXPR_OP_NAMES};
+use neurenix_core::expr::eval::{erf, eval_host, gelu_erf, gelu_tanh};
+use neurenix_core::expr::{Expr, ExprOp, EXPR_OP_NAMES};
 use neurenix_core::tensor::{Data, HostTensor};
 
 use ExprOp as E;

@@ -8,7 +8,7 @@ use common::*;
 use neurenix_core::compile::optimize;
 use neurenix_core::dtype::ElemType;
 use neurenix_core::ir::{Attr, Model};
-use neurenix_core::lower::Precision;
+use neurenix_core::lower::precision::Precision;
 use neurenix_core::passes::InputSpec;
 
 fn spec(name: &str, dtype: ElemType, shape: &[usize]) -> InputSpec {

@@ -20,7 +20,7 @@ use neurenix_core::dtype::{DeviceType, ElemType};
 use neurenix_core::error::Error;
 use neurenix_core::expr::ExprOp;
 use neurenix_core::ir::{Attr, Model};
-use neurenix_core::lower::Precision;
+use neurenix_core::lower::precision::Precision;
 use neurenix_core::tensor::HostTensor;
 
 const F32: Precision = Precision::Float32;

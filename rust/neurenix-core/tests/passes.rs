@@ -9,7 +9,7 @@ use neurenix_core::compile::{optimize, CompileOptions};
 use neurenix_core::dtype::ElemType;
 use neurenix_core::error::Error;
 use neurenix_core::ir::{Attr, Dim, Model, Value};
-use neurenix_core::lower::Precision;
+use neurenix_core::lower::precision::Precision;
 use neurenix_core::ops::supported_ops;
 use neurenix_core::passes::{bind_inputs, infer_and_fold, prepare, InputSpec};
 

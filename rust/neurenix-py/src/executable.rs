@@ -5,7 +5,8 @@ use std::sync::Mutex;
 use std::time::Instant;
 
 use neurenix_core::compile::{lower_model, CompileOptions, Lowered};
-use neurenix_core::lower::{Binding, Precision};
+use neurenix_core::lower::precision::Precision;
+use neurenix_core::lower::Binding;
 use neurenix_core::tensor::{device_to_host, host_to_device};
 use neurenix_core::Error;
 use neurenix_sys::{SimBackend, SimEngine, SimExecutable};

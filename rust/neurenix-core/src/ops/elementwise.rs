@@ -7,9 +7,10 @@
 
 use crate::dtype::{DeviceType, ElemType};
 use crate::error::Result;
-use crate::expr::{eval_host, Expr, ExprOp};
+use crate::expr::eval::eval_host;
+use crate::expr::{Expr, ExprOp};
 use crate::ir::Node;
-use crate::lower::{cast_expr, LowerCx};
+use crate::lower::LowerCx;
 use crate::tensor::{round_float, HostTensor};
 
 use super::{broadcast_shapes, OpCx, Operator, Registry, TypeShape};
@@ -456,7 +457,7 @@ impl Operator for Cast {
         let mut e = cx.operand(node.input(0).unwrap(), &mut ins, None)?;
         // A cast to half rounds even when the policy keeps floats in float32.
         if to == ElemType::F16 && dev != DeviceType::F16 {
-            e = cast_expr(e, DeviceType::F16);
+            e = Expr::cast(e, DeviceType::F16);
         }
         // Integer types narrower than int32 live in int32 on the device: floats
         // saturate into their range, integers wrap (two's complement).
@@ -469,18 +470,18 @@ impl Operator for Cast {
         };
         if let Some((lo, hi)) = narrow {
             if from.is_float() {
-                e = cast_expr(e, DeviceType::F32);
+                e = Expr::cast(e, DeviceType::F32);
                 e = Expr::param(ExprOp::Clamp, e, lo, hi, false);
-                e = cast_expr(e, DeviceType::I32);
+                e = Expr::cast(e, DeviceType::I32);
             } else {
                 let span = hi - lo + 1.0;
-                e = cast_expr(e, DeviceType::I32);
+                e = Expr::cast(e, DeviceType::I32);
                 let shifted = Expr::bin(ExprOp::Sub, e, Expr::consti(lo as i64), false);
                 let wrapped = Expr::bin(ExprOp::Mod, shifted, Expr::consti(span as i64), false);
                 e = Expr::bin(ExprOp::Add, wrapped, Expr::consti(lo as i64), false);
             }
         }
-        let e = cast_expr(e, dev);
+        let e = Expr::cast(e, dev);
         let shape = cx.shape(out)?;
         cx.set_lazy(out, e, ins, shape, dev);
         Ok(())

@@ -10,7 +10,8 @@ use std::sync::OnceLock;
 use crate::dtype::ElemType;
 use crate::error::{Error, Result};
 use crate::ir::{Graph, Node, ValueId};
-use crate::lower::{LowerCx, PrecisionClass};
+use crate::lower::precision::FloatRole;
+use crate::lower::LowerCx;
 use crate::tensor::HostTensor;
 
 pub mod conv;
@@ -136,8 +137,10 @@ pub trait Operator: Sync + Send {
     fn folds_without_values(&self) -> bool {
         false
     }
-    fn precision(&self) -> PrecisionClass {
-        PrecisionClass::Compute
+    /// How the precision policy treats this operator's float arithmetic:
+    /// `Compute` or `Sensitive`.
+    fn float_role(&self) -> FloatRole {
+        FloatRole::Compute
     }
     /// Floating-point operations, for the sharding planner's balance.
     fn flops(&self, cx: &OpCx) -> f64 {

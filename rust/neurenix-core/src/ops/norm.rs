@@ -12,7 +12,8 @@ use crate::dtype::ElemType;
 use crate::error::Result;
 use crate::expr::{Expr, ExprOp};
 use crate::ir::Node;
-use crate::lower::{DevTensor, LowerCx, PrecisionClass};
+use crate::lower::precision::FloatRole;
+use crate::lower::{DevTensor, LowerCx};
 use crate::tensor::HostTensor;
 
 use super::{norm_axis, OpCx, Operator, Registry, TypeShape};
@@ -120,8 +121,8 @@ impl Operator for BatchNorm {
         Ok(())
     }
 
-    fn precision(&self) -> PrecisionClass {
-        PrecisionClass::Sensitive
+    fn float_role(&self) -> FloatRole {
+        FloatRole::Sensitive
     }
 }
 
@@ -261,8 +262,8 @@ impl Operator for LayerNorm {
         Ok(())
     }
 
-    fn precision(&self) -> PrecisionClass {
-        PrecisionClass::Sensitive
+    fn float_role(&self) -> FloatRole {
+        FloatRole::Sensitive
     }
 }
 
@@ -315,8 +316,8 @@ impl Operator for InstanceNorm {
         Ok(())
     }
 
-    fn precision(&self) -> PrecisionClass {
-        PrecisionClass::Sensitive
+    fn float_role(&self) -> FloatRole {
+        FloatRole::Sensitive
     }
 }
 

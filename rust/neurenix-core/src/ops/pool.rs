@@ -6,7 +6,8 @@ use crate::backend::{PoolMode, PoolOptions, ReduceFinal, ReduceOp};
 use crate::error::Result;
 use crate::expr::{Expr, ExprOp};
 use crate::ir::Node;
-use crate::lower::{LowerCx, PrecisionClass};
+use crate::lower::precision::FloatRole;
+use crate::lower::LowerCx;
 
 use super::conv::{as_2d, Window};
 use super::{OpCx, Operator, Registry, TypeShape};
@@ -208,8 +209,8 @@ impl Operator for Lrn {
         Ok(())
     }
 
-    fn precision(&self) -> PrecisionClass {
-        PrecisionClass::Sensitive
+    fn float_role(&self) -> FloatRole {
+        FloatRole::Sensitive
     }
 }
 

@@ -20,7 +20,8 @@ use crate::dtype::{DeviceType, ElemType};
 use crate::error::Result;
 use crate::expr::{Expr, ExprOp};
 use crate::ir::Node;
-use crate::lower::{cast_expr, DevTensor, LowerCx, PrecisionClass};
+use crate::lower::precision::FloatRole;
+use crate::lower::{DevTensor, LowerCx};
 use crate::tensor::HostTensor;
 
 use super::shape::host_transpose;
@@ -291,8 +292,8 @@ impl Reduce {
         let e = match (self.kind, t) {
             (Kind::SumSquare, _) => Expr::bin(ExprOp::Mul, x.clone(), x, half),
             (Kind::L1 | Kind::L2, _) => Expr::un(ExprOp::Abs, x, half),
-            (Kind::LogSum, DeviceType::I32) => cast_expr(
-                Expr::un(ExprOp::Log, cast_expr(x, DeviceType::F32), false),
+            (Kind::LogSum, DeviceType::I32) => Expr::cast(
+                Expr::un(ExprOp::Log, Expr::cast(x, DeviceType::F32), false),
                 DeviceType::I32,
             ),
             (Kind::LogSum, _) => Expr::un(ExprOp::Log, x, half),
@@ -423,8 +424,8 @@ impl Operator for Reduce {
         Ok(())
     }
 
-    fn precision(&self) -> PrecisionClass {
-        PrecisionClass::Sensitive
+    fn float_role(&self) -> FloatRole {
+        FloatRole::Sensitive
     }
 
     fn flops(&self, cx: &OpCx) -> f64 {
@@ -567,8 +568,8 @@ impl Operator for ArgReduce {
         Ok(())
     }
 
-    fn precision(&self) -> PrecisionClass {
-        PrecisionClass::Sensitive
+    fn float_role(&self) -> FloatRole {
+        FloatRole::Sensitive
     }
 
     fn flops(&self, cx: &OpCx) -> f64 {

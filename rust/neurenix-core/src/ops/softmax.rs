@@ -7,7 +7,8 @@ use crate::backend::{ReduceFinal, ReduceOp};
 use crate::error::Result;
 use crate::expr::{Expr, ExprOp};
 use crate::ir::Node;
-use crate::lower::{LowerCx, PrecisionClass};
+use crate::lower::precision::FloatRole;
+use crate::lower::LowerCx;
 
 use super::{norm_axis, OpCx, Operator, Registry, TypeShape};
 
@@ -92,8 +93,8 @@ impl Operator for Softmax {
         Ok(())
     }
 
-    fn precision(&self) -> PrecisionClass {
-        PrecisionClass::Sensitive
+    fn float_role(&self) -> FloatRole {
+        FloatRole::Sensitive
     }
 
     fn flops(&self, cx: &OpCx) -> f64 {

@@ -24,7 +24,7 @@ use neurenix_core::dtype::{DeviceType, ElemType};
 use neurenix_core::error::{Error, Result};
 use neurenix_core::expr::{ExprInstr, ExprOp};
 use neurenix_core::ir::{Attr, Dim, Graph, Model, Node, Value, ValueId};
-use neurenix_core::lower::Precision;
+use neurenix_core::lower::precision::Precision;
 use neurenix_core::passes::InputSpec;
 use neurenix_core::tensor::HostTensor;
 
