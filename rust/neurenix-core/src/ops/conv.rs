@@ -218,11 +218,7 @@ impl Operator for Conv {
     }
 
     fn lower(&self, cx: &mut LowerCx, node: &Node) -> Result<()> {
-        let opcx = OpCx {
-            graph: cx.graph,
-            node,
-            opset: cx.opset,
-        };
+        let opcx = OpCx::of(cx, node);
         let (win, group, out) = Conv::check(&opcx)?;
         let ft = cx.float_type();
         let (vx, vw) = (node.input(0).unwrap(), node.input(1).unwrap());

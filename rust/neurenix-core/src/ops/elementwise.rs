@@ -329,14 +329,8 @@ impl Operator for Elementwise {
     }
 
     fn eval(&self, cx: &OpCx, inputs: &[Option<&HostTensor>]) -> Option<Result<Vec<HostTensor>>> {
-        let out = match self.infer(cx) {
-            Ok(o) => o.into_iter().next().unwrap(),
-            Err(e) => return Some(Err(e)),
-        };
-        let aligned = match self.aligned_shapes(cx) {
-            Ok(a) => a,
-            Err(e) => return Some(Err(e)),
-        };
+        let out = tryo!(self.infer(cx)).into_iter().next().unwrap();
+        let aligned = tryo!(self.aligned_shapes(cx));
         // Operands as the expression sees them (legacy alignment applied).
         let mut present: Vec<HostTensor> = Vec::new();
         let mut args = Vec::new();
@@ -354,10 +348,7 @@ impl Operator for Elementwise {
             }
         }
         let present: Vec<&HostTensor> = present.iter().collect();
-        let e = match build_expr(self, cx.node, cx.opset, args, false) {
-            Ok(e) => e,
-            Err(e) => return Some(Err(e)),
-        };
+        let e = tryo!(build_expr(self, cx.node, cx.opset, args, false));
         let float_t = if out.dtype.is_float() {
             out.dtype
         } else {
@@ -383,11 +374,7 @@ impl Operator for Elementwise {
         };
         let compute = cx.device_type(operand_t);
         let half = compute == DeviceType::F16;
-        let opcx = OpCx {
-            graph: cx.graph,
-            node,
-            opset: cx.opset,
-        };
+        let opcx = OpCx::of(cx, node);
         let aligned = self.aligned_shapes(&opcx)?;
         let mut ins = Vec::new();
         let mut args = Vec::new();
@@ -442,10 +429,7 @@ impl Operator for Cast {
         Ok(vec![TypeShape::new(Cast::target(cx)?, cx.in_shape(0)?)])
     }
     fn eval(&self, cx: &OpCx, inputs: &[Option<&HostTensor>]) -> Option<Result<Vec<HostTensor>>> {
-        let to = match Cast::target(cx) {
-            Ok(t) => t,
-            Err(e) => return Some(Err(e)),
-        };
+        let to = tryo!(Cast::target(cx));
         Some(Ok(vec![inputs[0]?.cast(to)]))
     }
     fn lower(&self, cx: &mut LowerCx, node: &Node) -> Result<()> {

@@ -228,11 +228,7 @@ impl Operator for LayerNorm {
     }
 
     fn lower(&self, cx: &mut LowerCx, node: &Node) -> Result<()> {
-        let opcx = OpCx {
-            graph: cx.graph,
-            node,
-            opset: cx.opset,
-        };
+        let opcx = OpCx::of(cx, node);
         let axis = LayerNorm::axis(&opcx)?;
         let v = node.input(0).unwrap();
         let shape = cx.shape(v)?;

@@ -50,11 +50,7 @@ impl Operator for Pool {
     }
 
     fn lower(&self, cx: &mut LowerCx, node: &Node) -> Result<()> {
-        let opcx = OpCx {
-            graph: cx.graph,
-            node,
-            opset: cx.opset,
-        };
+        let opcx = OpCx::of(cx, node);
         let win = Pool::window(&opcx)?;
         let out_shape = cx.shape(node.outputs[0])?;
         let ft = cx.float_type();

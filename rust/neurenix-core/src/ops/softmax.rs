@@ -49,11 +49,7 @@ impl Operator for Softmax {
     fn lower(&self, cx: &mut LowerCx, node: &Node) -> Result<()> {
         let v = node.input(0).unwrap();
         let shape = cx.shape(v)?;
-        let opcx = OpCx {
-            graph: cx.graph,
-            node,
-            opset: cx.opset,
-        };
+        let opcx = OpCx::of(cx, node);
         let (work, axis) = Softmax::layout(&opcx, &shape)?;
         let t = cx.float_type();
         let half = cx.half();
