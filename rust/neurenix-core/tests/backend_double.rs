@@ -3,9 +3,7 @@
 //! are only as good as this double, so it is checked against hand-computed
 //! values here.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use half::f16;
 use neurenix_core::backend::{Backend, MatMulOptions, ReduceFinal, ReduceOp};
 use neurenix_core::dtype::DeviceType;

@@ -2,9 +2,7 @@
 //! error function, and the postfix form: every `ExprOp` against
 //! hand-computed values.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use neurenix_core::dtype::ElemType;
 use neurenix_core::expr::eval::{erf, eval_host, gelu_erf, gelu_tanh};
 use neurenix_core::expr::{Expr, ExprOp, EXPR_OP_NAMES};

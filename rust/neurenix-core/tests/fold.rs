@@ -3,9 +3,7 @@
 //! Cast, Reshape, Flatten, Squeeze/Unsqueeze, Transpose, MatMul, Gemm,
 //! Constant, Shape and Size.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use neurenix_core::compile::optimize;
 use neurenix_core::dtype::ElemType;
 use neurenix_core::error::Error;

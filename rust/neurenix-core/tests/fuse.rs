@@ -2,9 +2,7 @@
 //! removed with their consumers rewired, graph outputs are kept, and
 //! MatMul + Add(constant) becomes Gemm exactly when that is valid.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use neurenix_core::compile::optimize;
 use neurenix_core::dtype::ElemType;
 use neurenix_core::ir::{Attr, Model};

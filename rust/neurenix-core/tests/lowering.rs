@@ -11,9 +11,7 @@
 //! partials type are the backend's business, are allowed one half ulp per
 //! rounding step (stated at each check).
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use neurenix_core::backend::{ReduceFinal, ReduceOp};
 use neurenix_core::compile::{optimize, CompileOptions};
 use neurenix_core::dtype::{DeviceType, ElemType};

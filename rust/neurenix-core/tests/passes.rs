@@ -2,9 +2,7 @@
 //! inference with constant folding, unsupported operators, and the options
 //! the driver validates.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use neurenix_core::compile::{optimize, CompileOptions};
 use neurenix_core::dtype::ElemType;
 use neurenix_core::error::Error;

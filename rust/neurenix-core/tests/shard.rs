@@ -2,9 +2,7 @@
 //! force over every contiguous split), monotone IPU assignment, and the
 //! per-node loads it balances.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use neurenix_core::compile::optimize;
 use neurenix_core::dtype::ElemType;
 use neurenix_core::ir::Model;

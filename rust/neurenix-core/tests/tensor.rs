@@ -3,9 +3,7 @@
 //! memory, int64/int32/uint8 <-> int32, bool <-> bool), the int32 range
 //! check on the way in, raw byte round trips, and ONNX Cast semantics.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use half::f16;
 use neurenix_core::dtype::{DeviceType, ElemType};
 use neurenix_core::error::Error;
