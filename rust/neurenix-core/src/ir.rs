@@ -109,13 +109,6 @@ impl Node {
             Some(other) => Err(self.bad_attr(name, "a list of ints", other)),
         }
     }
-    pub fn attr_floats(&self, name: &str) -> Result<Option<Vec<f32>>> {
-        match self.attrs.get(name) {
-            None => Ok(None),
-            Some(Attr::Floats(v)) => Ok(Some(v.clone())),
-            Some(other) => Err(self.bad_attr(name, "a list of floats", other)),
-        }
-    }
     fn bad_attr(&self, name: &str, want: &str, got: &Attr) -> Error {
         Error::model(format!(
             "node '{}' ({}): attribute '{name}' should be {want}, got {got:?}",
@@ -316,7 +309,6 @@ mod ir_unit_tests {
             ("f", Attr::Float(0.5)),
             ("s", Attr::String("tanh".into())),
             ("is", Attr::Ints(vec![1, -2])),
-            ("fs", Attr::Floats(vec![0.25])),
         ]);
         assert_eq!(n.attr_i("i", 0).unwrap(), 3);
         assert_eq!(n.attr_i("missing", 7).unwrap(), 7);
@@ -335,7 +327,6 @@ mod ir_unit_tests {
             "a single int reads as a list"
         );
         assert_eq!(n.attr_ints("missing").unwrap(), None);
-        assert_eq!(n.attr_floats("fs").unwrap(), Some(vec![0.25]));
         for bad in [
             n.attr_i("s", 0).unwrap_err(),
             n.attr_f("s", 0.0).unwrap_err(),

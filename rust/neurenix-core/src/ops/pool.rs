@@ -167,7 +167,7 @@ impl Operator for Lrn {
         let x = cx.tensor_as(v, ft)?;
         let sq = cx.map_now(
             &Expr::un(ExprOp::Square, Expr::input(0), half),
-            &[x.clone()],
+            std::slice::from_ref(&x),
             ft,
             &shape,
         )?;
