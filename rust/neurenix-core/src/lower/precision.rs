@@ -1,8 +1,10 @@
 //! The precision policy: which float type a value has on the device under
 //! the compile's `precision` option, and which type matmul and convolution
 //! partial sums accumulate in (docs/precision.md; the options themselves in
-//! docs/options.md). Every float device type the lowering picks comes from
-//! [`float_type`].
+//! docs/options.md). The policy is [`float_type`] (and [`partials_type`] for
+//! accumulation); model inputs and outputs and every operator (through
+//! `LowerCx::float_type` and `LowerCx::device_type`) get their float types
+//! from it.
 
 use crate::dtype::{DeviceType, ElemType};
 use crate::error::{Error, Result};
