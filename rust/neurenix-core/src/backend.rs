@@ -28,24 +28,28 @@ pub enum ReduceFinal {
     Log = 3,
 }
 
+/// How to plan a matmul. `memory_proportion` is Poplar's
+/// `availableMemoryProportion`: the fraction of each tile's memory the
+/// planner may use for temporaries. `partials` is the accumulation type.
 #[derive(Debug, Clone)]
-pub struct MatMulParams {
-    pub available_memory_proportion: f64,
+pub struct MatMulOptions {
+    pub memory_proportion: f64,
     pub partials: DeviceType,
     pub out_dtype: DeviceType,
     pub ipu: u32,
     pub name: String,
 }
 
-/// 2-D convolution parameters (NCHW / OIHW). Pads: top, left, bottom, right.
+/// How to plan a 2-D convolution (NCHW / OIHW). Pads: top, left, bottom,
+/// right; `memory_proportion` and `partials` as for [`MatMulOptions`].
 #[derive(Debug, Clone)]
-pub struct ConvParams {
+pub struct ConvOptions {
     pub groups: u32,
     pub kernel: [u32; 2],
     pub strides: [u32; 2],
     pub dilations: [u32; 2],
     pub pads: [u32; 4],
-    pub available_memory_proportion: f64,
+    pub memory_proportion: f64,
     pub partials: DeviceType,
     pub out_dtype: DeviceType,
     pub ipu: u32,
@@ -59,9 +63,10 @@ pub enum PoolMode {
     AverageIncludePad = 2,
 }
 
-/// Pooling over the two innermost dimensions. Pads: top, left, bottom, right.
+/// How to pool over the two innermost dimensions. Pads: top, left, bottom,
+/// right.
 #[derive(Debug, Clone)]
-pub struct PoolParams {
+pub struct PoolOptions {
     pub mode: PoolMode,
     pub kernel: [u32; 2],
     pub strides: [u32; 2],
@@ -95,7 +100,7 @@ pub trait Backend {
         ipu: u32,
     ) -> Result<TensorId>;
     /// [G, M, K] x [G, K, N] -> [G, M, N].
-    fn matmul(&mut self, a: TensorId, b: TensorId, p: &MatMulParams) -> Result<TensorId>;
+    fn matmul(&mut self, a: TensorId, b: TensorId, p: &MatMulOptions) -> Result<TensorId>;
     /// Element-wise expression over operands broadcast to `out_shape`.
     fn map(
         &mut self,
@@ -150,12 +155,12 @@ pub trait Backend {
         _x: TensorId,
         _w: TensorId,
         _bias: Option<TensorId>,
-        _p: &ConvParams,
+        _p: &ConvOptions,
     ) -> Result<TensorId> {
         Err(not_implemented("conv"))
     }
     /// [..., H, W] -> [..., out_h, out_w].
-    fn pool(&mut self, _x: TensorId, _p: &PoolParams) -> Result<TensorId> {
+    fn pool(&mut self, _x: TensorId, _p: &PoolOptions) -> Result<TensorId> {
         Err(not_implemented("pool"))
     }
     /// table [V, D], int32 indices (any shape, n elements) -> [n, D]; indices

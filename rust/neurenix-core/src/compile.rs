@@ -4,7 +4,8 @@
 use crate::backend::Backend;
 use crate::error::{Error, Result};
 use crate::ir::Model;
-use crate::lower::{Binding, LowerCx, LowerOptions, Precision};
+use crate::lower::precision::Precision;
+use crate::lower::{Binding, LowerCx, LowerOptions};
 use crate::ops::lookup;
 use crate::passes::{prepare, InputSpec, PassStats};
 use crate::shard::assign_ipus;
@@ -15,8 +16,8 @@ pub struct CompileOptions {
     /// Fraction of each tile's memory matmul/conv plans may use for
     /// temporaries, in (0, 1].
     pub memory_proportion: f64,
-    /// Matmul/conv partial sums in half precision (fp16 inputs only).
-    pub half_partials: bool,
+    /// Matmul/conv partial sums in half precision (half operands only).
+    pub enable_half_partials: bool,
     pub num_ipus: u32,
 }
 
@@ -62,14 +63,13 @@ pub fn lower_model(
     let lopts = LowerOptions {
         precision: opts.precision,
         memory_proportion: opts.memory_proportion,
-        half_partials: opts.half_partials,
+        enable_half_partials: opts.enable_half_partials,
     };
     let g = &m.graph;
     let mut cx = LowerCx::new(backend, g, m.opset, &lopts, &node_ipu);
-    // Inputs go to the IPU of their first reader, in the input float type.
+    // Inputs go to the IPU of their first reader.
     let mut in_bind = Vec::new();
     for &v in &g.inputs {
-        let val = g.value(v);
         let ipu = g
             .nodes
             .iter()
@@ -78,25 +78,12 @@ pub fn lower_model(
             .map(|(i, _)| node_ipu[i])
             .min()
             .unwrap_or(0);
-        let dtype = val.dtype.expect("bound input");
-        let shape = val.concrete_shape().expect("bound input");
-        let dev = if dtype.is_float() {
-            cx.input_float()
-        } else {
-            dtype.device_default()
-        };
-        cx.bind_input(v, dev, ipu)?;
-        in_bind.push(Binding {
-            name: val.name.clone(),
-            dtype,
-            shape,
-            device_dtype: dev,
-        });
+        in_bind.push(cx.bind_input(v, ipu)?);
     }
     let mut placement = Vec::new();
     for (i, node) in g.nodes.iter().enumerate() {
         let op = lookup(node, m.opset)?;
-        cx.begin_node(i, op.precision());
+        cx.begin_node(i, op.float_role());
         op.lower(&mut cx, node)?;
         for &o in &node.outputs {
             if !cx.is_set(o) && g.constant(o).is_none() {

@@ -1,10 +1,12 @@
-//! Element types: those a model declares (ONNX's) and those tile memory holds.
+//! Element types: [`ElemType`], what a model declares (ONNX's `elem_type`),
+//! and [`DeviceType`], what tile memory holds.
 
 use crate::error::{Error, Result};
 
-/// An element type a model can declare. Codes are ONNX's TensorProto codes.
+/// An element type a model can declare (ONNX's `elem_type`). Codes are
+/// ONNX's TensorProto codes; names are numpy's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum DType {
+pub enum ElemType {
     F32,
     U8,
     I8,
@@ -20,78 +22,78 @@ pub enum DType {
     BF16,
 }
 
-impl DType {
-    pub fn from_onnx(code: i32) -> Option<DType> {
+impl ElemType {
+    pub fn from_onnx(code: i32) -> Option<ElemType> {
         Some(match code {
-            1 => DType::F32,
-            2 => DType::U8,
-            3 => DType::I8,
-            4 => DType::U16,
-            5 => DType::I16,
-            6 => DType::I32,
-            7 => DType::I64,
-            9 => DType::Bool,
-            10 => DType::F16,
-            11 => DType::F64,
-            12 => DType::U32,
-            13 => DType::U64,
-            16 => DType::BF16,
+            1 => ElemType::F32,
+            2 => ElemType::U8,
+            3 => ElemType::I8,
+            4 => ElemType::U16,
+            5 => ElemType::I16,
+            6 => ElemType::I32,
+            7 => ElemType::I64,
+            9 => ElemType::Bool,
+            10 => ElemType::F16,
+            11 => ElemType::F64,
+            12 => ElemType::U32,
+            13 => ElemType::U64,
+            16 => ElemType::BF16,
             _ => return None,
         })
     }
 
     pub fn onnx_code(self) -> i32 {
         match self {
-            DType::F32 => 1,
-            DType::U8 => 2,
-            DType::I8 => 3,
-            DType::U16 => 4,
-            DType::I16 => 5,
-            DType::I32 => 6,
-            DType::I64 => 7,
-            DType::Bool => 9,
-            DType::F16 => 10,
-            DType::F64 => 11,
-            DType::U32 => 12,
-            DType::U64 => 13,
-            DType::BF16 => 16,
+            ElemType::F32 => 1,
+            ElemType::U8 => 2,
+            ElemType::I8 => 3,
+            ElemType::U16 => 4,
+            ElemType::I16 => 5,
+            ElemType::I32 => 6,
+            ElemType::I64 => 7,
+            ElemType::Bool => 9,
+            ElemType::F16 => 10,
+            ElemType::F64 => 11,
+            ElemType::U32 => 12,
+            ElemType::U64 => 13,
+            ElemType::BF16 => 16,
         }
     }
 
     /// numpy's name for the type.
     pub fn name(self) -> &'static str {
         match self {
-            DType::F32 => "float32",
-            DType::U8 => "uint8",
-            DType::I8 => "int8",
-            DType::U16 => "uint16",
-            DType::I16 => "int16",
-            DType::I32 => "int32",
-            DType::I64 => "int64",
-            DType::Bool => "bool",
-            DType::F16 => "float16",
-            DType::F64 => "float64",
-            DType::U32 => "uint32",
-            DType::U64 => "uint64",
-            DType::BF16 => "bfloat16",
+            ElemType::F32 => "float32",
+            ElemType::U8 => "uint8",
+            ElemType::I8 => "int8",
+            ElemType::U16 => "uint16",
+            ElemType::I16 => "int16",
+            ElemType::I32 => "int32",
+            ElemType::I64 => "int64",
+            ElemType::Bool => "bool",
+            ElemType::F16 => "float16",
+            ElemType::F64 => "float64",
+            ElemType::U32 => "uint32",
+            ElemType::U64 => "uint64",
+            ElemType::BF16 => "bfloat16",
         }
     }
 
-    pub fn from_name(name: &str) -> Result<DType> {
+    pub fn from_name(name: &str) -> Result<ElemType> {
         Ok(match name {
-            "float32" => DType::F32,
-            "uint8" => DType::U8,
-            "int8" => DType::I8,
-            "uint16" => DType::U16,
-            "int16" => DType::I16,
-            "int32" => DType::I32,
-            "int64" => DType::I64,
-            "bool" => DType::Bool,
-            "float16" => DType::F16,
-            "float64" => DType::F64,
-            "uint32" => DType::U32,
-            "uint64" => DType::U64,
-            "bfloat16" => DType::BF16,
+            "float32" => ElemType::F32,
+            "uint8" => ElemType::U8,
+            "int8" => ElemType::I8,
+            "uint16" => ElemType::U16,
+            "int16" => ElemType::I16,
+            "int32" => ElemType::I32,
+            "int64" => ElemType::I64,
+            "bool" => ElemType::Bool,
+            "float16" => ElemType::F16,
+            "float64" => ElemType::F64,
+            "uint32" => ElemType::U32,
+            "uint64" => ElemType::U64,
+            "bfloat16" => ElemType::BF16,
             _ => {
                 return Err(Error::InvalidArgument(format!(
                     "unsupported element type '{name}'"
@@ -102,28 +104,31 @@ impl DType {
 
     pub fn size(self) -> usize {
         match self {
-            DType::U8 | DType::I8 | DType::Bool => 1,
-            DType::U16 | DType::I16 | DType::F16 | DType::BF16 => 2,
-            DType::F32 | DType::I32 | DType::U32 => 4,
-            DType::F64 | DType::I64 | DType::U64 => 8,
+            ElemType::U8 | ElemType::I8 | ElemType::Bool => 1,
+            ElemType::U16 | ElemType::I16 | ElemType::F16 | ElemType::BF16 => 2,
+            ElemType::F32 | ElemType::I32 | ElemType::U32 => 4,
+            ElemType::F64 | ElemType::I64 | ElemType::U64 => 8,
         }
     }
 
     pub fn is_float(self) -> bool {
-        matches!(self, DType::F32 | DType::F16 | DType::F64 | DType::BF16)
+        matches!(
+            self,
+            ElemType::F32 | ElemType::F16 | ElemType::F64 | ElemType::BF16
+        )
     }
 
     pub fn is_int(self) -> bool {
         matches!(
             self,
-            DType::U8
-                | DType::I8
-                | DType::U16
-                | DType::I16
-                | DType::I32
-                | DType::I64
-                | DType::U32
-                | DType::U64
+            ElemType::U8
+                | ElemType::I8
+                | ElemType::U16
+                | ElemType::I16
+                | ElemType::I32
+                | ElemType::I64
+                | ElemType::U32
+                | ElemType::U64
         )
     }
 
@@ -132,7 +137,7 @@ impl DType {
     pub fn device_default(self) -> DeviceType {
         if self.is_float() {
             DeviceType::F32
-        } else if self == DType::Bool {
+        } else if self == ElemType::Bool {
             DeviceType::Bool
         } else {
             DeviceType::I32
@@ -140,7 +145,7 @@ impl DType {
     }
 }
 
-impl std::fmt::Display for DType {
+impl std::fmt::Display for ElemType {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.name())
     }
@@ -180,12 +185,12 @@ impl DeviceType {
         }
     }
     /// The model type a device value of this type stands for.
-    pub fn as_dtype(self) -> DType {
+    pub fn as_elem_type(self) -> ElemType {
         match self {
-            DeviceType::F32 => DType::F32,
-            DeviceType::F16 => DType::F16,
-            DeviceType::I32 => DType::I32,
-            DeviceType::Bool => DType::Bool,
+            DeviceType::F32 => ElemType::F32,
+            DeviceType::F16 => ElemType::F16,
+            DeviceType::I32 => ElemType::I32,
+            DeviceType::Bool => ElemType::Bool,
         }
     }
 }
@@ -197,42 +202,42 @@ impl std::fmt::Display for DeviceType {
 }
 
 #[cfg(test)]
-mod dtype_unit_tests {
+mod tests {
     use super::*;
 
-    const ALL: [DType; 13] = [
-        DType::F32,
-        DType::U8,
-        DType::I8,
-        DType::U16,
-        DType::I16,
-        DType::I32,
-        DType::I64,
-        DType::Bool,
-        DType::F16,
-        DType::F64,
-        DType::U32,
-        DType::U64,
-        DType::BF16,
+    const ALL: [ElemType; 13] = [
+        ElemType::F32,
+        ElemType::U8,
+        ElemType::I8,
+        ElemType::U16,
+        ElemType::I16,
+        ElemType::I32,
+        ElemType::I64,
+        ElemType::Bool,
+        ElemType::F16,
+        ElemType::F64,
+        ElemType::U32,
+        ElemType::U64,
+        ElemType::BF16,
     ];
 
     #[test]
     fn onnx_codes_and_names_round_trip() {
         for dt in ALL {
-            assert_eq!(DType::from_onnx(dt.onnx_code()), Some(dt));
-            assert_eq!(DType::from_name(dt.name()).unwrap(), dt);
+            assert_eq!(ElemType::from_onnx(dt.onnx_code()), Some(dt));
+            assert_eq!(ElemType::from_name(dt.name()).unwrap(), dt);
             assert_eq!(dt.to_string(), dt.name());
         }
         // ONNX: 1 float, 7 int64, 9 bool, 10 float16, 16 bfloat16; 8 is
         // string and 14/15 complex, which have no element type here.
-        assert_eq!(DType::from_onnx(1), Some(DType::F32));
-        assert_eq!(DType::from_onnx(7), Some(DType::I64));
-        assert_eq!(DType::from_onnx(16), Some(DType::BF16));
+        assert_eq!(ElemType::from_onnx(1), Some(ElemType::F32));
+        assert_eq!(ElemType::from_onnx(7), Some(ElemType::I64));
+        assert_eq!(ElemType::from_onnx(16), Some(ElemType::BF16));
         for code in [0, 8, 14, 15, 17, -1] {
-            assert_eq!(DType::from_onnx(code), None, "code {code}");
+            assert_eq!(ElemType::from_onnx(code), None, "code {code}");
         }
         assert!(matches!(
-            DType::from_name("complex64"),
+            ElemType::from_name("complex64"),
             Err(Error::InvalidArgument(_))
         ));
     }
@@ -243,17 +248,17 @@ mod dtype_unit_tests {
             assert_eq!(
                 dt.size(),
                 match dt {
-                    DType::U8 | DType::I8 | DType::Bool => 1,
-                    DType::U16 | DType::I16 | DType::F16 | DType::BF16 => 2,
-                    DType::F32 | DType::I32 | DType::U32 => 4,
+                    ElemType::U8 | ElemType::I8 | ElemType::Bool => 1,
+                    ElemType::U16 | ElemType::I16 | ElemType::F16 | ElemType::BF16 => 2,
+                    ElemType::F32 | ElemType::I32 | ElemType::U32 => 4,
                     _ => 8,
                 }
             );
             assert!(!(dt.is_float() && dt.is_int()));
-            assert_eq!(dt.is_float() || dt.is_int(), dt != DType::Bool);
+            assert_eq!(dt.is_float() || dt.is_int(), dt != ElemType::Bool);
             let dev = dt.device_default();
             assert_eq!(dev.is_float(), dt.is_float());
-            if dt == DType::Bool {
+            if dt == ElemType::Bool {
                 assert_eq!(dev, DeviceType::Bool);
             } else if dt.is_int() {
                 assert_eq!(
@@ -272,8 +277,8 @@ mod dtype_unit_tests {
             (DeviceType::Bool, 1, 3),
         ] {
             assert_eq!((dev.size(), dev.code()), (size, code));
-            assert_eq!(dev.as_dtype().name(), dev.name());
-            assert_eq!(dev.as_dtype().size(), dev.size());
+            assert_eq!(dev.as_elem_type().name(), dev.name());
+            assert_eq!(dev.as_elem_type().size(), dev.size());
         }
     }
 }

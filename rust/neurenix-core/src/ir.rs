@@ -8,7 +8,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use crate::dtype::DType;
+use crate::dtype::ElemType;
 use crate::error::{Error, Result};
 use crate::tensor::HostTensor;
 
@@ -37,7 +37,7 @@ pub enum Attr {
 #[derive(Debug, Clone)]
 pub struct Value {
     pub name: String,
-    pub dtype: Option<DType>,
+    pub dtype: Option<ElemType>,
     /// Declared shape (graph inputs/outputs) or inferred concrete shape.
     pub shape: Option<Vec<Dim>>,
     /// Set for initializers and values folded at compile time.
@@ -107,13 +107,6 @@ impl Node {
             Some(Attr::Ints(v)) => Ok(Some(v.clone())),
             Some(Attr::Int(v)) => Ok(Some(vec![*v])),
             Some(other) => Err(self.bad_attr(name, "a list of ints", other)),
-        }
-    }
-    pub fn attr_floats(&self, name: &str) -> Result<Option<Vec<f32>>> {
-        match self.attrs.get(name) {
-            None => Ok(None),
-            Some(Attr::Floats(v)) => Ok(Some(v.clone())),
-            Some(other) => Err(self.bad_attr(name, "a list of floats", other)),
         }
     }
     fn bad_attr(&self, name: &str, want: &str, got: &Attr) -> Error {
@@ -316,7 +309,6 @@ mod ir_unit_tests {
             ("f", Attr::Float(0.5)),
             ("s", Attr::String("tanh".into())),
             ("is", Attr::Ints(vec![1, -2])),
-            ("fs", Attr::Floats(vec![0.25])),
         ]);
         assert_eq!(n.attr_i("i", 0).unwrap(), 3);
         assert_eq!(n.attr_i("missing", 7).unwrap(), 7);
@@ -335,7 +327,6 @@ mod ir_unit_tests {
             "a single int reads as a list"
         );
         assert_eq!(n.attr_ints("missing").unwrap(), None);
-        assert_eq!(n.attr_floats("fs").unwrap(), Some(vec![0.25]));
         for bad in [
             n.attr_i("s", 0).unwrap_err(),
             n.attr_f("s", 0.0).unwrap_err(),
@@ -384,7 +375,7 @@ mod ir_unit_tests {
         assert_eq!(g.shape_of(v), None);
         g.set_constant(v, HostTensor::from_i64s(&[2, 1], vec![4, 5]));
         assert_eq!(g.shape_of(v), Some(vec![2, 1]));
-        assert_eq!(g.value(v).dtype, Some(DType::I64));
+        assert_eq!(g.value(v).dtype, Some(ElemType::I64));
         assert_eq!(g.constant(v).unwrap().to_i64_vec(), vec![4, 5]);
         let sym = Value {
             name: "s".into(),

@@ -8,7 +8,7 @@
 use half::f16;
 use ndarray::{ArrayD, IxDyn};
 
-use crate::dtype::{DType, DeviceType};
+use crate::dtype::{DeviceType, ElemType};
 use crate::error::{Error, Result};
 
 #[derive(Debug, Clone, PartialEq)]
@@ -20,7 +20,7 @@ pub enum Data {
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct HostTensor {
-    pub dtype: DType,
+    pub dtype: ElemType,
     pub data: Data,
 }
 
@@ -41,55 +41,55 @@ pub fn f64_to_f16(v: f64) -> f16 {
 }
 
 /// Rounds a value to what `dtype` can hold.
-pub fn round_float(dtype: DType, v: f64) -> f64 {
+pub fn round_float(dtype: ElemType, v: f64) -> f64 {
     match dtype {
-        DType::F32 => v as f32 as f64,
-        DType::F16 => f64_to_f16(v).to_f64(),
-        DType::BF16 => half::bf16::from_f64(v).to_f64(),
+        ElemType::F32 => v as f32 as f64,
+        ElemType::F16 => f64_to_f16(v).to_f64(),
+        ElemType::BF16 => half::bf16::from_f64(v).to_f64(),
         _ => v,
     }
 }
 
 /// Wraps an integer into `dtype`'s range (two's complement, as C casts do).
-pub fn wrap_int(dtype: DType, v: i64) -> i64 {
+pub fn wrap_int(dtype: ElemType, v: i64) -> i64 {
     match dtype {
-        DType::I8 => v as i8 as i64,
-        DType::U8 => v as u8 as i64,
-        DType::I16 => v as i16 as i64,
-        DType::U16 => v as u16 as i64,
-        DType::I32 => v as i32 as i64,
-        DType::U32 => v as u32 as i64,
+        ElemType::I8 => v as i8 as i64,
+        ElemType::U8 => v as u8 as i64,
+        ElemType::I16 => v as i16 as i64,
+        ElemType::U16 => v as u16 as i64,
+        ElemType::I32 => v as i32 as i64,
+        ElemType::U32 => v as u32 as i64,
         _ => v,
     }
 }
 
 /// Float to integer as ONNX Cast does it: truncation toward zero, saturating.
-pub fn float_to_int(dtype: DType, v: f64) -> i64 {
+pub fn float_to_int(dtype: ElemType, v: f64) -> i64 {
     if v.is_nan() {
         return 0;
     }
     let t = v.trunc();
     let (lo, hi) = match dtype {
-        DType::I8 => (i8::MIN as f64, i8::MAX as f64),
-        DType::U8 => (0.0, u8::MAX as f64),
-        DType::I16 => (i16::MIN as f64, i16::MAX as f64),
-        DType::U16 => (0.0, u16::MAX as f64),
-        DType::I32 => (i32::MIN as f64, i32::MAX as f64),
-        DType::U32 => (0.0, u32::MAX as f64),
-        DType::U64 => (0.0, u64::MAX as f64),
+        ElemType::I8 => (i8::MIN as f64, i8::MAX as f64),
+        ElemType::U8 => (0.0, u8::MAX as f64),
+        ElemType::I16 => (i16::MIN as f64, i16::MAX as f64),
+        ElemType::U16 => (0.0, u16::MAX as f64),
+        ElemType::I32 => (i32::MIN as f64, i32::MAX as f64),
+        ElemType::U32 => (0.0, u32::MAX as f64),
+        ElemType::U64 => (0.0, u64::MAX as f64),
         _ => (i64::MIN as f64, i64::MAX as f64),
     };
     t.clamp(lo, hi) as i64
 }
 
 impl HostTensor {
-    pub fn float(dtype: DType, a: ArrayD<f64>) -> HostTensor {
+    pub fn float(dtype: ElemType, a: ArrayD<f64>) -> HostTensor {
         HostTensor {
             dtype,
             data: Data::Float(a.mapv(|v| round_float(dtype, v))),
         }
     }
-    pub fn int(dtype: DType, a: ArrayD<i64>) -> HostTensor {
+    pub fn int(dtype: ElemType, a: ArrayD<i64>) -> HostTensor {
         HostTensor {
             dtype,
             data: Data::Int(a.mapv(|v| wrap_int(dtype, v))),
@@ -97,28 +97,28 @@ impl HostTensor {
     }
     pub fn boolean(a: ArrayD<bool>) -> HostTensor {
         HostTensor {
-            dtype: DType::Bool,
+            dtype: ElemType::Bool,
             data: Data::Bool(a),
         }
     }
     pub fn from_i64s(shape: &[usize], v: Vec<i64>) -> HostTensor {
         HostTensor {
-            dtype: DType::I64,
+            dtype: ElemType::I64,
             data: Data::Int(ArrayD::from_shape_vec(IxDyn(shape), v).expect("shape")),
         }
     }
     pub fn from_f32s(shape: &[usize], v: Vec<f32>) -> HostTensor {
         let v: Vec<f64> = v.into_iter().map(f64::from).collect();
         HostTensor {
-            dtype: DType::F32,
+            dtype: ElemType::F32,
             data: Data::Float(ArrayD::from_shape_vec(IxDyn(shape), v).expect("shape")),
         }
     }
     /// A tensor of `dtype` filled with `value`.
-    pub fn full(dtype: DType, shape: &[usize], value: f64) -> HostTensor {
+    pub fn full(dtype: ElemType, shape: &[usize], value: f64) -> HostTensor {
         if dtype.is_float() {
             HostTensor::float(dtype, ArrayD::from_elem(IxDyn(shape), value))
-        } else if dtype == DType::Bool {
+        } else if dtype == ElemType::Bool {
             HostTensor::boolean(ArrayD::from_elem(IxDyn(shape), value != 0.0))
         } else {
             HostTensor::int(dtype, ArrayD::from_elem(IxDyn(shape), value as i64))
@@ -175,10 +175,10 @@ impl HostTensor {
     }
 
     /// ONNX Cast semantics.
-    pub fn cast(&self, to: DType) -> HostTensor {
+    pub fn cast(&self, to: ElemType) -> HostTensor {
         if to.is_float() {
             HostTensor::float(to, self.as_float())
-        } else if to == DType::Bool {
+        } else if to == ElemType::Bool {
             HostTensor::boolean(self.as_bool())
         } else {
             match &self.data {
@@ -218,7 +218,7 @@ impl HostTensor {
     }
 
     /// Decodes little-endian raw bytes of `dtype`.
-    pub fn from_bytes(dtype: DType, shape: &[usize], bytes: &[u8]) -> Result<HostTensor> {
+    pub fn from_bytes(dtype: ElemType, shape: &[usize], bytes: &[u8]) -> Result<HostTensor> {
         let n: usize = shape.iter().product();
         if bytes.len() != n * dtype.size() {
             return Err(Error::InvalidArgument(format!(
@@ -238,7 +238,7 @@ impl HostTensor {
             }};
         }
         let data = match dtype {
-            DType::F32 => Data::Float(
+            ElemType::F32 => Data::Float(
                 ArrayD::from_shape_vec(
                     sh,
                     bytes
@@ -248,7 +248,7 @@ impl HostTensor {
                 )
                 .unwrap(),
             ),
-            DType::F64 => Data::Float(
+            ElemType::F64 => Data::Float(
                 ArrayD::from_shape_vec(
                     sh,
                     bytes
@@ -258,7 +258,7 @@ impl HostTensor {
                 )
                 .unwrap(),
             ),
-            DType::F16 => Data::Float(
+            ElemType::F16 => Data::Float(
                 ArrayD::from_shape_vec(
                     sh,
                     bytes
@@ -268,7 +268,7 @@ impl HostTensor {
                 )
                 .unwrap(),
             ),
-            DType::BF16 => Data::Float(
+            ElemType::BF16 => Data::Float(
                 ArrayD::from_shape_vec(
                     sh,
                     bytes
@@ -278,17 +278,17 @@ impl HostTensor {
                 )
                 .unwrap(),
             ),
-            DType::Bool => Data::Bool(
+            ElemType::Bool => Data::Bool(
                 ArrayD::from_shape_vec(sh, bytes.iter().map(|&b| b != 0).collect()).unwrap(),
             ),
-            DType::I8 => ints!(i8),
-            DType::U8 => ints!(u8),
-            DType::I16 => ints!(i16),
-            DType::U16 => ints!(u16),
-            DType::I32 => ints!(i32),
-            DType::U32 => ints!(u32),
-            DType::I64 => ints!(i64),
-            DType::U64 => {
+            ElemType::I8 => ints!(i8),
+            ElemType::U8 => ints!(u8),
+            ElemType::I16 => ints!(i16),
+            ElemType::U16 => ints!(u16),
+            ElemType::I32 => ints!(i32),
+            ElemType::U32 => ints!(u32),
+            ElemType::I64 => ints!(i64),
+            ElemType::U64 => {
                 let mut v = Vec::with_capacity(n);
                 for c in bytes.chunks_exact(8) {
                     let x = u64::from_le_bytes(c.try_into().unwrap());
@@ -311,9 +311,9 @@ impl HostTensor {
             Data::Float(a) => {
                 for &v in a.iter() {
                     match self.dtype {
-                        DType::F64 => out.extend_from_slice(&v.to_le_bytes()),
-                        DType::F16 => out.extend_from_slice(&f64_to_f16(v).to_le_bytes()),
-                        DType::BF16 => {
+                        ElemType::F64 => out.extend_from_slice(&v.to_le_bytes()),
+                        ElemType::F16 => out.extend_from_slice(&f64_to_f16(v).to_le_bytes()),
+                        ElemType::BF16 => {
                             out.extend_from_slice(&half::bf16::from_f64(v).to_le_bytes())
                         }
                         _ => out.extend_from_slice(&(v as f32).to_le_bytes()),
@@ -364,13 +364,13 @@ impl HostTensor {
 /// Converts raw host data of `from` into tile-memory data of `to`, with fast
 /// paths for the common cases. Integers that do not fit int32 are an error
 /// naming `what`.
-pub fn host_to_device(from: DType, bytes: &[u8], to: DeviceType, what: &str) -> Result<Vec<u8>> {
+pub fn host_to_device(from: ElemType, bytes: &[u8], to: DeviceType, what: &str) -> Result<Vec<u8>> {
     match (from, to) {
-        (DType::F32, DeviceType::F32)
-        | (DType::I32, DeviceType::I32)
-        | (DType::Bool, DeviceType::Bool) => Ok(bytes.to_vec()),
-        (DType::F16, DeviceType::F16) => Ok(bytes.to_vec()),
-        (DType::F32, DeviceType::F16) => {
+        (ElemType::F32, DeviceType::F32)
+        | (ElemType::I32, DeviceType::I32)
+        | (ElemType::Bool, DeviceType::Bool) => Ok(bytes.to_vec()),
+        (ElemType::F16, DeviceType::F16) => Ok(bytes.to_vec()),
+        (ElemType::F32, DeviceType::F16) => {
             let mut out = Vec::with_capacity(bytes.len() / 2);
             for c in bytes.chunks_exact(4) {
                 out.extend_from_slice(
@@ -379,7 +379,7 @@ pub fn host_to_device(from: DType, bytes: &[u8], to: DeviceType, what: &str) -> 
             }
             Ok(out)
         }
-        (DType::F64, DeviceType::F32) => {
+        (ElemType::F64, DeviceType::F32) => {
             let mut out = Vec::with_capacity(bytes.len() / 2);
             for (i, c) in bytes.chunks_exact(8).enumerate() {
                 let v = f64::from_le_bytes(c.try_into().unwrap());
@@ -395,7 +395,7 @@ pub fn host_to_device(from: DType, bytes: &[u8], to: DeviceType, what: &str) -> 
             }
             Ok(out)
         }
-        (DType::I64, DeviceType::I32) => {
+        (ElemType::I64, DeviceType::I32) => {
             let mut out = Vec::with_capacity(bytes.len() / 2);
             for (i, c) in bytes.chunks_exact(8).enumerate() {
                 let v = i64::from_le_bytes(c.try_into().unwrap());
@@ -427,13 +427,13 @@ pub fn host_to_device(from: DType, bytes: &[u8], to: DeviceType, what: &str) -> 
 
 /// Converts tile-memory data of `from` into host data of the model's declared
 /// type `to`.
-pub fn device_to_host(from: DeviceType, bytes: &[u8], to: DType) -> Result<Vec<u8>> {
+pub fn device_to_host(from: DeviceType, bytes: &[u8], to: ElemType) -> Result<Vec<u8>> {
     match (from, to) {
-        (DeviceType::F32, DType::F32)
-        | (DeviceType::I32, DType::I32)
-        | (DeviceType::Bool, DType::Bool) => Ok(bytes.to_vec()),
-        (DeviceType::F16, DType::F16) => Ok(bytes.to_vec()),
-        (DeviceType::F16, DType::F32) => {
+        (DeviceType::F32, ElemType::F32)
+        | (DeviceType::I32, ElemType::I32)
+        | (DeviceType::Bool, ElemType::Bool) => Ok(bytes.to_vec()),
+        (DeviceType::F16, ElemType::F16) => Ok(bytes.to_vec()),
+        (DeviceType::F16, ElemType::F32) => {
             let mut out = Vec::with_capacity(bytes.len() * 2);
             for c in bytes.chunks_exact(2) {
                 out.extend_from_slice(
@@ -444,7 +444,7 @@ pub fn device_to_host(from: DeviceType, bytes: &[u8], to: DType) -> Result<Vec<u
             }
             Ok(out)
         }
-        (DeviceType::I32, DType::I64) => {
+        (DeviceType::I32, ElemType::I64) => {
             let mut out = Vec::with_capacity(bytes.len() * 2);
             for c in bytes.chunks_exact(4) {
                 out.extend_from_slice(
@@ -455,7 +455,7 @@ pub fn device_to_host(from: DeviceType, bytes: &[u8], to: DType) -> Result<Vec<u
         }
         _ => {
             let n = bytes.len() / from.size();
-            let t = HostTensor::from_bytes(from.as_dtype(), &[n], bytes)?;
+            let t = HostTensor::from_bytes(from.as_elem_type(), &[n], bytes)?;
             Ok(t.cast(to).to_bytes())
         }
     }
@@ -468,14 +468,14 @@ mod tests {
     #[test]
     fn roundtrip_bytes() {
         for dt in [
-            DType::F32,
-            DType::F64,
-            DType::F16,
-            DType::I64,
-            DType::I32,
-            DType::U8,
-            DType::Bool,
-            DType::I8,
+            ElemType::F32,
+            ElemType::F64,
+            ElemType::F16,
+            ElemType::I64,
+            ElemType::I32,
+            ElemType::U8,
+            ElemType::Bool,
+            ElemType::I8,
         ] {
             let t = HostTensor::full(dt, &[2, 3], 1.0);
             let b = t.to_bytes();
@@ -487,18 +487,18 @@ mod tests {
     #[test]
     fn cast_follows_onnx() {
         let t = HostTensor::float(
-            DType::F32,
+            ElemType::F32,
             ArrayD::from_shape_vec(IxDyn(&[3]), vec![-1.7, 2.5, 300.0]).unwrap(),
         );
-        assert_eq!(t.cast(DType::I32).to_i64_vec(), vec![-1, 2, 300]);
-        assert_eq!(t.cast(DType::U8).to_i64_vec(), vec![0, 2, 255]);
-        assert_eq!(t.cast(DType::Bool).to_i64_vec(), vec![1, 1, 1]);
+        assert_eq!(t.cast(ElemType::I32).to_i64_vec(), vec![-1, 2, 300]);
+        assert_eq!(t.cast(ElemType::U8).to_i64_vec(), vec![0, 2, 255]);
+        assert_eq!(t.cast(ElemType::Bool).to_i64_vec(), vec![1, 1, 1]);
     }
 
     #[test]
     fn int64_inputs_outside_int32_are_rejected() {
         let bytes = (1i64 << 40).to_le_bytes();
-        let e = host_to_device(DType::I64, &bytes, DeviceType::I32, "ids").unwrap_err();
+        let e = host_to_device(ElemType::I64, &bytes, DeviceType::I32, "ids").unwrap_err();
         assert!(matches!(e, Error::InputMismatch { .. }));
         assert!(e.to_string().contains("ids"));
     }
@@ -507,7 +507,7 @@ mod tests {
     fn half_conversion_rounds_to_nearest_even() {
         // 1 + 2^-11 is exactly between two halves: ties to even (1.0).
         let x = 1.0f32 + 2f32.powi(-11);
-        let out = host_to_device(DType::F32, &x.to_le_bytes(), DeviceType::F16, "x").unwrap();
+        let out = host_to_device(ElemType::F32, &x.to_le_bytes(), DeviceType::F16, "x").unwrap();
         assert_eq!(f16::from_le_bytes([out[0], out[1]]).to_f32(), 1.0);
     }
 }

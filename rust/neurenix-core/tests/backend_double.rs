@@ -3,11 +3,9 @@
 //! are only as good as this double, so it is checked against hand-computed
 //! values here.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use half::f16;
-use neurenix_core::backend::{Backend, MatMulParams, ReduceFinal, ReduceOp};
+use neurenix_core::backend::{Backend, MatMulOptions, ReduceFinal, ReduceOp};
 use neurenix_core::dtype::DeviceType;
 use neurenix_core::expr::{Expr, ExprInstr, ExprOp};
 
@@ -20,9 +18,9 @@ fn konst(be: &mut TestBackend, shape: &[usize], v: &[f32], ipu: u32) -> u32 {
         .unwrap()
 }
 
-fn mm(dt: DeviceType, ipu: u32) -> MatMulParams {
-    MatMulParams {
-        available_memory_proportion: 0.6,
+fn mm(dt: DeviceType, ipu: u32) -> MatMulOptions {
+    MatMulOptions {
+        memory_proportion: 0.6,
         partials: DeviceType::F32,
         out_dtype: dt,
         ipu,

@@ -1,12 +1,11 @@
-//! Host evaluation of element-wise expressions (`expr::eval_host`), the
+//! Host evaluation of element-wise expressions (`expr::eval::eval_host`), the
 //! error function, and the postfix form: every `ExprOp` against
 //! hand-computed values.
 
-mod common;
-
-use common::*;
-use neurenix_core::dtype::DType;
-use neurenix_core::expr::{erf, eval_host, gelu_erf, gelu_tanh, Expr, ExprOp, EXPR_OP_NAMES};
+use crate::common::*;
+use neurenix_core::dtype::ElemType;
+use neurenix_core::expr::eval::{erf, eval_host, gelu_erf, gelu_tanh};
+use neurenix_core::expr::{Expr, ExprOp, EXPR_OP_NAMES};
 use neurenix_core::tensor::{Data, HostTensor};
 
 use ExprOp as E;
@@ -775,5 +774,5 @@ fn postfix_form_and_operand_remapping() {
         &[2],
     ));
     assert_close(&host, &v, 1e-7, "tree evaluation");
-    let _ = DType::F32;
+    let _ = ElemType::F32;
 }

@@ -3,11 +3,9 @@
 //! Cast, Reshape, Flatten, Squeeze/Unsqueeze, Transpose, MatMul, Gemm,
 //! Constant, Shape and Size.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use neurenix_core::compile::optimize;
-use neurenix_core::dtype::DType;
+use neurenix_core::dtype::ElemType;
 use neurenix_core::error::Error;
 use neurenix_core::ir::Attr;
 use neurenix_core::ops::supported_ops;
@@ -178,7 +176,7 @@ fn unary_float_operators_fold_in_float32_and_float64() {
     for (op, attrs, r) in unary_cases() {
         let want64: Vec<f64> = XS.iter().map(|&x| r(x)).collect();
         let got = fold(13, op, attrs.clone(), vec![tf64(&[XS.len()], &XS)]);
-        assert_eq!(got.dtype, DType::F64, "{op}");
+        assert_eq!(got.dtype, ElemType::F64, "{op}");
         // Absolute below 1 (Gelu's tail is a cancellation, as defined).
         assert_close(
             &got.to_f64_vec(),
@@ -189,7 +187,7 @@ fn unary_float_operators_fold_in_float32_and_float64() {
         // float32: the correctly rounded result, up to one ulp for composite
         // operators rounded once per step.
         let got = fold(13, op, attrs.clone(), vec![tf32(&[XS.len()], &XS)]);
-        assert_eq!(got.dtype, DType::F32, "{op}");
+        assert_eq!(got.dtype, ElemType::F32, "{op}");
         assert_eq!(got.shape(), &[XS.len()]);
         let want32: Vec<f64> = want64.iter().map(|&v| r32(v)).collect();
         assert_close(
@@ -208,7 +206,7 @@ fn unary_float_operators_fold_in_float32_and_float64() {
 fn unary_float_operators_fold_in_float16() {
     for (op, attrs, r) in unary_cases() {
         let got = fold(13, op, attrs.clone(), vec![tf16(&[XS.len()], &XS)]);
-        assert_eq!(got.dtype, DType::F16, "{op}");
+        assert_eq!(got.dtype, ElemType::F16, "{op}");
         let want: Vec<f64> = XS.iter().map(|&x| r16(r(x))).collect();
         // One half ulp (2^-10 relative) for operators made of several steps.
         assert_close(
@@ -276,7 +274,7 @@ fn integer_unary_operators() {
     let x = ti32(&[5], &[-5, -1, 0, 3, i32::MIN as i64]);
     let v = |op: &str| {
         let t = fold(14, op, vec![], vec![x.clone()]);
-        assert_eq!(t.dtype, DType::I32, "{op}");
+        assert_eq!(t.dtype, ElemType::I32, "{op}");
         t.to_i64_vec()
     };
     assert_eq!(
@@ -298,12 +296,12 @@ fn classification_and_logic() {
     let nan = fold(13, "IsNaN", vec![], vec![x.clone()]);
     assert_eq!(
         (nan.dtype, nan.to_i64_vec()),
-        (DType::Bool, vec![1, 0, 0, 0])
+        (ElemType::Bool, vec![1, 0, 0, 0])
     );
     let inf = fold(13, "IsInf", vec![], vec![x]);
     assert_eq!(
         (inf.dtype, inf.to_i64_vec()),
-        (DType::Bool, vec![0, 1, 1, 0])
+        (ElemType::Bool, vec![0, 1, 1, 0])
     );
     let a = tbool(&[4], &[false, false, true, true]);
     let b = tbool(&[4], &[false, true, false, true]);
@@ -391,7 +389,7 @@ fn arithmetic_with_broadcasting() {
         vec![],
         vec![tf32(&[3], &[2.0, 1.5, -3.0]), ti64(&[], &[2])],
     );
-    assert_eq!(t.dtype, DType::F32);
+    assert_eq!(t.dtype, ElemType::F32);
     assert_exact(
         &t.to_f64_vec(),
         &[4.0, 2.25, 9.0],
@@ -471,7 +469,7 @@ fn integer_arithmetic() {
     );
     assert_eq!(
         (t.dtype, t.to_i64_vec()),
-        (DType::I32, vec![i32::MIN as i64, -2]),
+        (ElemType::I32, vec![i32::MIN as i64, -2]),
         "int32 add wraps"
     );
     let t = fold(
@@ -518,13 +516,13 @@ fn integer_arithmetic() {
         "Sub",
         vec![],
         vec![
-            tint(DType::U8, &[2], &[3, 200]),
-            tint(DType::U8, &[2], &[5, 100]),
+            tint(ElemType::U8, &[2], &[3, 200]),
+            tint(ElemType::U8, &[2], &[5, 100]),
         ],
     );
     assert_eq!(
         (t.dtype, t.to_i64_vec()),
-        (DType::U8, vec![254, 100]),
+        (ElemType::U8, vec![254, 100]),
         "uint8 sub wraps"
     );
 }
@@ -578,7 +576,7 @@ fn comparisons() {
     let b = tf32(&[5], &[2.0, 2.0, 2.0, 1.0, NAN]);
     let cmp = |op: &str, a: &HostTensor, b: &HostTensor| {
         let t = fold(13, op, vec![], vec![a.clone(), b.clone()]);
-        assert_eq!(t.dtype, DType::Bool, "{op}");
+        assert_eq!(t.dtype, ElemType::Bool, "{op}");
         t.to_i64_vec()
     };
     assert_eq!(cmp("Equal", &a, &b), vec![0, 1, 0, 0, 0]);
@@ -613,7 +611,7 @@ fn where_prelu_and_clip() {
     );
     assert_eq!(
         (t.dtype, t.to_i64_vec()),
-        (DType::I64, vec![7, 7, 3, 4]),
+        (ElemType::I64, vec![7, 7, 3, 4]),
         "where on ints"
     );
     // The condition must be bool.
@@ -819,7 +817,7 @@ fn folding_erf_of_zero_terminates() {
 // ---------------------------------------------------------------------------
 // Cast.
 
-fn cast(x: HostTensor, to: DType) -> HostTensor {
+fn cast(x: HostTensor, to: ElemType) -> HostTensor {
     let t = fold(
         13,
         "Cast",
@@ -834,27 +832,27 @@ fn cast(x: HostTensor, to: DType) -> HostTensor {
 fn cast_float_to_int_truncates_and_saturates() {
     let x = tf32(&[7], &[-1.7, 2.5, 2.9999, 3e9, -3e9, 127.9, -128.9]);
     assert_eq!(
-        cast(x.clone(), DType::I32).to_i64_vec(),
+        cast(x.clone(), ElemType::I32).to_i64_vec(),
         vec![-1, 2, 2, i32::MAX as i64, i32::MIN as i64, 127, -128]
     );
     assert_eq!(
-        cast(x.clone(), DType::I8).to_i64_vec(),
+        cast(x.clone(), ElemType::I8).to_i64_vec(),
         vec![-1, 2, 2, 127, -128, 127, -128]
     );
     assert_eq!(
-        cast(x.clone(), DType::U8).to_i64_vec(),
+        cast(x.clone(), ElemType::U8).to_i64_vec(),
         vec![0, 2, 2, 255, 0, 127, 0]
     );
     assert_eq!(
-        cast(x.clone(), DType::I16).to_i64_vec(),
+        cast(x.clone(), ElemType::I16).to_i64_vec(),
         vec![-1, 2, 2, 32767, -32768, 127, -128]
     );
     assert_eq!(
-        cast(x.clone(), DType::U16).to_i64_vec(),
+        cast(x.clone(), ElemType::U16).to_i64_vec(),
         vec![0, 2, 2, 65535, 0, 127, 0]
     );
     assert_eq!(
-        cast(x, DType::I64).to_i64_vec(),
+        cast(x, ElemType::I64).to_i64_vec(),
         vec![-1, 2, 2, 3_000_000_000, -3_000_000_000, 127, -128]
     );
 }
@@ -863,47 +861,47 @@ fn cast_float_to_int_truncates_and_saturates() {
 fn cast_between_integers_wraps() {
     let x = ti64(&[5], &[200, 256, -1, 70000, -129]);
     assert_eq!(
-        cast(x.clone(), DType::I8).to_i64_vec(),
+        cast(x.clone(), ElemType::I8).to_i64_vec(),
         vec![-56, 0, -1, 112, 127]
     );
     assert_eq!(
-        cast(x.clone(), DType::U8).to_i64_vec(),
+        cast(x.clone(), ElemType::U8).to_i64_vec(),
         vec![200, 0, 255, 112, 127]
     );
     assert_eq!(
-        cast(x.clone(), DType::U16).to_i64_vec(),
+        cast(x.clone(), ElemType::U16).to_i64_vec(),
         vec![200, 256, 65535, 4464, 65407]
     );
     assert_eq!(
-        cast(x.clone(), DType::I32).to_i64_vec(),
+        cast(x.clone(), ElemType::I32).to_i64_vec(),
         vec![200, 256, -1, 70000, -129]
     );
     let y = ti32(&[2], &[-1, 7]);
-    assert_eq!(cast(y.clone(), DType::I64).to_i64_vec(), vec![-1, 7]);
-    assert_eq!(cast(y, DType::U32).to_i64_vec(), vec![4294967295, 7]);
+    assert_eq!(cast(y.clone(), ElemType::I64).to_i64_vec(), vec![-1, 7]);
+    assert_eq!(cast(y, ElemType::U32).to_i64_vec(), vec![4294967295, 7]);
 }
 
 #[test]
 fn cast_to_and_from_bool() {
     let x = tf32(&[5], &[0.0, -0.0, 0.25, -3.0, NAN]);
-    assert_eq!(cast(x, DType::Bool).to_i64_vec(), vec![0, 0, 1, 1, 1]);
+    assert_eq!(cast(x, ElemType::Bool).to_i64_vec(), vec![0, 0, 1, 1, 1]);
     assert_eq!(
-        cast(ti64(&[3], &[0, 5, -1]), DType::Bool).to_i64_vec(),
+        cast(ti64(&[3], &[0, 5, -1]), ElemType::Bool).to_i64_vec(),
         vec![0, 1, 1]
     );
     let b = tbool(&[2], &[true, false]);
     assert_exact(
-        &cast(b.clone(), DType::F32).to_f64_vec(),
+        &cast(b.clone(), ElemType::F32).to_f64_vec(),
         &[1.0, 0.0],
         "bool -> f32",
     );
     assert_exact(
-        &cast(b.clone(), DType::F16).to_f64_vec(),
+        &cast(b.clone(), ElemType::F16).to_f64_vec(),
         &[1.0, 0.0],
         "bool -> f16",
     );
-    assert_eq!(cast(b.clone(), DType::I64).to_i64_vec(), vec![1, 0]);
-    assert_eq!(cast(b, DType::U8).to_i64_vec(), vec![1, 0]);
+    assert_eq!(cast(b.clone(), ElemType::I64).to_i64_vec(), vec![1, 0]);
+    assert_eq!(cast(b, ElemType::U8).to_i64_vec(), vec![1, 0]);
 }
 
 #[test]
@@ -913,32 +911,32 @@ fn cast_rounds_floats() {
         &[0.1, 1.0 + 2f64.powi(-11), 65504.0, 65520.0, -1e5, 1e-8],
     );
     assert_exact(
-        &cast(x, DType::F16).to_f64_vec(),
+        &cast(x, ElemType::F16).to_f64_vec(),
         &[0.0999755859375, 1.0, 65504.0, INF, -INF, 0.0],
         "float32 -> float16",
     );
     assert_exact(
-        &cast(ti64(&[3], &[2049, 2051, -4097]), DType::F16).to_f64_vec(),
+        &cast(ti64(&[3], &[2049, 2051, -4097]), ElemType::F16).to_f64_vec(),
         &[2048.0, 2052.0, -4096.0],
         "int -> f16",
     );
     assert_exact(
-        &cast(ti64(&[2], &[16777217, (1 << 40) + 1]), DType::F32).to_f64_vec(),
+        &cast(ti64(&[2], &[16777217, (1 << 40) + 1]), ElemType::F32).to_f64_vec(),
         &[16777216.0, (1u64 << 40) as f64],
         "int -> f32",
     );
     assert_exact(
-        &cast(tf64(&[2], &[0.1, 1e300]), DType::F32).to_f64_vec(),
+        &cast(tf64(&[2], &[0.1, 1e300]), ElemType::F32).to_f64_vec(),
         &[r32(0.1), INF],
         "f64 -> f32",
     );
     assert_exact(
-        &cast(tf16(&[1], &[0.0999755859375]), DType::F64).to_f64_vec(),
+        &cast(tf16(&[1], &[0.0999755859375]), ElemType::F64).to_f64_vec(),
         &[0.0999755859375],
         "f16 -> f64",
     );
     assert_exact(
-        &cast(tf32(&[1], &[0.1]), DType::F64).to_f64_vec(),
+        &cast(tf32(&[1], &[0.1]), ElemType::F64).to_f64_vec(),
         &[r32(0.1)],
         "f32 -> f64 is exact",
     );
@@ -953,7 +951,7 @@ fn castlike_takes_the_type_of_its_second_input() {
         vec![Some(tf32(&[2], &[1.9, -1.9])), Some(ti32(&[1], &[0]))],
     )
     .unwrap();
-    assert_eq!((t.dtype, t.to_i64_vec()), (DType::I32, vec![1, -1]));
+    assert_eq!((t.dtype, t.to_i64_vec()), (ElemType::I32, vec![1, -1]));
     let t = try_fold(
         15,
         "CastLike",
@@ -961,7 +959,7 @@ fn castlike_takes_the_type_of_its_second_input() {
         vec![Some(ti64(&[1], &[3])), Some(tf16(&[], &[0.0]))],
     )
     .unwrap();
-    assert_eq!(t.dtype, DType::F16);
+    assert_eq!(t.dtype, ElemType::F16);
     assert_exact(&t.to_f64_vec(), &[3.0], "int -> like f16");
 }
 
@@ -1037,7 +1035,7 @@ fn reshape_with_zero_minus_one_and_allowzero() {
     assert_eq!(t.shape(), &[3, 2]);
     // Integer and bool data reshape too.
     let t = reshape(ti64(&[2, 2], &[1, 2, 3, 4]), &[-1], vec![]).unwrap();
-    assert_eq!((t.dtype, t.to_i64_vec()), (DType::I64, vec![1, 2, 3, 4]));
+    assert_eq!((t.dtype, t.to_i64_vec()), (ElemType::I64, vec![1, 2, 3, 4]));
 }
 
 #[test]
@@ -1161,19 +1159,19 @@ fn squeeze_and_unsqueeze_attribute_and_input_forms() {
 
     // opset 13 axes that are not constants are an unsupported form.
     let mut b = ModelBuilder::new(13);
-    b.input_fixed("x", DType::F32, &[2, 3]);
-    b.input_fixed("axes", DType::I64, &[1]);
+    b.input_fixed("x", ElemType::F32, &[2, 3]);
+    b.input_fixed("axes", ElemType::I64, &[1]);
     b.node("Unsqueeze", "dyn_unsq", &["x", "axes"], &["y"]);
     b.output("y");
     let specs = [
         InputSpec {
             name: "x".into(),
-            dtype: DType::F32,
+            dtype: ElemType::F32,
             shape: vec![2, 3],
         },
         InputSpec {
             name: "axes".into(),
-            dtype: DType::I64,
+            dtype: ElemType::I64,
             shape: vec![1],
         },
     ];
@@ -1350,7 +1348,7 @@ fn matmul_promotions_and_batch_broadcasting() {
         vec![],
         vec![tf16(&[1, 2], &[1.0, 1.0]), tf16(&[2, 1], &[2048.0, 1.0])],
     );
-    assert_eq!(t.dtype, DType::F16);
+    assert_eq!(t.dtype, ElemType::F16);
     assert_exact(&t.to_f64_vec(), &[2048.0], "float16 rounding");
     for (sa, sb) in [
         (vec![2, 3], vec![4, 2]),
@@ -1478,23 +1476,23 @@ fn constant_value_forms() {
     let t = c(vec![("value", Attr::Tensor(ti32(&[2], &[3, -4])))]).unwrap();
     assert_eq!(
         (t.dtype, t.shape().to_vec(), t.to_i64_vec()),
-        (DType::I32, vec![2], vec![3, -4])
+        (ElemType::I32, vec![2], vec![3, -4])
     );
     let t = c(vec![("value_float", Attr::Float(0.1))]).unwrap();
-    assert_eq!((t.dtype, t.shape().len()), (DType::F32, 0));
+    assert_eq!((t.dtype, t.shape().len()), (ElemType::F32, 0));
     assert_exact(&t.to_f64_vec(), &[f(0.1) as f64], "value_float");
     let t = c(vec![("value_int", Attr::Int(-9))]).unwrap();
     assert_eq!(
         (t.dtype, t.shape().len(), t.to_i64_vec()),
-        (DType::I64, 0, vec![-9])
+        (ElemType::I64, 0, vec![-9])
     );
     let t = c(vec![("value_floats", Attr::Floats(vec![1.5, -2.0, 0.1]))]).unwrap();
-    assert_eq!((t.dtype, t.shape().to_vec()), (DType::F32, vec![3]));
+    assert_eq!((t.dtype, t.shape().to_vec()), (ElemType::F32, vec![3]));
     assert_exact(&t.to_f64_vec(), &[1.5, -2.0, f(0.1) as f64], "value_floats");
     let t = c(vec![("value_ints", Attr::Ints(vec![7, 8]))]).unwrap();
     assert_eq!(
         (t.dtype, t.shape().to_vec(), t.to_i64_vec()),
-        (DType::I64, vec![2], vec![7, 8])
+        (ElemType::I64, vec![2], vec![7, 8])
     );
     let e = c(vec![("value_string", Attr::String("hi".into()))]).unwrap_err();
     assert!(
@@ -1515,7 +1513,7 @@ fn shape_with_start_and_end_and_size() {
     let x = iota(&[2, 3, 4]);
     let shape = |attrs: Vec<(&str, Attr)>| {
         let t = fold(15, "Shape", attrs, vec![x.clone()]);
-        assert_eq!(t.dtype, DType::I64);
+        assert_eq!(t.dtype, ElemType::I64);
         assert_eq!(t.shape().len(), 1);
         t.to_i64_vec()
     };
@@ -1548,7 +1546,7 @@ fn shape_with_start_and_end_and_size() {
     let t = fold(13, "Size", vec![], vec![x]);
     assert_eq!(
         (t.dtype, t.shape().len(), t.to_i64_vec()),
-        (DType::I64, 0, vec![24])
+        (ElemType::I64, 0, vec![24])
     );
     let t = fold(13, "Size", vec![], vec![tf32(&[0, 5], &[])]);
     assert_eq!(t.to_i64_vec(), vec![0]);

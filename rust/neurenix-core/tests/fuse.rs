@@ -2,16 +2,14 @@
 //! removed with their consumers rewired, graph outputs are kept, and
 //! MatMul + Add(constant) becomes Gemm exactly when that is valid.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use neurenix_core::compile::optimize;
-use neurenix_core::dtype::DType;
+use neurenix_core::dtype::ElemType;
 use neurenix_core::ir::{Attr, Model};
-use neurenix_core::lower::Precision;
+use neurenix_core::lower::precision::Precision;
 use neurenix_core::passes::InputSpec;
 
-fn spec(name: &str, dtype: DType, shape: &[usize]) -> InputSpec {
+fn spec(name: &str, dtype: ElemType, shape: &[usize]) -> InputSpec {
     InputSpec {
         name: name.into(),
         dtype,
@@ -59,7 +57,7 @@ fn reads(m: &Model, i: usize) -> Vec<String> {
 #[test]
 fn identity_and_dropout_are_removed_and_consumers_rewired() {
     let mut b = ModelBuilder::new(13);
-    b.input_fixed("x", DType::F32, &[2, 3]);
+    b.input_fixed("x", ElemType::F32, &[2, 3]);
     b.node("Identity", "id", &["x"], &["a"]);
     b.node("Relu", "relu", &["a"], &["r1"]);
     b.node("Sigmoid", "sig", &["a"], &["r2"]);
@@ -70,7 +68,7 @@ fn identity_and_dropout_are_removed_and_consumers_rewired() {
     b.output("y1");
     b.output("y2");
     let m = b.build();
-    let (opt, st) = optimize(&m, &[spec("x", DType::F32, &[2, 3])]).unwrap();
+    let (opt, st) = optimize(&m, &[spec("x", ElemType::F32, &[2, 3])]).unwrap();
     assert_eq!(st.fused, 3, "{st:?}");
     assert_eq!(op_set(&opt), sorted(&["Relu", "Sigmoid", "Exp", "Add"]));
     assert_eq!(reads_of(&opt, "relu"), vec!["x"]);
@@ -85,7 +83,7 @@ fn identity_and_dropout_are_removed_and_consumers_rewired() {
     let x: Vec<f64> = vec![-1.5, -0.5, 0.0, 0.5, 1.0, 2.0];
     let (_, be) = lower(
         &m,
-        &[feed("x", DType::F32, &[2, 3], x.clone())],
+        &[feed("x", ElemType::F32, &[2, 3], x.clone())],
         &copts(Precision::Float32, 1),
     );
     let relu: Vec<f64> = x.iter().map(|v| v.max(0.0)).collect();
@@ -111,7 +109,7 @@ fn identity_and_dropout_are_removed_and_consumers_rewired() {
 #[test]
 fn forwarders_that_produce_graph_outputs_are_kept() {
     let mut b = ModelBuilder::new(13);
-    b.input_fixed("x", DType::F32, &[4]);
+    b.input_fixed("x", ElemType::F32, &[4]);
     b.node("Relu", "relu", &["x"], &["a"]);
     b.node("Identity", "out_id", &["a"], &["y"]);
     b.node("Identity", "passthrough", &["x"], &["z"]);
@@ -120,7 +118,7 @@ fn forwarders_that_produce_graph_outputs_are_kept() {
     b.output("z");
     b.output("w");
     let m = b.build();
-    let (opt, st) = optimize(&m, &[spec("x", DType::F32, &[4])]).unwrap();
+    let (opt, st) = optimize(&m, &[spec("x", ElemType::F32, &[4])]).unwrap();
     assert_eq!(st.fused, 0);
     assert_eq!(
         op_set(&opt),
@@ -129,7 +127,7 @@ fn forwarders_that_produce_graph_outputs_are_kept() {
     let x = vec![-1.0, 2.0, -3.0, 4.0];
     let (l, be) = lower(
         &m,
-        &[feed("x", DType::F32, &[4], x.clone())],
+        &[feed("x", ElemType::F32, &[4], x.clone())],
         &copts(Precision::Float32, 1),
     );
     let names: Vec<&str> = l.outputs.iter().map(|b| b.name.as_str()).collect();
@@ -142,7 +140,7 @@ fn forwarders_that_produce_graph_outputs_are_kept() {
 #[test]
 fn dropout_with_a_mask_or_a_ratio_is_not_treated_as_identity() {
     let mut b = ModelBuilder::new(13);
-    b.input_fixed("x", DType::F32, &[3]);
+    b.input_fixed("x", ElemType::F32, &[3]);
     b.init("ratio", tf32(&[], &[0.5]));
     b.node("Dropout", "with_mask", &["x"], &["a", "mask"]);
     b.node("Dropout", "with_ratio", &["a", "ratio"], &["c"]);
@@ -150,12 +148,12 @@ fn dropout_with_a_mask_or_a_ratio_is_not_treated_as_identity() {
     b.output("y");
     b.output("mask");
     let m = b.build();
-    let (opt, _) = optimize(&m, &[spec("x", DType::F32, &[3])]).unwrap();
+    let (opt, _) = optimize(&m, &[spec("x", ElemType::F32, &[3])]).unwrap();
     assert_eq!(op_set(&opt), sorted(&["Dropout", "Dropout", "Relu"]));
     // In inference both still forward x, and the mask is all true.
     let (_, be) = lower(
         &m,
-        &[feed("x", DType::F32, &[3], vec![-1.0, 0.5, 2.0])],
+        &[feed("x", ElemType::F32, &[3], vec![-1.0, 0.5, 2.0])],
         &copts(Precision::Float32, 1),
     );
     assert_exact(&be.out("y"), &[0.0, 0.5, 2.0], "y");
@@ -170,7 +168,7 @@ fn dropout_with_a_mask_or_a_ratio_is_not_treated_as_identity() {
 #[test]
 fn same_shape_reshapes_and_same_type_casts_forward() {
     let mut b = ModelBuilder::new(13);
-    b.input_fixed("x", DType::F32, &[2, 3]);
+    b.input_fixed("x", ElemType::F32, &[2, 3]);
     b.init("s", ti64(&[2], &[2, 3]));
     b.init("s6", ti64(&[1], &[6]));
     b.node("Reshape", "same", &["x", "s"], &["a"]);
@@ -184,7 +182,7 @@ fn same_shape_reshapes_and_same_type_casts_forward() {
         vec![("to", Attr::Int(10))],
     );
     b.output("y");
-    let (opt, st) = optimize(&b.build(), &[spec("x", DType::F32, &[2, 3])]).unwrap();
+    let (opt, st) = optimize(&b.build(), &[spec("x", ElemType::F32, &[2, 3])]).unwrap();
     assert_eq!(st.fused, 2, "{st:?}");
     assert_eq!(ops(&opt), vec!["Reshape", "Cast"]);
     assert_eq!(reads(&opt, 0), vec!["x", "s6"]);
@@ -225,19 +223,19 @@ impl MmAdd {
     fn model(&self) -> (Model, Vec<Feed>) {
         let (av, wv, cv) = self.data();
         let mut b = ModelBuilder::new(self.opset);
-        let mut feeds = vec![feed("A", DType::F32, &self.a, av)];
-        b.input_fixed("A", DType::F32, &self.a);
+        let mut feeds = vec![feed("A", ElemType::F32, &self.a, av)];
+        b.input_fixed("A", ElemType::F32, &self.a);
         if self.w_const {
             b.init("W", tf32(&self.w, &wv));
         } else {
-            b.input_fixed("W", DType::F32, &self.w);
-            feeds.push(feed("W", DType::F32, &self.w, wv));
+            b.input_fixed("W", ElemType::F32, &self.w);
+            feeds.push(feed("W", ElemType::F32, &self.w, wv));
         }
         if self.c_const {
             b.init("C", tf32(&self.c, &cv));
         } else {
-            b.input_fixed("C", DType::F32, &self.c);
-            feeds.push(feed("C", DType::F32, &self.c, cv));
+            b.input_fixed("C", ElemType::F32, &self.c);
+            feeds.push(feed("C", ElemType::F32, &self.c, cv));
         }
         b.node("MatMul", "mm", &["A", "W"], &["y"]);
         if self.swap {
@@ -357,7 +355,7 @@ fn matmul_add_stays_when_gemm_would_be_invalid() {
     assert_eq!(ops(&opt), vec!["MatMul", "Add"], "graph output");
     // y + y, and Sub instead of Add.
     let mut b = ModelBuilder::new(13);
-    b.input_fixed("A", DType::F32, &[3, 4]);
+    b.input_fixed("A", ElemType::F32, &[3, 4]);
     b.init("W", tf32(&[4, 5], &[0.5; 20]));
     b.init("C", tf32(&[5], &[1.0; 5]));
     b.node("MatMul", "mm", &["A", "W"], &["y"]);
@@ -366,7 +364,7 @@ fn matmul_add_stays_when_gemm_would_be_invalid() {
     b.node("Sub", "sub", &["y2", "C"], &["z2"]);
     b.output("z");
     b.output("z2");
-    let (opt, _) = optimize(&b.build(), &[spec("A", DType::F32, &[3, 4])]).unwrap();
+    let (opt, _) = optimize(&b.build(), &[spec("A", ElemType::F32, &[3, 4])]).unwrap();
     assert_eq!(op_set(&opt), sorted(&["MatMul", "Add", "MatMul", "Sub"]));
 }
 
@@ -374,7 +372,7 @@ fn matmul_add_stays_when_gemm_would_be_invalid() {
 fn stacked_dense_layers_all_fuse() {
     // Three Linear layers with biases and Relus between them.
     let mut b = ModelBuilder::new(13);
-    b.input_fixed("x", DType::F32, &[2, 4]);
+    b.input_fixed("x", ElemType::F32, &[2, 4]);
     let mut rng = XorShift::new(8);
     let mut cur = "x".to_string();
     let mut ws = Vec::new();
@@ -406,7 +404,7 @@ fn stacked_dense_layers_all_fuse() {
     b.output(&cur);
     let m = b.build();
     let x = rng.eighths(8, 2);
-    let feeds = [feed("x", DType::F32, &[2, 4], x.clone())];
+    let feeds = [feed("x", ElemType::F32, &[2, 4], x.clone())];
     let (opt, st) = optimize(&m, &specs(&feeds)).unwrap();
     assert_eq!(st.fused, 3);
     assert_eq!(

@@ -11,16 +11,14 @@
 //! partials type are the backend's business, are allowed one half ulp per
 //! rounding step (stated at each check).
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use neurenix_core::backend::{ReduceFinal, ReduceOp};
 use neurenix_core::compile::{optimize, CompileOptions};
-use neurenix_core::dtype::{DType, DeviceType};
+use neurenix_core::dtype::{DeviceType, ElemType};
 use neurenix_core::error::Error;
 use neurenix_core::expr::ExprOp;
 use neurenix_core::ir::{Attr, Model};
-use neurenix_core::lower::Precision;
+use neurenix_core::lower::precision::Precision;
 use neurenix_core::tensor::HostTensor;
 
 const F32: Precision = Precision::Float32;
@@ -32,10 +30,10 @@ fn sigmoid(x: f64) -> f64 {
 }
 
 /// Host tensor of a model type from f64 data (for folding comparisons).
-fn host(dtype: DType, shape: &[usize], v: &[f64]) -> HostTensor {
+fn host(dtype: ElemType, shape: &[usize], v: &[f64]) -> HostTensor {
     if dtype.is_float() {
         tfloat(dtype, shape, v)
-    } else if dtype == DType::Bool {
+    } else if dtype == ElemType::Bool {
         tbool(shape, &v.iter().map(|&x| x != 0.0).collect::<Vec<_>>())
     } else {
         tint(
@@ -51,7 +49,7 @@ fn single(
     opset: i64,
     op: &str,
     attrs: Vec<(&str, Attr)>,
-    ins: &[(DType, Vec<usize>, Vec<f64>)],
+    ins: &[(ElemType, Vec<usize>, Vec<f64>)],
 ) -> (Model, Vec<Feed>) {
     let mut b = ModelBuilder::new(opset);
     let mut feeds = Vec::new();
@@ -85,7 +83,7 @@ fn map_exprs(be: &TestBackend) -> Vec<Vec<ExprOp>> {
 fn float32_elementwise_chain_is_one_fused_map() {
     // y = Sigmoid(Relu(x) * w + b), w [3] constant, b scalar constant.
     let mut b = ModelBuilder::new(13);
-    b.input_fixed("x", DType::F32, &[2, 3]);
+    b.input_fixed("x", ElemType::F32, &[2, 3]);
     let w = [0.5, -1.25, 2.0];
     b.init("w", tf32(&[3], &w));
     b.init("b", tf32(&[], &[0.1]));
@@ -99,7 +97,7 @@ fn float32_elementwise_chain_is_one_fused_map() {
     let x = rng.vec32(6, -2.0, 2.0);
     let (l, be) = lower(
         &m,
-        &[feed("x", DType::F32, &[2, 3], x.clone())],
+        &[feed("x", ElemType::F32, &[2, 3], x.clone())],
         &copts(F32, 1),
     );
     assert_eq!(
@@ -203,7 +201,7 @@ fn float32_unary_operators_match_references() {
             20,
             op,
             attrs.clone(),
-            &[(DType::F32, vec![2, 5], XS.to_vec())],
+            &[(ElemType::F32, vec![2, 5], XS.to_vec())],
         );
         let (l, be) = lower(&m, &feeds, &copts(F32, 1));
         let want: Vec<f64> = XS.iter().map(|&x| r(x)).collect();
@@ -245,8 +243,8 @@ fn float32_binary_operators_broadcast() {
             op,
             attrs,
             &[
-                (DType::F32, sa.clone(), a.clone()),
-                (DType::F32, sb2.clone(), b2.clone()),
+                (ElemType::F32, sa.clone(), a.clone()),
+                (ElemType::F32, sb2.clone(), b2.clone()),
             ],
         );
         let (_, be) = lower(&m, &feeds, &copts(F32, 1));
@@ -264,9 +262,9 @@ fn float32_binary_operators_broadcast() {
             op,
             vec![],
             &[
-                (DType::F32, sa.clone(), a.clone()),
-                (DType::F32, sb.clone(), b.clone()),
-                (DType::F32, vec![3], c.clone()),
+                (ElemType::F32, sa.clone(), a.clone()),
+                (ElemType::F32, sb.clone(), b.clone()),
+                (ElemType::F32, vec![3], c.clone()),
             ],
         );
         let (_, be) = lower(&m, &feeds, &copts(F32, 1));
@@ -287,17 +285,17 @@ fn float32_binary_operators_broadcast() {
 #[test]
 fn lowered_elementwise_operators_agree_with_folding() {
     let xs = XS.to_vec();
-    let f = |s: &[usize], v: &[f64]| (DType::F32, s.to_vec(), v.to_vec());
+    let f = |s: &[usize], v: &[f64]| (ElemType::F32, s.to_vec(), v.to_vec());
     let i = |s: &[usize], v: &[i64]| {
         (
-            DType::I64,
+            ElemType::I64,
             s.to_vec(),
             v.iter().map(|&x| x as f64).collect::<Vec<_>>(),
         )
     };
     let bl = |s: &[usize], v: &[bool]| {
         (
-            DType::Bool,
+            ElemType::Bool,
             s.to_vec(),
             v.iter().map(|&x| x as i64 as f64).collect::<Vec<_>>(),
         )
@@ -316,7 +314,7 @@ fn lowered_elementwise_operators_agree_with_folding() {
         i64,
         &str,
         Vec<(&str, Attr)>,
-        Vec<(DType, Vec<usize>, Vec<f64>)>,
+        Vec<(ElemType, Vec<usize>, Vec<f64>)>,
     )> = Vec::new();
     for (op, attrs, _) in unary_refs() {
         cases.push((20, op, attrs, vec![f(&[10], &xs)]));
@@ -427,7 +425,13 @@ fn lowered_elementwise_operators_agree_with_folding() {
         vec![],
         vec![ia.clone(), i(&[], &[-2]), i(&[], &[5])],
     ));
-    for to in [DType::I32, DType::I64, DType::Bool, DType::F16, DType::F64] {
+    for to in [
+        ElemType::I32,
+        ElemType::I64,
+        ElemType::Bool,
+        ElemType::F16,
+        ElemType::F64,
+    ] {
         cases.push((
             13,
             "Cast",
@@ -435,7 +439,7 @@ fn lowered_elementwise_operators_agree_with_folding() {
             vec![fa.clone()],
         ));
     }
-    for to in [DType::F32, DType::Bool, DType::I32] {
+    for to in [ElemType::F32, ElemType::Bool, ElemType::I32] {
         cases.push((
             13,
             "Cast",
@@ -479,7 +483,7 @@ fn lowered_elementwise_operators_agree_with_folding() {
 
 #[test]
 fn lowered_narrow_integer_casts_agree_with_folding() {
-    let mk = |from: DType, to: DType, vals: &[f64]| {
+    let mk = |from: ElemType, to: ElemType, vals: &[f64]| {
         let mut b = ModelBuilder::new(13);
         b.input_fixed("x", from, &[vals.len()]);
         b.node_a(
@@ -502,8 +506,8 @@ fn lowered_narrow_integer_casts_agree_with_folding() {
     // int -> int keeps the low bits (ONNX), as the folder does.
     let v = [300.0, 200.0, -1.0, 70000.0];
     let (_, be) = lower(
-        &mk(DType::I64, DType::U8, &v),
-        &[feed("x", DType::I64, &[4], v.to_vec())],
+        &mk(ElemType::I64, ElemType::U8, &v),
+        &[feed("x", ElemType::I64, &[4], v.to_vec())],
         &copts(F32, 1),
     );
     assert_exact(
@@ -512,8 +516,8 @@ fn lowered_narrow_integer_casts_agree_with_folding() {
         "int64 -> uint8 -> int64",
     );
     let (_, be) = lower(
-        &mk(DType::I64, DType::I8, &v),
-        &[feed("x", DType::I64, &[4], v.to_vec())],
+        &mk(ElemType::I64, ElemType::I8, &v),
+        &[feed("x", ElemType::I64, &[4], v.to_vec())],
         &copts(F32, 1),
     );
     assert_exact(
@@ -524,8 +528,8 @@ fn lowered_narrow_integer_casts_agree_with_folding() {
     // float -> uint8 as the folder does it (truncate, saturate).
     let f = [300.0, -1.5, 2.5, 255.9];
     let (_, be) = lower(
-        &mk(DType::F32, DType::U8, &f),
-        &[feed("x", DType::F32, &[4], f.to_vec())],
+        &mk(ElemType::F32, ElemType::U8, &f),
+        &[feed("x", ElemType::F32, &[4], f.to_vec())],
         &copts(F32, 1),
     );
     assert_exact(
@@ -538,7 +542,7 @@ fn lowered_narrow_integer_casts_agree_with_folding() {
 #[test]
 fn integer_inputs_compute_in_int32_and_come_back_as_int64() {
     let mut b = ModelBuilder::new(13);
-    b.input_fixed("ids", DType::I64, &[2, 3]);
+    b.input_fixed("ids", ElemType::I64, &[2, 3]);
     b.init("off", ti64(&[3], &[10, -20, 30]));
     b.init("k", ti64(&[], &[3]));
     b.node("Add", "add", &["ids", "off"], &["s"]);
@@ -551,7 +555,7 @@ fn integer_inputs_compute_in_int32_and_come_back_as_int64() {
     let ids = [1.0, 2.0, -3.0, 400.0, -500.0, 6.0];
     let (l, be) = lower(
         &b.build(),
-        &[feed("ids", DType::I64, &[2, 3], ids.to_vec())],
+        &[feed("ids", ElemType::I64, &[2, 3], ids.to_vec())],
         &copts(F16, 1),
     );
     let off = [10.0, -20.0, 30.0];
@@ -586,11 +590,11 @@ fn integer_inputs_compute_in_int32_and_come_back_as_int64() {
     );
     assert_eq!(
         (l.outputs[0].dtype, l.outputs[0].device_dtype),
-        (DType::I64, DeviceType::I32)
+        (ElemType::I64, DeviceType::I32)
     );
     assert_eq!(
         (l.outputs[1].dtype, l.outputs[1].device_dtype),
-        (DType::Bool, DeviceType::Bool)
+        (ElemType::Bool, DeviceType::Bool)
     );
     assert!(
         be.calls_of(Kind::Map)
@@ -603,13 +607,13 @@ fn integer_inputs_compute_in_int32_and_come_back_as_int64() {
 #[test]
 fn int64_scalar_constants_outside_int32_are_rejected() {
     let mut b = ModelBuilder::new(13);
-    b.input_fixed("x", DType::I64, &[2]);
+    b.input_fixed("x", ElemType::I64, &[2]);
     b.init("big", ti64(&[], &[1 << 40]));
     b.node("Add", "add", &["x", "big"], &["y"]);
     b.output("y");
     let r = try_lower(
         &b.build(),
-        &[feed("x", DType::I64, &[2], vec![1.0, 2.0])],
+        &[feed("x", ElemType::I64, &[2], vec![1.0, 2.0])],
         &copts(F32, 1),
     );
     assert!(
@@ -622,13 +626,13 @@ fn int64_scalar_constants_outside_int32_are_rejected() {
 #[test]
 fn non_scalar_int64_constants_outside_int32_are_rejected() {
     let mut b = ModelBuilder::new(13);
-    b.input_fixed("x", DType::I64, &[2]);
+    b.input_fixed("x", ElemType::I64, &[2]);
     b.init("big", ti64(&[2], &[1, 1 << 40]));
     b.node("Add", "add", &["x", "big"], &["y"]);
     b.output("y");
     let e = try_lower(
         &b.build(),
-        &[feed("x", DType::I64, &[2], vec![1.0, 2.0])],
+        &[feed("x", ElemType::I64, &[2], vec![1.0, 2.0])],
         &copts(F32, 1),
     )
     .err()
@@ -660,8 +664,8 @@ fn matmul_shapes_lower_with_numpy_semantics() {
             "MatMul",
             vec![],
             &[
-                (DType::F32, sa.clone(), a.clone()),
-                (DType::F32, sb.clone(), b.clone()),
+                (ElemType::F32, sa.clone(), a.clone()),
+                (ElemType::F32, sb.clone(), b.clone()),
             ],
         );
         let (_, be) = lower(&m, &feeds, &copts(F32, 1));
@@ -693,8 +697,8 @@ fn matmul_shapes_lower_with_numpy_semantics() {
         "MatMul",
         vec![],
         &[
-            (DType::F32, vec![2, 2], vec![1.0, 2.0, 3.0, 4.0]),
-            (DType::F32, vec![2, 2], vec![5.0, 6.0, 7.0, 8.0]),
+            (ElemType::F32, vec![2, 2], vec![1.0, 2.0, 3.0, 4.0]),
+            (ElemType::F32, vec![2, 2], vec![5.0, 6.0, 7.0, 8.0]),
         ],
     );
     let (_, be) = lower(&m, &feeds, &copts(F32, 1));
@@ -711,7 +715,7 @@ fn gemm_lowering_transposes_and_scales() {
     // A is an input given transposed ([K, M]); W is a constant given
     // transposed ([N, K]); alpha, beta and C [N].
     let mut b = ModelBuilder::new(13);
-    b.input_fixed("At", DType::F32, &[k, m]);
+    b.input_fixed("At", ElemType::F32, &[k, m]);
     b.init("Wt", tf32(&[n, k], &ref_transpose2(&w, k, n)));
     b.init("C", tf32(&[n], &c));
     b.node_a(
@@ -729,7 +733,7 @@ fn gemm_lowering_transposes_and_scales() {
     b.output("y");
     let (_, be) = lower(
         &b.build(),
-        &[feed("At", DType::F32, &[k, m], ref_transpose2(&a, m, k))],
+        &[feed("At", ElemType::F32, &[k, m], ref_transpose2(&a, m, k))],
         &copts(F32, 1),
     );
     let ab = ref_matmul(&a, &w, m, k, n);
@@ -757,7 +761,7 @@ fn data_movement_is_reshapes_and_rearranges() {
     // Reshape/Flatten/Squeeze/Unsqueeze are free; Transpose moves data
     // unless only size-1 axes move.
     let mut b = ModelBuilder::new(13);
-    b.input_fixed("x", DType::F32, &[2, 3, 4]);
+    b.input_fixed("x", ElemType::F32, &[2, 3, 4]);
     b.init("shape", ti64(&[3], &[4, 1, 6]));
     b.init("axes", ti64(&[1], &[1]));
     b.node("Reshape", "reshape", &["x", "shape"], &["r"]); // [4,1,6]
@@ -782,7 +786,7 @@ fn data_movement_is_reshapes_and_rearranges() {
     let x: Vec<f64> = (0..24).map(|i| i as f64).collect();
     let (_, be) = lower(
         &b.build(),
-        &[feed("x", DType::F32, &[2, 3, 4], x.clone())],
+        &[feed("x", ElemType::F32, &[2, 3, 4], x.clone())],
         &copts(F32, 1),
     );
     assert_eq!(be.count(Kind::Map), 0);
@@ -798,7 +802,7 @@ fn data_movement_is_reshapes_and_rearranges() {
         13,
         "Transpose",
         vec![("perm", Attr::Ints(vec![2, 0, 1]))],
-        &[(DType::F32, vec![2, 3, 4], x.clone())],
+        &[(ElemType::F32, vec![2, 3, 4], x.clone())],
     );
     let (_, be) = lower(&m, &feeds, &copts(F32, 1));
     assert_eq!(be.output("y").shape, vec![4, 2, 3]);
@@ -820,7 +824,7 @@ fn softmax_and_log_softmax_in_float32() {
     // opset 13, last axis.
     for log in [false, true] {
         let op = if log { "LogSoftmax" } else { "Softmax" };
-        let (m, feeds) = single(13, op, vec![], &[(DType::F32, vec![2, 3, 4], x.clone())]);
+        let (m, feeds) = single(13, op, vec![], &[(ElemType::F32, vec![2, 3, 4], x.clone())]);
         let (_, be) = lower(&m, &feeds, &copts(F32, 1));
         assert_close(&be.out("y"), &ref_softmax_rows(&x, 6, 4, log), 1e-6, op);
         let red = be.calls_of(Kind::Reduce);
@@ -848,7 +852,7 @@ fn softmax_and_log_softmax_in_float32() {
         13,
         "Softmax",
         vec![("axis", Attr::Int(1))],
-        &[(DType::F32, vec![2, 3, 4], x.clone())],
+        &[(ElemType::F32, vec![2, 3, 4], x.clone())],
     );
     let (_, be) = lower(&m, &feeds, &copts(F32, 1));
     let mut want = vec![0.0; 24];
@@ -868,7 +872,7 @@ fn softmax_and_log_softmax_in_float32() {
         11,
         "Softmax",
         vec![],
-        &[(DType::F32, vec![2, 3, 4], x.clone())],
+        &[(ElemType::F32, vec![2, 3, 4], x.clone())],
     );
     let (_, be) = lower(&m, &feeds, &copts(F32, 1));
     assert_close(
@@ -882,7 +886,7 @@ fn softmax_and_log_softmax_in_float32() {
         11,
         "LogSoftmax",
         vec![("axis", Attr::Int(-1))],
-        &[(DType::F32, vec![2, 3, 4], x.clone())],
+        &[(ElemType::F32, vec![2, 3, 4], x.clone())],
     );
     let (_, be) = lower(&m, &feeds, &copts(F32, 1));
     assert_close(
@@ -903,7 +907,7 @@ fn mlp_with_softmax_end_to_end() {
     let w2 = rng.vec32(80, -0.5, 0.5);
     let b2 = rng.vec32(5, -0.1, 0.1);
     let mut b = ModelBuilder::new(13);
-    b.input_fixed("x", DType::F32, &[4, 8]);
+    b.input_fixed("x", ElemType::F32, &[4, 8]);
     b.init("w1", tf32(&[8, 16], &w1));
     b.init("b1", tf32(&[16], &b1));
     b.init("w2", tf32(&[16, 5], &w2));
@@ -916,7 +920,7 @@ fn mlp_with_softmax_end_to_end() {
     b.output("probs");
     let (l, be) = lower(
         &b.build(),
-        &[feed("x", DType::F32, &[4, 8], x.clone())],
+        &[feed("x", ElemType::F32, &[4, 8], x.clone())],
         &copts(F32, 1),
     );
     let h: Vec<f64> = ref_matmul(&x, &w1, 4, 8, 16)
@@ -946,7 +950,7 @@ fn mlp_with_softmax_end_to_end() {
 fn float16_elementwise_rounds_after_every_operation() {
     // y = Relu(x * w + b) - x / 3, every step rounded to half.
     let mut b = ModelBuilder::new(13);
-    b.input_fixed("x", DType::F32, &[4, 5]);
+    b.input_fixed("x", ElemType::F32, &[4, 5]);
     let mut rng = XorShift::new(7);
     let w = rng.vec32(5, -3.0, 3.0);
     b.init("w", tf32(&[5], &w));
@@ -961,7 +965,7 @@ fn float16_elementwise_rounds_after_every_operation() {
     let x = rng.vec32(20, -10.0, 10.0);
     let (l, be) = lower(
         &b.build(),
-        &[feed("x", DType::F32, &[4, 5], x.clone())],
+        &[feed("x", ElemType::F32, &[4, 5], x.clone())],
         &copts(F16, 1),
     );
     let want: Vec<f64> = (0..20)
@@ -980,7 +984,7 @@ fn float16_elementwise_rounds_after_every_operation() {
     assert_eq!(l.inputs[0].device_dtype, DeviceType::F16);
     assert_eq!(
         (l.outputs[0].dtype, l.outputs[0].device_dtype),
-        (DType::F32, DeviceType::F16)
+        (ElemType::F32, DeviceType::F16)
     );
     assert_eq!(be.output("y").dtype, DeviceType::F16);
     assert!(
@@ -1002,7 +1006,7 @@ fn float16_matmul_and_softmax() {
     let x = rng.vec32(4 * 8, -1.0, 1.0);
     let w = rng.vec32(8 * 6, -1.0, 1.0);
     let mut b = ModelBuilder::new(13);
-    b.input_fixed("x", DType::F32, &[4, 8]);
+    b.input_fixed("x", ElemType::F32, &[4, 8]);
     b.init("w", tf32(&[8, 6], &w));
     b.node("MatMul", "mm", &["x", "w"], &["h"]);
     b.node("Softmax", "sm", &["h"], &["y"]);
@@ -1010,7 +1014,7 @@ fn float16_matmul_and_softmax() {
     b.output("y");
     let (l, be) = lower(
         &b.build(),
-        &[feed("x", DType::F32, &[4, 8], x.clone())],
+        &[feed("x", ElemType::F32, &[4, 8], x.clone())],
         &copts(F16, 1),
     );
     let xh: Vec<f64> = x.iter().map(|&v| r16(v)).collect();
@@ -1037,7 +1041,7 @@ fn float16_matmul_and_softmax() {
                 (p.out_dtype, p.partials),
                 (DeviceType::F16, DeviceType::F32)
             );
-            assert_eq!(p.available_memory_proportion, 0.6);
+            assert_eq!(p.memory_proportion, 0.6);
             assert_eq!(p.name, "mm");
         }
         _ => unreachable!(),
@@ -1057,7 +1061,7 @@ fn mixed_precision_softmax_runs_in_float32() {
     let x = rng.vec32(4 * 8, -1.0, 1.0);
     let w = rng.vec32(8 * 6, -1.0, 1.0);
     let mut b = ModelBuilder::new(13);
-    b.input_fixed("x", DType::F32, &[4, 8]);
+    b.input_fixed("x", ElemType::F32, &[4, 8]);
     b.init("w", tf32(&[8, 6], &w));
     b.node("MatMul", "mm", &["x", "w"], &["h"]);
     b.node("Softmax", "sm", &["h"], &["y"]);
@@ -1066,7 +1070,7 @@ fn mixed_precision_softmax_runs_in_float32() {
     b.output("z");
     let (l, be) = lower(
         &b.build(),
-        &[feed("x", DType::F32, &[4, 8], x.clone())],
+        &[feed("x", ElemType::F32, &[4, 8], x.clone())],
         &copts(MIXED, 1),
     );
     // Inputs and the matmul in half ...
@@ -1120,12 +1124,12 @@ fn mixed_precision_softmax_runs_in_float32() {
     );
     // With the product taken from the device, the softmax is float32-exact.
     let mut b = ModelBuilder::new(13);
-    b.input_fixed("h", DType::F32, &[4, 6]);
+    b.input_fixed("h", ElemType::F32, &[4, 6]);
     b.node("Softmax", "sm", &["h"], &["y"]);
     b.output("y");
     let (_, be) = lower(
         &b.build(),
-        &[feed("h", DType::F32, &[4, 6], h.clone())],
+        &[feed("h", ElemType::F32, &[4, 6], h.clone())],
         &copts(MIXED, 1),
     );
     assert_close(
@@ -1139,7 +1143,7 @@ fn mixed_precision_softmax_runs_in_float32() {
 #[test]
 fn mixed_precision_elementwise_is_half_and_outputs_float32() {
     let mut b = ModelBuilder::new(13);
-    b.input_fixed("x", DType::F32, &[6]);
+    b.input_fixed("x", ElemType::F32, &[6]);
     b.init("w", tf32(&[], &[0.3]));
     b.node("Mul", "mul", &["x", "w"], &["m"]);
     b.node("Tanh", "tanh", &["m"], &["y"]);
@@ -1147,7 +1151,7 @@ fn mixed_precision_elementwise_is_half_and_outputs_float32() {
     let x = [0.1, -0.7, 1.3, 2.9, -5.1, 0.01];
     let (l, be) = lower(
         &b.build(),
-        &[feed("x", DType::F32, &[6], x.to_vec())],
+        &[feed("x", ElemType::F32, &[6], x.to_vec())],
         &copts(MIXED, 1),
     );
     let want: Vec<f64> = x
@@ -1162,31 +1166,31 @@ fn mixed_precision_elementwise_is_half_and_outputs_float32() {
 #[test]
 fn mixed_precision_output_chain_is_one_map() {
     let mut b = ModelBuilder::new(13);
-    b.input_fixed("x", DType::F32, &[6]);
+    b.input_fixed("x", ElemType::F32, &[6]);
     b.node("Relu", "relu", &["x"], &["m"]);
     b.node("Tanh", "tanh", &["m"], &["y"]);
     b.output("y");
     let x = vec![-1.0, 0.5, 1.0, 2.0, -3.0, 0.25];
     let (_, be) = lower(
         &b.build(),
-        &[feed("x", DType::F32, &[6], x)],
+        &[feed("x", ElemType::F32, &[6], x)],
         &copts(MIXED, 1),
     );
     assert_eq!(be.count(Kind::Map), 1, "{:?}", map_exprs(&be));
 }
 
 #[test]
-fn half_partials_option_reaches_the_matmul() {
+fn enable_half_partials_option_reaches_the_matmul() {
     let (m, feeds) = single(
         13,
         "MatMul",
         vec![],
         &[
-            (DType::F32, vec![2, 3], vec![1.0; 6]),
-            (DType::F32, vec![3, 2], vec![0.5; 6]),
+            (ElemType::F32, vec![2, 3], vec![1.0; 6]),
+            (ElemType::F32, vec![3, 2], vec![0.5; 6]),
         ],
     );
-    for (precision, half_partials, want) in [
+    for (precision, enable_half_partials, want) in [
         (F32, false, DeviceType::F32),
         (F32, true, DeviceType::F32),
         (F16, false, DeviceType::F32),
@@ -1196,7 +1200,7 @@ fn half_partials_option_reaches_the_matmul() {
         let o = CompileOptions {
             precision,
             memory_proportion: 0.25,
-            half_partials,
+            enable_half_partials,
             num_ipus: 1,
         };
         let (_, be) = lower(&m, &feeds, &o);
@@ -1204,9 +1208,9 @@ fn half_partials_option_reaches_the_matmul() {
             Detail::MatMul(p) => {
                 assert_eq!(
                     p.partials, want,
-                    "{precision:?} half_partials={half_partials}"
+                    "{precision:?} enable_half_partials={enable_half_partials}"
                 );
-                assert_eq!(p.available_memory_proportion, 0.25);
+                assert_eq!(p.memory_proportion, 0.25);
             }
             _ => unreachable!(),
         }
@@ -1221,14 +1225,14 @@ fn half_partials_option_reaches_the_matmul() {
 fn a_value_used_twice_is_materialised_once() {
     // t = Exp(x); y = t + t.
     let mut b = ModelBuilder::new(13);
-    b.input_fixed("x", DType::F32, &[3]);
+    b.input_fixed("x", ElemType::F32, &[3]);
     b.node("Exp", "exp", &["x"], &["t"]);
     b.node("Add", "add", &["t", "t"], &["y"]);
     b.output("y");
     let x = [0.5, -1.0, 2.0];
     let (_, be) = lower(
         &b.build(),
-        &[feed("x", DType::F32, &[3], x.to_vec())],
+        &[feed("x", ElemType::F32, &[3], x.to_vec())],
         &copts(F32, 1),
     );
     assert_eq!(be.count(Kind::Map), 2, "{:?}", map_exprs(&be));
@@ -1248,7 +1252,7 @@ fn a_value_used_twice_is_materialised_once() {
 
     // t read by two consumers, and t also a graph output.
     let mut b = ModelBuilder::new(13);
-    b.input_fixed("x", DType::F32, &[3]);
+    b.input_fixed("x", ElemType::F32, &[3]);
     b.node("Exp", "exp", &["x"], &["t"]);
     b.node("Sin", "sin", &["t"], &["s"]);
     b.node("Cos", "cos", &["t"], &["c"]);
@@ -1258,7 +1262,7 @@ fn a_value_used_twice_is_materialised_once() {
     b.output("t");
     let (_, be) = lower(
         &b.build(),
-        &[feed("x", DType::F32, &[3], x.to_vec())],
+        &[feed("x", ElemType::F32, &[3], x.to_vec())],
         &copts(F32, 1),
     );
     assert_eq!(
@@ -1296,13 +1300,13 @@ fn a_value_used_twice_is_materialised_once() {
 
     // A lazy value read by a matmul is materialised for it, once.
     let mut b = ModelBuilder::new(13);
-    b.input_fixed("x", DType::F32, &[2, 2]);
+    b.input_fixed("x", ElemType::F32, &[2, 2]);
     b.node("Relu", "relu", &["x"], &["r"]);
     b.node("MatMul", "mm", &["r", "r"], &["y"]);
     b.output("y");
     let (_, be) = lower(
         &b.build(),
-        &[feed("x", DType::F32, &[2, 2], vec![1.0, -2.0, 3.0, 4.0])],
+        &[feed("x", ElemType::F32, &[2, 2], vec![1.0, -2.0, 3.0, 4.0])],
         &copts(F32, 1),
     );
     assert_eq!(be.count(Kind::Map), 1);
@@ -1313,7 +1317,7 @@ fn a_value_used_twice_is_materialised_once() {
 fn constants_are_created_once_per_ipu() {
     // W is read by two matmuls and c by two adds, all on one IPU.
     let mut b = ModelBuilder::new(13);
-    b.input_fixed("x", DType::F32, &[2, 4]);
+    b.input_fixed("x", ElemType::F32, &[2, 4]);
     b.init("W", tf32(&[4, 4], &[0.25; 16]));
     b.init("c", tf32(&[4], &[1.0, 2.0, 3.0, 4.0]));
     b.node("MatMul", "mm1", &["x", "W"], &["a"]);
@@ -1324,7 +1328,7 @@ fn constants_are_created_once_per_ipu() {
     b.output("y");
     let m = b.build();
     let x = vec![1.0; 8];
-    let (_, be) = lower(&m, &[feed("x", DType::F32, &[2, 4], x)], &copts(F32, 1));
+    let (_, be) = lower(&m, &[feed("x", ElemType::F32, &[2, 4], x)], &copts(F32, 1));
     let names: Vec<&str> = be
         .calls_of(Kind::Constant)
         .iter()
@@ -1342,7 +1346,7 @@ fn constants_are_created_once_per_ipu() {
 #[test]
 fn transposed_gemm_weights_are_shared_too() {
     let mut b = ModelBuilder::new(13);
-    b.input_fixed("x", DType::F32, &[2, 4]);
+    b.input_fixed("x", ElemType::F32, &[2, 4]);
     b.init("W", tf32(&[4, 4], &[0.5; 16]));
     b.node_a(
         "Gemm",
@@ -1361,7 +1365,7 @@ fn transposed_gemm_weights_are_shared_too() {
     b.output("y");
     let (_, be) = lower(
         &b.build(),
-        &[feed("x", DType::F32, &[2, 4], vec![1.0; 8])],
+        &[feed("x", ElemType::F32, &[2, 4], vec![1.0; 8])],
         &copts(F32, 1),
     );
     assert_exact(&be.out("y"), &[4.0; 8], "values");
@@ -1380,7 +1384,7 @@ fn transposed_gemm_weights_are_shared_too() {
 fn fully_folded_models_and_pass_through_outputs() {
     // The output is a constant computed at compile time.
     let mut b = ModelBuilder::new(13);
-    b.input_fixed("x", DType::F32, &[2]);
+    b.input_fixed("x", ElemType::F32, &[2]);
     b.init("a", tf32(&[2], &[1.5, 2.0]));
     b.init("b", tf32(&[2], &[0.25, -1.0]));
     b.node("Mul", "mul", &["a", "b"], &["c"]);
@@ -1390,7 +1394,7 @@ fn fully_folded_models_and_pass_through_outputs() {
     b.output("x");
     let (l, be) = lower(
         &b.build(),
-        &[feed("x", DType::F32, &[2], vec![-1.0, 1.0])],
+        &[feed("x", ElemType::F32, &[2], vec![-1.0, 1.0])],
         &copts(F32, 1),
     );
     assert_exact(&be.out("c"), &[0.375, -2.0], "folded output");
@@ -1415,7 +1419,7 @@ fn fully_folded_models_and_pass_through_outputs() {
 fn layers(n: usize, w: usize, seed: u64) -> (Model, Vec<Vec<f64>>, Vec<f64>) {
     let mut rng = XorShift::new(seed);
     let mut b = ModelBuilder::new(13);
-    b.input_fixed("x", DType::F32, &[2, w]);
+    b.input_fixed("x", ElemType::F32, &[2, w]);
     let mut ws = Vec::new();
     let mut cur = "x".to_string();
     for i in 0..n {
@@ -1457,7 +1461,7 @@ fn several_ipus_place_stages_and_copy_values_across() {
         let (m, ws, x) = layers(8, 8, 10);
         let (l, be) = lower(
             &m,
-            &[feed("x", DType::F32, &[2, 8], x.clone())],
+            &[feed("x", ElemType::F32, &[2, 8], x.clone())],
             &copts(F32, ipus),
         );
         // Placement: monotone, every IPU used.
@@ -1529,7 +1533,7 @@ fn values_read_on_several_later_ipus_are_copied_once_per_ipu() {
         opset: 13,
     };
     b.g.outputs.clear();
-    b.input_fixed("z", DType::F32, &[2, 8]);
+    b.input_fixed("z", ElemType::F32, &[2, 8]);
     b.node("Add", "skip", &["r7", "x"], &["s1"]);
     b.node("Mul", "skip2", &["s1", "x"], &["s2"]);
     b.node("Add", "late", &["s2", "z"], &["y"]);
@@ -1537,8 +1541,8 @@ fn values_read_on_several_later_ipus_are_copied_once_per_ipu() {
     let m = b.build();
     let z: Vec<f64> = (0..16).map(|i| i as f64 / 16.0).collect();
     let feeds = [
-        feed("x", DType::F32, &[2, 8], x.clone()),
-        feed("z", DType::F32, &[2, 8], z.clone()),
+        feed("x", ElemType::F32, &[2, 8], x.clone()),
+        feed("z", ElemType::F32, &[2, 8], z.clone()),
     ];
     let (l, be) = lower(&m, &feeds, &copts(F32, 4));
     let last = l.placement.iter().find(|p| p.0 == "late").unwrap().2;
@@ -1575,7 +1579,7 @@ fn a_shared_weight_is_a_constant_on_each_ipu_that_reads_it() {
     let mut rng = XorShift::new(12);
     let w = rng.vec32(64, -0.3, 0.3);
     let mut b = ModelBuilder::new(13);
-    b.input_fixed("x", DType::F32, &[2, 8]);
+    b.input_fixed("x", ElemType::F32, &[2, 8]);
     b.init("W", tf32(&[8, 8], &w));
     let mut cur = "x".to_string();
     for i in 0..8 {
@@ -1597,7 +1601,7 @@ fn a_shared_weight_is_a_constant_on_each_ipu_that_reads_it() {
     let x = rng.vec32(16, -1.0, 1.0);
     let (l, be) = lower(
         &b.build(),
-        &[feed("x", DType::F32, &[2, 8], x.clone())],
+        &[feed("x", ElemType::F32, &[2, 8], x.clone())],
         &copts(F32, 2),
     );
     let ipus: std::collections::BTreeSet<u32> = l.placement.iter().map(|p| p.2).collect();
@@ -1642,7 +1646,7 @@ fn lazy_values_are_not_fused_across_ipus() {
     let m = b.build();
     let (l, be) = lower(
         &m,
-        &[feed("x", DType::F32, &[2, 16], x.clone())],
+        &[feed("x", ElemType::F32, &[2, 16], x.clone())],
         &copts(F32, 2),
     );
     let ipu_of = |n: &str| l.placement.iter().find(|p| p.0 == n).unwrap().2;
@@ -1677,11 +1681,11 @@ fn lazy_values_are_not_fused_across_ipus() {
 #[test]
 fn bindings_name_inputs_and_outputs_with_their_types() {
     let mut b = ModelBuilder::new(13);
-    b.input_fixed("f", DType::F32, &[2]);
-    b.input_fixed("d", DType::F64, &[2]);
-    b.input_fixed("i", DType::I64, &[2]);
-    b.input_fixed("m", DType::Bool, &[2]);
-    b.input_fixed("u", DType::U8, &[2]);
+    b.input_fixed("f", ElemType::F32, &[2]);
+    b.input_fixed("d", ElemType::F64, &[2]);
+    b.input_fixed("i", ElemType::I64, &[2]);
+    b.input_fixed("m", ElemType::Bool, &[2]);
+    b.input_fixed("u", ElemType::U8, &[2]);
     b.node_a("Cast", "cd", &["d"], &["df"], vec![("to", Attr::Int(1))]);
     b.node("Add", "add", &["f", "df"], &["sum"]);
     b.node("Not", "not", &["m"], &["nm"]);
@@ -1694,11 +1698,11 @@ fn bindings_name_inputs_and_outputs_with_their_types() {
     b.output("uu");
     let m = b.build();
     let feeds = [
-        feed("f", DType::F32, &[2], vec![1.5, -2.0]),
-        feed("d", DType::F64, &[2], vec![0.25, 4.0]),
-        feed("i", DType::I64, &[2], vec![7.0, -9.0]),
-        feed("m", DType::Bool, &[2], vec![1.0, 0.0]),
-        feed("u", DType::U8, &[2], vec![100.0, 3.0]),
+        feed("f", ElemType::F32, &[2], vec![1.5, -2.0]),
+        feed("d", ElemType::F64, &[2], vec![0.25, 4.0]),
+        feed("i", ElemType::I64, &[2], vec![7.0, -9.0]),
+        feed("m", ElemType::Bool, &[2], vec![1.0, 0.0]),
+        feed("u", ElemType::U8, &[2], vec![100.0, 3.0]),
     ];
     for (precision, float_dev, out_float_dev) in [
         (F32, DeviceType::F32, DeviceType::F32),
@@ -1706,7 +1710,7 @@ fn bindings_name_inputs_and_outputs_with_their_types() {
         (MIXED, DeviceType::F16, DeviceType::F32),
     ] {
         let (l, be) = lower(&m, &feeds, &copts(precision, 1));
-        let ins: Vec<(&str, DType, DeviceType, Vec<usize>)> = l
+        let ins: Vec<(&str, ElemType, DeviceType, Vec<usize>)> = l
             .inputs
             .iter()
             .map(|b| (b.name.as_str(), b.dtype, b.device_dtype, b.shape.clone()))
@@ -1714,15 +1718,15 @@ fn bindings_name_inputs_and_outputs_with_their_types() {
         assert_eq!(
             ins,
             vec![
-                ("f", DType::F32, float_dev, vec![2]),
-                ("d", DType::F64, float_dev, vec![2]),
-                ("i", DType::I64, DeviceType::I32, vec![2]),
-                ("m", DType::Bool, DeviceType::Bool, vec![2]),
-                ("u", DType::U8, DeviceType::I32, vec![2]),
+                ("f", ElemType::F32, float_dev, vec![2]),
+                ("d", ElemType::F64, float_dev, vec![2]),
+                ("i", ElemType::I64, DeviceType::I32, vec![2]),
+                ("m", ElemType::Bool, DeviceType::Bool, vec![2]),
+                ("u", ElemType::U8, DeviceType::I32, vec![2]),
             ],
             "{precision:?}"
         );
-        let outs: Vec<(&str, DType, DeviceType)> = l
+        let outs: Vec<(&str, ElemType, DeviceType)> = l
             .outputs
             .iter()
             .map(|b| (b.name.as_str(), b.dtype, b.device_dtype))
@@ -1730,11 +1734,11 @@ fn bindings_name_inputs_and_outputs_with_their_types() {
         assert_eq!(
             outs,
             vec![
-                ("sum", DType::F32, out_float_dev),
-                ("nm", DType::Bool, DeviceType::Bool),
-                ("ni", DType::I64, DeviceType::I32),
-                ("d", DType::F64, out_float_dev),
-                ("uu", DType::U8, DeviceType::I32),
+                ("sum", ElemType::F32, out_float_dev),
+                ("nm", ElemType::Bool, DeviceType::Bool),
+                ("ni", ElemType::I64, DeviceType::I32),
+                ("d", ElemType::F64, out_float_dev),
+                ("uu", ElemType::U8, DeviceType::I32),
             ],
             "{precision:?}"
         );
@@ -1764,7 +1768,7 @@ fn bindings_name_inputs_and_outputs_with_their_types() {
 #[test]
 fn lowering_reports_placement_in_program_order() {
     let (m, _, x) = layers(3, 4, 14);
-    let (l, _) = lower(&m, &[feed("x", DType::F32, &[2, 4], x)], &copts(F32, 1));
+    let (l, _) = lower(&m, &[feed("x", ElemType::F32, &[2, 4], x)], &copts(F32, 1));
     let names: Vec<(&str, &str)> = l
         .placement
         .iter()
@@ -1790,7 +1794,7 @@ fn lowering_errors_surface_as_errors() {
     let (m, _, x) = layers(1, 4, 15);
     let e = try_lower(
         &m,
-        &[feed("x", DType::F32, &[2, 5], vec![0.0; 10])],
+        &[feed("x", ElemType::F32, &[2, 5], vec![0.0; 10])],
         &copts(F32, 1),
     )
     .err()
@@ -1803,7 +1807,7 @@ fn lowering_errors_surface_as_errors() {
     let e = try_lower(&m, &[], &copts(F32, 1)).err().unwrap();
     assert!(matches!(&e, Error::InputMismatch { .. }), "{e:?}");
     let mut be = TestBackend::new(); // no data fed: the backend refuses add_input
-    let specs = specs(&[feed("x", DType::F32, &[2, 4], x)]);
+    let specs = specs(&[feed("x", ElemType::F32, &[2, 4], x)]);
     let e = neurenix_core::compile::lower_model(&m, &specs, &copts(F32, 1), &mut be).unwrap_err();
     assert!(
         matches!(&e, Error::Internal(msg) if msg.contains("no data fed")),
@@ -1840,7 +1844,7 @@ fn random_transposes_lower_like_the_host_transpose() {
             13,
             "Transpose",
             vec![("perm", Attr::Ints(p))],
-            &[(DType::F32, shape.clone(), x.clone())],
+            &[(ElemType::F32, shape.clone(), x.clone())],
         );
         let (_, be) = lower(&m, &feeds, &copts(F32, 1));
         // Reference by hand: out[idx] = x[sum idx[i] * stride[perm[i]]].
@@ -1885,8 +1889,8 @@ fn random_elementwise_graphs_lower_like_they_fold() {
         let chain = case % 4 == 0;
         let n = 2 + rng.below(10);
         let mut b = ModelBuilder::new(13);
-        b.input_fixed("a", DType::F32, &[2, 3]);
-        b.input_fixed("b", DType::F32, &[3]);
+        b.input_fixed("a", ElemType::F32, &[2, 3]);
+        b.input_fixed("b", ElemType::F32, &[3]);
         let mut vals = vec!["a".to_string(), "b".to_string()];
         for i in 0..n {
             let out = format!("v{i}");
@@ -1919,8 +1923,8 @@ fn random_elementwise_graphs_lower_like_they_fold() {
         let av = rng.vec32(6, -2.0, 2.0);
         let bv = rng.vec32(3, -2.0, 2.0);
         let feeds = [
-            feed("a", DType::F32, &[2, 3], av.clone()),
-            feed("b", DType::F32, &[3], bv.clone()),
+            feed("a", ElemType::F32, &[2, 3], av.clone()),
+            feed("b", ElemType::F32, &[3], bv.clone()),
         ];
         let (l, be) = lower(&m, &feeds, &copts(F32, 1));
         // Fold the same graph with the inputs as initializers.
@@ -1963,7 +1967,7 @@ fn random_elementwise_graphs_lower_like_they_fold() {
 #[test]
 fn cast_to_half_rounds_even_in_float32_precision() {
     let mut b = ModelBuilder::new(13);
-    b.input_fixed("x", DType::F32, &[3]);
+    b.input_fixed("x", ElemType::F32, &[3]);
     b.node_a(
         "Cast",
         "to_half",
@@ -1977,7 +1981,7 @@ fn cast_to_half_rounds_even_in_float32_precision() {
     let x = [0.1, 1.0 + 2f64.powi(-11), 70000.0];
     let (l, be) = lower(
         &b.build(),
-        &[feed("x", DType::F32, &[3], x.to_vec())],
+        &[feed("x", ElemType::F32, &[3], x.to_vec())],
         &copts(F32, 1),
     );
     assert_exact(
@@ -1988,7 +1992,7 @@ fn cast_to_half_rounds_even_in_float32_precision() {
     assert_exact(&be.out("h"), &[r16(0.1), 1.0, f64::INFINITY], "half output");
     assert_eq!(
         (l.outputs[1].dtype, l.outputs[1].device_dtype),
-        (DType::F16, DeviceType::F32)
+        (ElemType::F16, DeviceType::F32)
     );
 }
 
@@ -2001,7 +2005,7 @@ fn softmax_before_opset_13_coerces_at_any_axis() {
             11,
             "Softmax",
             vec![("axis", Attr::Int(axis))],
-            &[(DType::F32, vec![2, 3, 4], x.clone())],
+            &[(ElemType::F32, vec![2, 3, 4], x.clone())],
         );
         let (_, be) = lower(&m, &feeds, &copts(F32, 1));
         assert_close(
@@ -2016,13 +2020,13 @@ fn softmax_before_opset_13_coerces_at_any_axis() {
 #[test]
 fn folded_models_on_several_ipus() {
     let mut b = ModelBuilder::new(13);
-    b.input_fixed("x", DType::F32, &[2]);
+    b.input_fixed("x", ElemType::F32, &[2]);
     b.init("a", tf32(&[2], &[1.0, 2.0]));
     b.node("Exp", "e", &["a"], &["y"]);
     b.output("y");
     let (l, be) = lower(
         &b.build(),
-        &[feed("x", DType::F32, &[2], vec![0.0, 0.0])],
+        &[feed("x", ElemType::F32, &[2], vec![0.0, 0.0])],
         &copts(F32, 4),
     );
     assert!(l.placement.is_empty());

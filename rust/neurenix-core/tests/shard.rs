@@ -2,11 +2,9 @@
 //! force over every contiguous split), monotone IPU assignment, and the
 //! per-node loads it balances.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use neurenix_core::compile::optimize;
-use neurenix_core::dtype::DType;
+use neurenix_core::dtype::ElemType;
 use neurenix_core::ir::Model;
 use neurenix_core::passes::InputSpec;
 use neurenix_core::shard::{assign_ipus, linear_partition, node_loads};
@@ -104,7 +102,7 @@ fn linear_partition_edge_cases() {
 /// with a Relu after each when `relu`.
 fn chain(n: usize, w: usize, relu: bool) -> Model {
     let mut b = ModelBuilder::new(13);
-    b.input_fixed("x", DType::F32, &[4, w]);
+    b.input_fixed("x", ElemType::F32, &[4, w]);
     let mut rng = XorShift::new(9);
     let mut cur = "x".to_string();
     for i in 0..n {
@@ -127,7 +125,7 @@ fn chain(n: usize, w: usize, relu: bool) -> Model {
     let m = b.build();
     let spec = [InputSpec {
         name: "x".into(),
-        dtype: DType::F32,
+        dtype: ElemType::F32,
         shape: vec![4, w],
     }];
     optimize(&m, &spec).unwrap().0
@@ -163,7 +161,7 @@ fn identical_layers_are_spread_evenly() {
 fn node_loads_count_flops_weights_once_and_activations() {
     // y = (x @ W) @ W with a shared W [8, 8], x [4, 8]; then Relu.
     let mut b = ModelBuilder::new(13);
-    b.input_fixed("x", DType::F32, &[4, 8]);
+    b.input_fixed("x", ElemType::F32, &[4, 8]);
     b.init("W", tf32(&[8, 8], &[0.5; 64]));
     b.node("MatMul", "m1", &["x", "W"], &["a"]);
     b.node("MatMul", "m2", &["a", "W"], &["b"]);
@@ -171,7 +169,7 @@ fn node_loads_count_flops_weights_once_and_activations() {
     b.output("y");
     let spec = [InputSpec {
         name: "x".into(),
-        dtype: DType::F32,
+        dtype: ElemType::F32,
         shape: vec![4, 8],
     }];
     let m = optimize(&b.build(), &spec).unwrap().0;

@@ -3,11 +3,9 @@
 //! memory, int64/int32/uint8 <-> int32, bool <-> bool), the int32 range
 //! check on the way in, raw byte round trips, and ONNX Cast semantics.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use half::f16;
-use neurenix_core::dtype::{DType, DeviceType};
+use neurenix_core::dtype::{DeviceType, ElemType};
 use neurenix_core::error::Error;
 use neurenix_core::tensor::{
     device_to_host, float_to_int, host_to_device, round_float, wrap_int, HostTensor,
@@ -84,47 +82,53 @@ fn half_cases() -> Vec<(f64, f64)> {
 fn float32_to_device_float32_and_float16() {
     let cases = half_cases();
     let xs: Vec<f32> = cases.iter().map(|c| c.0 as f32).collect();
-    let b = host_to_device(DType::F32, &f32_bytes(&xs), DeviceType::F32, "x").unwrap();
+    let b = host_to_device(ElemType::F32, &f32_bytes(&xs), DeviceType::F32, "x").unwrap();
     assert_exact(
         &read_f32(&b),
         &xs.iter().map(|&v| v as f64).collect::<Vec<_>>(),
         "f32 -> f32",
     );
-    let b = host_to_device(DType::F32, &f32_bytes(&xs), DeviceType::F16, "x").unwrap();
+    let b = host_to_device(ElemType::F32, &f32_bytes(&xs), DeviceType::F16, "x").unwrap();
     assert_eq!(b.len(), 2 * xs.len());
     // Every case value is exactly representable in float32, so the expected
     // half values apply unchanged.
     let want: Vec<f64> = cases.iter().map(|c| c.1).collect();
     assert_exact(&read_f16(&b), &want, "f32 -> f16");
     // NaN stays NaN.
-    let b = host_to_device(DType::F32, &f32_bytes(&[f32::NAN]), DeviceType::F16, "x").unwrap();
+    let b = host_to_device(ElemType::F32, &f32_bytes(&[f32::NAN]), DeviceType::F16, "x").unwrap();
     assert!(read_f16(&b)[0].is_nan());
     // Signed zero keeps its sign.
-    let b = host_to_device(DType::F32, &f32_bytes(&[-0.0]), DeviceType::F16, "x").unwrap();
+    let b = host_to_device(ElemType::F32, &f32_bytes(&[-0.0]), DeviceType::F16, "x").unwrap();
     assert!(read_f16(&b)[0].is_sign_negative());
 }
 
 #[test]
 fn float16_and_float64_to_device() {
     let vals = [0.5, -3.25, 65504.0, 2f64.powi(-24), 0.0999755859375];
-    let b = host_to_device(DType::F16, &f16_bytes(&vals), DeviceType::F16, "h").unwrap();
+    let b = host_to_device(ElemType::F16, &f16_bytes(&vals), DeviceType::F16, "h").unwrap();
     assert_eq!(b, f16_bytes(&vals), "f16 -> f16 is a copy");
-    let b = host_to_device(DType::F16, &f16_bytes(&vals), DeviceType::F32, "h").unwrap();
+    let b = host_to_device(ElemType::F16, &f16_bytes(&vals), DeviceType::F32, "h").unwrap();
     assert_exact(&read_f32(&b), &vals, "f16 -> f32 is exact");
     // float64 -> float32 rounds to nearest; infinities stay infinite.
     let d = [0.1, 1.0 + 2f64.powi(-30), f64::INFINITY, -1e-50, 16777217.0];
-    let b = host_to_device(DType::F64, &f64_bytes(&d), DeviceType::F32, "d").unwrap();
+    let b = host_to_device(ElemType::F64, &f64_bytes(&d), DeviceType::F32, "d").unwrap();
     assert_exact(
         &read_f32(&b),
         &[0.1f32 as f64, 1.0, f64::INFINITY, -0.0, 16777216.0],
         "f64 -> f32",
     );
     // A finite float64 beyond float32's range is refused, naming the input.
-    let e = host_to_device(DType::F64, &f64_bytes(&[1.0, 1e39]), DeviceType::F32, "d").unwrap_err();
+    let e = host_to_device(
+        ElemType::F64,
+        &f64_bytes(&[1.0, 1e39]),
+        DeviceType::F32,
+        "d",
+    )
+    .unwrap_err();
     assert!(matches!(e, Error::InputMismatch { .. }), "{e:?}");
     assert!(e.to_string().contains("'d' element 1"), "{e}");
     let b = host_to_device(
-        DType::F64,
+        ElemType::F64,
         &f64_bytes(&[0.1, -2.5, 1e6]),
         DeviceType::F16,
         "d",
@@ -145,14 +149,14 @@ fn float64_to_float16_rounds_once() {
     let x = 1.0 + 2f64.powi(-11) + 2f64.powi(-40);
     let want = 1.0 + 2f64.powi(-10);
     assert_eq!(r16(x), want, "reference rounding");
-    let b = host_to_device(DType::F64, &f64_bytes(&[x]), DeviceType::F16, "d").unwrap();
+    let b = host_to_device(ElemType::F64, &f64_bytes(&[x]), DeviceType::F16, "d").unwrap();
     assert_exact(&read_f16(&b), &[want], "host_to_device f64 -> f16");
     assert_exact(
-        &tf64(&[1], &[x]).cast(DType::F16).to_f64_vec(),
+        &tf64(&[1], &[x]).cast(ElemType::F16).to_f64_vec(),
         &[want],
         "Cast f64 -> f16",
     );
-    assert_eq!(round_float(DType::F16, x), want, "round_float");
+    assert_eq!(round_float(ElemType::F16, x), want, "round_float");
 }
 
 #[test]
@@ -181,20 +185,20 @@ fn the_reference_half_rounding_agrees_with_half_on_float32_values() {
 #[test]
 fn integers_to_device_int32() {
     let v = [0i64, 1, -1, i32::MAX as i64, i32::MIN as i64, 123456789];
-    let b = host_to_device(DType::I64, &i64_bytes(&v), DeviceType::I32, "ids").unwrap();
+    let b = host_to_device(ElemType::I64, &i64_bytes(&v), DeviceType::I32, "ids").unwrap();
     assert_eq!(read_i32(&b), v.to_vec(), "i64 -> i32");
     let w = [7i32, -8, i32::MAX, i32::MIN];
-    let b = host_to_device(DType::I32, &i32_bytes(&w), DeviceType::I32, "w").unwrap();
+    let b = host_to_device(ElemType::I32, &i32_bytes(&w), DeviceType::I32, "w").unwrap();
     assert_eq!(b, i32_bytes(&w), "i32 -> i32 is a copy");
     let u = [0u8, 1, 127, 128, 255];
-    let b = host_to_device(DType::U8, &u, DeviceType::I32, "u").unwrap();
+    let b = host_to_device(ElemType::U8, &u, DeviceType::I32, "u").unwrap();
     assert_eq!(
         read_i32(&b),
         vec![0, 1, 127, 128, 255],
         "u8 -> i32 zero-extends"
     );
     let s: Vec<u8> = [-128i8, -1, 0, 127].iter().map(|&x| x as u8).collect();
-    let b = host_to_device(DType::I8, &s, DeviceType::I32, "s").unwrap();
+    let b = host_to_device(ElemType::I8, &s, DeviceType::I32, "s").unwrap();
     assert_eq!(
         read_i32(&b),
         vec![-128, -1, 0, 127],
@@ -202,12 +206,12 @@ fn integers_to_device_int32() {
     );
     let bl = [1u8, 0, 1];
     assert_eq!(
-        host_to_device(DType::Bool, &bl, DeviceType::Bool, "m").unwrap(),
+        host_to_device(ElemType::Bool, &bl, DeviceType::Bool, "m").unwrap(),
         bl.to_vec(),
         "bool -> bool"
     );
     // Nonzero bytes are true.
-    let b = host_to_device(DType::U8, &[0, 2, 255], DeviceType::Bool, "m").unwrap();
+    let b = host_to_device(ElemType::U8, &[0, 2, 255], DeviceType::Bool, "m").unwrap();
     assert_eq!(b, vec![0, 1, 1]);
 }
 
@@ -215,7 +219,7 @@ fn integers_to_device_int32() {
 fn int64_outside_int32_is_an_input_mismatch_naming_the_input() {
     for bad in [1i64 << 31, -(1i64 << 31) - 1, 1 << 40, i64::MAX, i64::MIN] {
         let e = host_to_device(
-            DType::I64,
+            ElemType::I64,
             &i64_bytes(&[0, 5, bad]),
             DeviceType::I32,
             "token_ids",
@@ -242,7 +246,7 @@ fn int64_outside_int32_is_an_input_mismatch_naming_the_input() {
         .iter()
         .flat_map(|x| x.to_le_bytes())
         .collect();
-    let e = host_to_device(DType::U32, &b, DeviceType::I32, "big").unwrap_err();
+    let e = host_to_device(ElemType::U32, &b, DeviceType::I32, "big").unwrap_err();
     assert!(
         matches!(&e, Error::InputMismatch { input, .. } if input == "big"),
         "{e:?}"
@@ -253,7 +257,7 @@ fn int64_outside_int32_is_an_input_mismatch_naming_the_input() {
 #[test]
 fn uint64_above_int64_max_is_rejected() {
     let b = u64::MAX.to_le_bytes();
-    let r = host_to_device(DType::U64, &b, DeviceType::I32, "u");
+    let r = host_to_device(ElemType::U64, &b, DeviceType::I32, "u");
     assert!(matches!(r, Err(Error::InputMismatch { .. })), "got {r:?}");
 }
 
@@ -262,17 +266,17 @@ fn device_to_host_floats() {
     let v = [0.5f32, -3.25, 1e-8, 3.4e38, 0.1];
     let raw = f32_bytes(&v);
     assert_eq!(
-        device_to_host(DeviceType::F32, &raw, DType::F32).unwrap(),
+        device_to_host(DeviceType::F32, &raw, ElemType::F32).unwrap(),
         raw,
         "f32 -> f32 is a copy"
     );
-    let w = device_to_host(DeviceType::F32, &raw, DType::F64).unwrap();
+    let w = device_to_host(DeviceType::F32, &raw, ElemType::F64).unwrap();
     assert_exact(
         &read_f64(&w),
         &v.iter().map(|&x| x as f64).collect::<Vec<_>>(),
         "f32 -> f64 exact",
     );
-    let h = device_to_host(DeviceType::F32, &raw, DType::F16).unwrap();
+    let h = device_to_host(DeviceType::F32, &raw, ElemType::F16).unwrap();
     assert_exact(
         &read_f16(&h),
         &[0.5, -3.25, 0.0, f64::INFINITY, 0.0999755859375],
@@ -281,17 +285,17 @@ fn device_to_host_floats() {
     let hv = [0.5, -3.25, 65504.0, 2f64.powi(-24)];
     let hraw = f16_bytes(&hv);
     assert_eq!(
-        device_to_host(DeviceType::F16, &hraw, DType::F16).unwrap(),
+        device_to_host(DeviceType::F16, &hraw, ElemType::F16).unwrap(),
         hraw,
         "f16 -> f16 is a copy"
     );
     assert_exact(
-        &read_f32(&device_to_host(DeviceType::F16, &hraw, DType::F32).unwrap()),
+        &read_f32(&device_to_host(DeviceType::F16, &hraw, ElemType::F32).unwrap()),
         &hv,
         "f16 -> f32",
     );
     assert_exact(
-        &read_f64(&device_to_host(DeviceType::F16, &hraw, DType::F64).unwrap()),
+        &read_f64(&device_to_host(DeviceType::F16, &hraw, ElemType::F64).unwrap()),
         &hv,
         "f16 -> f64",
     );
@@ -302,23 +306,23 @@ fn device_to_host_integers_and_bools() {
     let v = [0i32, -1, i32::MAX, i32::MIN, 300];
     let raw = i32_bytes(&v);
     assert_eq!(
-        device_to_host(DeviceType::I32, &raw, DType::I32).unwrap(),
+        device_to_host(DeviceType::I32, &raw, ElemType::I32).unwrap(),
         raw
     );
     assert_eq!(
-        read_i64(&device_to_host(DeviceType::I32, &raw, DType::I64).unwrap()),
+        read_i64(&device_to_host(DeviceType::I32, &raw, ElemType::I64).unwrap()),
         vec![0, -1, i32::MAX as i64, i32::MIN as i64, 300],
         "i32 -> i64 sign-extends"
     );
     // Narrowing keeps the low bits (ONNX integer casts).
     assert_eq!(
-        device_to_host(DeviceType::I32, &raw, DType::U8).unwrap(),
+        device_to_host(DeviceType::I32, &raw, ElemType::U8).unwrap(),
         vec![0, 255, 255, 0, 44],
         "i32 -> u8"
     );
     let b = [1u8, 0, 1];
     assert_eq!(
-        device_to_host(DeviceType::Bool, &b, DType::Bool).unwrap(),
+        device_to_host(DeviceType::Bool, &b, ElemType::Bool).unwrap(),
         b.to_vec()
     );
 }
@@ -328,21 +332,21 @@ fn host_to_device_then_back_round_trips_exact_values() {
     let mut rng = XorShift::new(3);
     // Float32 values survive f32 tile memory; half-exact values survive f16.
     let xs: Vec<f32> = (0..64).map(|_| rng.uniform(-1e6, 1e6) as f32).collect();
-    let b = host_to_device(DType::F32, &f32_bytes(&xs), DeviceType::F32, "x").unwrap();
+    let b = host_to_device(ElemType::F32, &f32_bytes(&xs), DeviceType::F32, "x").unwrap();
     assert_eq!(
-        device_to_host(DeviceType::F32, &b, DType::F32).unwrap(),
+        device_to_host(DeviceType::F32, &b, ElemType::F32).unwrap(),
         f32_bytes(&xs)
     );
     let hs: Vec<f32> = rng.eighths(64, 100).iter().map(|&v| v as f32).collect();
-    let b = host_to_device(DType::F32, &f32_bytes(&hs), DeviceType::F16, "x").unwrap();
+    let b = host_to_device(ElemType::F32, &f32_bytes(&hs), DeviceType::F16, "x").unwrap();
     assert_eq!(
-        device_to_host(DeviceType::F16, &b, DType::F32).unwrap(),
+        device_to_host(DeviceType::F16, &b, ElemType::F32).unwrap(),
         f32_bytes(&hs)
     );
     let is: Vec<i64> = (0..64).map(|_| rng.next_u64() as i32 as i64).collect();
-    let b = host_to_device(DType::I64, &i64_bytes(&is), DeviceType::I32, "i").unwrap();
+    let b = host_to_device(ElemType::I64, &i64_bytes(&is), DeviceType::I32, "i").unwrap();
     assert_eq!(
-        device_to_host(DeviceType::I32, &b, DType::I64).unwrap(),
+        device_to_host(DeviceType::I32, &b, ElemType::I64).unwrap(),
         i64_bytes(&is)
     );
 }
@@ -351,19 +355,19 @@ fn host_to_device_then_back_round_trips_exact_values() {
 fn from_bytes_to_bytes_round_trips_every_dtype() {
     let mut rng = XorShift::new(11);
     let all = [
-        DType::F32,
-        DType::U8,
-        DType::I8,
-        DType::U16,
-        DType::I16,
-        DType::I32,
-        DType::I64,
-        DType::Bool,
-        DType::F16,
-        DType::F64,
-        DType::U32,
-        DType::U64,
-        DType::BF16,
+        ElemType::F32,
+        ElemType::U8,
+        ElemType::I8,
+        ElemType::U16,
+        ElemType::I16,
+        ElemType::I32,
+        ElemType::I64,
+        ElemType::Bool,
+        ElemType::F16,
+        ElemType::F64,
+        ElemType::U32,
+        ElemType::U64,
+        ElemType::BF16,
     ];
     for dt in all {
         for shape in [vec![], vec![0], vec![7], vec![2, 3, 4]] {
@@ -374,10 +378,10 @@ fn from_bytes_to_bytes_round_trips_every_dtype() {
             while bytes.len() < n * dt.size() {
                 let mut chunk: Vec<u8> = (0..dt.size()).map(|_| rng.next_u64() as u8).collect();
                 let is_nan = match dt {
-                    DType::F32 => f32::from_le_bytes(chunk[..4].try_into().unwrap()).is_nan(),
-                    DType::F64 => f64::from_le_bytes(chunk[..8].try_into().unwrap()).is_nan(),
-                    DType::F16 => f16::from_le_bytes(chunk[..2].try_into().unwrap()).is_nan(),
-                    DType::BF16 => {
+                    ElemType::F32 => f32::from_le_bytes(chunk[..4].try_into().unwrap()).is_nan(),
+                    ElemType::F64 => f64::from_le_bytes(chunk[..8].try_into().unwrap()).is_nan(),
+                    ElemType::F16 => f16::from_le_bytes(chunk[..2].try_into().unwrap()).is_nan(),
+                    ElemType::BF16 => {
                         half::bf16::from_le_bytes(chunk[..2].try_into().unwrap()).is_nan()
                     }
                     _ => false,
@@ -385,10 +389,10 @@ fn from_bytes_to_bytes_round_trips_every_dtype() {
                 if is_nan {
                     continue;
                 }
-                if dt == DType::Bool {
+                if dt == ElemType::Bool {
                     chunk[0] &= 1;
                 }
-                if dt == DType::U64 {
+                if dt == ElemType::U64 {
                     // uint64 values beyond int64 are rejected (see
                     // uint64_above_int64_max_is_rejected), not round-tripped.
                     chunk[7] &= 0x7f;
@@ -407,26 +411,26 @@ fn from_bytes_to_bytes_round_trips_every_dtype() {
 #[test]
 fn from_bytes_decodes_values() {
     let t =
-        HostTensor::from_bytes(DType::I16, &[3], &[0xff, 0xff, 0x00, 0x80, 0x01, 0x00]).unwrap();
+        HostTensor::from_bytes(ElemType::I16, &[3], &[0xff, 0xff, 0x00, 0x80, 0x01, 0x00]).unwrap();
     assert_eq!(t.to_i64_vec(), vec![-1, -32768, 1]);
-    let t = HostTensor::from_bytes(DType::U16, &[2], &[0xff, 0xff, 0x00, 0x80]).unwrap();
+    let t = HostTensor::from_bytes(ElemType::U16, &[2], &[0xff, 0xff, 0x00, 0x80]).unwrap();
     assert_eq!(t.to_i64_vec(), vec![65535, 32768]);
-    let t = HostTensor::from_bytes(DType::U32, &[1], &0xffff_ffffu32.to_le_bytes()).unwrap();
+    let t = HostTensor::from_bytes(ElemType::U32, &[1], &0xffff_ffffu32.to_le_bytes()).unwrap();
     assert_eq!(t.to_i64_vec(), vec![4294967295]);
-    let t = HostTensor::from_bytes(DType::Bool, &[3], &[0, 1, 7]).unwrap();
+    let t = HostTensor::from_bytes(ElemType::Bool, &[3], &[0, 1, 7]).unwrap();
     assert_eq!(t.to_i64_vec(), vec![0, 1, 1]);
-    let t = HostTensor::from_bytes(DType::BF16, &[1], &[0x80, 0x3f]).unwrap();
+    let t = HostTensor::from_bytes(ElemType::BF16, &[1], &[0x80, 0x3f]).unwrap();
     assert_eq!(t.to_f64_vec(), vec![1.0]);
-    let t = HostTensor::from_bytes(DType::F16, &[1], &[0x00, 0x3c]).unwrap();
+    let t = HostTensor::from_bytes(ElemType::F16, &[1], &[0x00, 0x3c]).unwrap();
     assert_eq!(t.to_f64_vec(), vec![1.0]);
 }
 
 #[test]
 fn from_bytes_with_the_wrong_length_is_invalid_argument() {
     for (dt, shape, len) in [
-        (DType::F32, vec![2, 2], 15usize),
-        (DType::I64, vec![1], 4),
-        (DType::Bool, vec![3], 4),
+        (ElemType::F32, vec![2, 2], 15usize),
+        (ElemType::I64, vec![1], 4),
+        (ElemType::Bool, vec![3], 4),
     ] {
         let e = HostTensor::from_bytes(dt, &shape, &vec![0u8; len]).unwrap_err();
         assert!(matches!(e, Error::InvalidArgument(_)), "{dt}: {e:?}");
@@ -447,42 +451,42 @@ fn constructors_round_to_their_type() {
         &[0.0999755859375, f64::INFINITY],
         "float16",
     );
-    let t = tint(DType::I8, &[3], &[200, -129, 5]);
+    let t = tint(ElemType::I8, &[3], &[200, -129, 5]);
     assert_eq!(t.to_i64_vec(), vec![-56, 127, 5], "int8 wraps");
-    let t = tint(DType::U8, &[2], &[256, -1]);
+    let t = tint(ElemType::U8, &[2], &[256, -1]);
     assert_eq!(t.to_i64_vec(), vec![0, 255], "uint8 wraps");
-    let t = HostTensor::full(DType::Bool, &[2], 3.0);
+    let t = HostTensor::full(ElemType::Bool, &[2], 3.0);
     assert_eq!(t.to_i64_vec(), vec![1, 1]);
-    let t = HostTensor::full(DType::I32, &[1], -2.7);
+    let t = HostTensor::full(ElemType::I32, &[1], -2.7);
     assert_eq!(t.to_i64_vec(), vec![-2]);
 }
 
 #[test]
 fn rounding_helpers() {
-    assert_eq!(round_float(DType::F32, 0.1), 0.1f32 as f64);
-    assert_eq!(round_float(DType::F16, 1.0 + 2f64.powi(-11)), 1.0);
+    assert_eq!(round_float(ElemType::F32, 0.1), 0.1f32 as f64);
+    assert_eq!(round_float(ElemType::F16, 1.0 + 2f64.powi(-11)), 1.0);
     assert_eq!(
-        round_float(DType::BF16, 1.0 + 2f64.powi(-8)),
+        round_float(ElemType::BF16, 1.0 + 2f64.powi(-8)),
         1.0,
         "bf16 tie to even"
     );
     assert_eq!(
-        round_float(DType::BF16, 1.0 + 3.0 * 2f64.powi(-8)),
+        round_float(ElemType::BF16, 1.0 + 3.0 * 2f64.powi(-8)),
         1.0 + 2f64.powi(-6)
     );
-    assert_eq!(round_float(DType::F64, 0.1), 0.1);
-    assert_eq!(wrap_int(DType::I8, 200), -56);
-    assert_eq!(wrap_int(DType::U16, -1), 65535);
-    assert_eq!(wrap_int(DType::I32, 1 << 31), i32::MIN as i64);
-    assert_eq!(wrap_int(DType::U32, -1), u32::MAX as i64);
-    assert_eq!(wrap_int(DType::I64, i64::MIN), i64::MIN);
-    assert_eq!(float_to_int(DType::I32, -1.9), -1);
-    assert_eq!(float_to_int(DType::I32, 1e12), i32::MAX as i64);
-    assert_eq!(float_to_int(DType::I8, -1000.0), -128);
-    assert_eq!(float_to_int(DType::U8, -3.5), 0);
-    assert_eq!(float_to_int(DType::U16, 1e9), 65535);
-    assert_eq!(float_to_int(DType::I64, f64::NAN), 0);
-    assert_eq!(float_to_int(DType::I64, -1e300), i64::MIN);
+    assert_eq!(round_float(ElemType::F64, 0.1), 0.1);
+    assert_eq!(wrap_int(ElemType::I8, 200), -56);
+    assert_eq!(wrap_int(ElemType::U16, -1), 65535);
+    assert_eq!(wrap_int(ElemType::I32, 1 << 31), i32::MIN as i64);
+    assert_eq!(wrap_int(ElemType::U32, -1), u32::MAX as i64);
+    assert_eq!(wrap_int(ElemType::I64, i64::MIN), i64::MIN);
+    assert_eq!(float_to_int(ElemType::I32, -1.9), -1);
+    assert_eq!(float_to_int(ElemType::I32, 1e12), i32::MAX as i64);
+    assert_eq!(float_to_int(ElemType::I8, -1000.0), -128);
+    assert_eq!(float_to_int(ElemType::U8, -3.5), 0);
+    assert_eq!(float_to_int(ElemType::U16, 1e9), 65535);
+    assert_eq!(float_to_int(ElemType::I64, f64::NAN), 0);
+    assert_eq!(float_to_int(ElemType::I64, -1e300), i64::MIN);
 }
 
 #[test]
@@ -490,43 +494,50 @@ fn cast_follows_onnx_rules() {
     // float -> int truncates toward zero and saturates.
     let f = tf32(&[6], &[-1.7, 2.5, 300.0, -300.0, 1e10, -0.5]);
     assert_eq!(
-        f.cast(DType::I32).to_i64_vec(),
+        f.cast(ElemType::I32).to_i64_vec(),
         vec![-1, 2, 300, -300, i32::MAX as i64, 0]
     );
-    assert_eq!(f.cast(DType::U8).to_i64_vec(), vec![0, 2, 255, 0, 255, 0]);
     assert_eq!(
-        f.cast(DType::I8).to_i64_vec(),
+        f.cast(ElemType::U8).to_i64_vec(),
+        vec![0, 2, 255, 0, 255, 0]
+    );
+    assert_eq!(
+        f.cast(ElemType::I8).to_i64_vec(),
         vec![-1, 2, 127, -128, 127, 0]
     );
     assert_eq!(
-        f.cast(DType::I64).to_i64_vec(),
+        f.cast(ElemType::I64).to_i64_vec(),
         vec![-1, 2, 300, -300, 10_000_000_000, 0]
     );
     // int -> narrower int keeps the low bits.
     let i = ti64(&[4], &[200, 256, -1, 70000]);
-    assert_eq!(i.cast(DType::I8).to_i64_vec(), vec![-56, 0, -1, 112]);
-    assert_eq!(i.cast(DType::U8).to_i64_vec(), vec![200, 0, 255, 112]);
-    assert_eq!(i.cast(DType::I16).to_i64_vec(), vec![200, 256, -1, 4464]);
+    assert_eq!(i.cast(ElemType::I8).to_i64_vec(), vec![-56, 0, -1, 112]);
+    assert_eq!(i.cast(ElemType::U8).to_i64_vec(), vec![200, 0, 255, 112]);
+    assert_eq!(i.cast(ElemType::I16).to_i64_vec(), vec![200, 256, -1, 4464]);
     // to and from bool.
     let z = tf32(&[4], &[0.0, -0.0, 0.5, f64::NAN]);
-    assert_eq!(z.cast(DType::Bool).to_i64_vec(), vec![0, 0, 1, 1]);
+    assert_eq!(z.cast(ElemType::Bool).to_i64_vec(), vec![0, 0, 1, 1]);
     let b = tbool(&[2], &[true, false]);
-    assert_exact(&b.cast(DType::F32).to_f64_vec(), &[1.0, 0.0], "bool -> f32");
-    assert_eq!(b.cast(DType::I64).to_i64_vec(), vec![1, 0]);
+    assert_exact(
+        &b.cast(ElemType::F32).to_f64_vec(),
+        &[1.0, 0.0],
+        "bool -> f32",
+    );
+    assert_eq!(b.cast(ElemType::I64).to_i64_vec(), vec![1, 0]);
     assert_eq!(
-        ti64(&[3], &[0, 2, -1]).cast(DType::Bool).to_i64_vec(),
+        ti64(&[3], &[0, 2, -1]).cast(ElemType::Bool).to_i64_vec(),
         vec![0, 1, 1]
     );
     // float16 rounding, and int -> float rounding.
-    let h = tf64(&[3], &[0.1, 1.0 + 2f64.powi(-11), 1e5]).cast(DType::F16);
-    assert_eq!(h.dtype, DType::F16);
+    let h = tf64(&[3], &[0.1, 1.0 + 2f64.powi(-11), 1e5]).cast(ElemType::F16);
+    assert_eq!(h.dtype, ElemType::F16);
     assert_exact(
         &h.to_f64_vec(),
         &[0.0999755859375, 1.0, f64::INFINITY],
         "to float16",
     );
     assert_exact(
-        &ti64(&[1], &[16777217]).cast(DType::F32).to_f64_vec(),
+        &ti64(&[1], &[16777217]).cast(ElemType::F32).to_f64_vec(),
         &[16777216.0],
         "i64 -> f32",
     );

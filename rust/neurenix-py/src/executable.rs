@@ -5,7 +5,8 @@ use std::sync::Mutex;
 use std::time::Instant;
 
 use neurenix_core::compile::{lower_model, CompileOptions, Lowered};
-use neurenix_core::lower::{Binding, Precision};
+use neurenix_core::lower::precision::Precision;
+use neurenix_core::lower::Binding;
 use neurenix_core::tensor::{device_to_host, host_to_device};
 use neurenix_core::Error;
 use neurenix_sys::{SimBackend, SimEngine, SimExecutable};
@@ -44,7 +45,7 @@ pub fn compile(
     let options = CompileOptions {
         precision: Precision::parse(precision).py()?,
         memory_proportion,
-        half_partials,
+        enable_half_partials: half_partials,
         num_ipus,
     };
     let m = &model.model;
@@ -126,7 +127,7 @@ impl PyExecutable {
         d.set_item("num_ipus", self.exe.num_ipus_used())?;
         d.set_item("precision", self.options.precision.name())?;
         d.set_item("memory_proportion", self.options.memory_proportion)?;
-        d.set_item("half_partials", self.options.half_partials)?;
+        d.set_item("half_partials", self.options.enable_half_partials)?;
         d.set_item("compile_seconds", self.compile_seconds)?;
         let st = &self.lowered.stats;
         let passes = PyDict::new(py);

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use neurenix_core::dtype::DType;
+use neurenix_core::dtype::ElemType;
 use neurenix_core::ir::{Attr, Dim, Graph, Model, Node, Value};
 use neurenix_core::passes::InputSpec;
 use neurenix_core::tensor::HostTensor;
@@ -14,8 +14,8 @@ use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
 
 use crate::errors::IntoPyResult;
 
-fn dtype(code: i32, what: &str) -> Result<DType, Error> {
-    DType::from_onnx(code)
+fn elem_type(code: i32, what: &str) -> Result<ElemType, Error> {
+    ElemType::from_onnx(code)
         .ok_or_else(|| Error::model(format!("{what}: unsupported element type code {code}")))
 }
 
@@ -39,7 +39,7 @@ fn dims(spec: Option<Vec<Bound<'_, PyAny>>>) -> PyResult<Option<Vec<Dim>>> {
 }
 
 fn tensor(dt: i32, shape: Vec<usize>, data: &[u8], what: &str) -> Result<HostTensor, Error> {
-    let dt = dtype(dt, what)?;
+    let dt = elem_type(dt, what)?;
     HostTensor::from_bytes(dt, &shape, data).map_err(|e| Error::model(format!("{what}: {e}")))
 }
 
@@ -109,7 +109,7 @@ impl PyModel {
             let d = if dt == 0 {
                 None
             } else {
-                Some(dtype(dt, &format!("input '{n}'")).py()?)
+                Some(elem_type(dt, &format!("input '{n}'")).py()?)
             };
             let val = g.value_mut(v);
             val.dtype = d;
@@ -168,7 +168,7 @@ impl PyModel {
             })?;
             let val = g.value_mut(v);
             if dt != 0 && val.constant.is_none() {
-                val.dtype = Some(dtype(dt, &format!("output '{n}'")).py()?);
+                val.dtype = Some(elem_type(dt, &format!("output '{n}'")).py()?);
             }
             if val.constant.is_none() {
                 val.shape = dims(shape)?;
@@ -347,7 +347,7 @@ pub fn input_specs(inputs: Vec<(String, String, Vec<usize>)>) -> PyResult<Vec<In
     inputs
         .into_iter()
         .map(|(name, dt, shape)| {
-            let dtype = DType::from_name(&dt).map_err(|_| {
+            let dtype = ElemType::from_name(&dt).map_err(|_| {
                 crate::errors::to_py(Error::InputMismatch {
                     input: name.clone(),
                     message: format!(

@@ -8,7 +8,7 @@
 
 use cxx::UniquePtr;
 use neurenix_core::backend::{
-    Backend, ConvParams, MatMulParams, PoolParams, ReduceFinal, ReduceOp, TensorId,
+    Backend, ConvOptions, MatMulOptions, PoolOptions, ReduceFinal, ReduceOp, TensorId,
 };
 use neurenix_core::dtype::DeviceType;
 use neurenix_core::error::{Error, Result, TileOverflow};
@@ -356,13 +356,13 @@ impl Backend for SimBackend {
             .add_constant(name, dtype.code(), &shape64(shape), data, ipu)
             .map_err(core_err)
     }
-    fn matmul(&mut self, a: TensorId, b: TensorId, p: &MatMulParams) -> Result<TensorId> {
+    fn matmul(&mut self, a: TensorId, b: TensorId, p: &MatMulOptions) -> Result<TensorId> {
         self.builder
             .pin_mut()
             .matmul(
                 a,
                 b,
-                p.available_memory_proportion,
+                p.memory_proportion,
                 p.partials.code(),
                 p.out_dtype.code(),
                 p.ipu,
@@ -476,7 +476,7 @@ impl Backend for SimBackend {
         x: TensorId,
         w: TensorId,
         bias: Option<TensorId>,
-        p: &ConvParams,
+        p: &ConvOptions,
     ) -> Result<TensorId> {
         let params = [
             p.groups,
@@ -498,7 +498,7 @@ impl Backend for SimBackend {
                 w,
                 bias.map(i64::from).unwrap_or(-1),
                 &params,
-                p.available_memory_proportion,
+                p.memory_proportion,
                 p.partials.code(),
                 p.out_dtype.code(),
                 p.ipu,
@@ -506,7 +506,7 @@ impl Backend for SimBackend {
             )
             .map_err(core_err)
     }
-    fn pool(&mut self, x: TensorId, p: &PoolParams) -> Result<TensorId> {
+    fn pool(&mut self, x: TensorId, p: &PoolOptions) -> Result<TensorId> {
         let params = [
             p.mode as u32,
             p.kernel[0],

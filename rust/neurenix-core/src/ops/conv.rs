@@ -1,7 +1,7 @@
 //! Conv (1-D and 2-D, groups incl. depthwise, strides, dilations, explicit
 //! pads and auto_pad) and the window arithmetic it shares with pooling.
 
-use crate::backend::ConvParams;
+use crate::backend::ConvOptions;
 use crate::dtype::DeviceType;
 use crate::error::Result;
 use crate::ir::Node;
@@ -218,11 +218,7 @@ impl Operator for Conv {
     }
 
     fn lower(&self, cx: &mut LowerCx, node: &Node) -> Result<()> {
-        let opcx = OpCx {
-            graph: cx.graph,
-            node,
-            opset: cx.opset,
-        };
+        let opcx = OpCx::of(cx, node);
         let (win, group, out) = Conv::check(&opcx)?;
         let ft = cx.float_type();
         let (vx, vw) = (node.input(0).unwrap(), node.input(1).unwrap());
@@ -244,13 +240,13 @@ impl Operator for Conv {
             None => None,
         };
         let (kernel, strides, dilations, pads, out_hw) = win.hw();
-        let p = ConvParams {
+        let p = ConvOptions {
             groups: group as u32,
             kernel,
             strides,
             dilations,
             pads,
-            available_memory_proportion: 0.0,
+            memory_proportion: 0.0,
             partials: DeviceType::F32,
             out_dtype: ft,
             ipu: 0,

@@ -5,11 +5,12 @@
 //! expression is evaluated on the host when folding constants and fused into
 //! the device's map vertices when lowering.
 
-use crate::dtype::{DType, DeviceType};
+use crate::dtype::{DeviceType, ElemType};
 use crate::error::Result;
-use crate::expr::{eval_host, Expr, ExprOp};
+use crate::expr::eval::eval_host;
+use crate::expr::{Expr, ExprOp};
 use crate::ir::Node;
-use crate::lower::{cast_expr, LowerCx};
+use crate::lower::LowerCx;
 use crate::tensor::{round_float, HostTensor};
 
 use super::{broadcast_shapes, OpCx, Operator, Registry, TypeShape};
@@ -206,7 +207,7 @@ fn clip(n: &Node, opset: i64, a: Vec<Option<Expr>>, half: bool) -> Result<Expr> 
 impl Elementwise {
     /// Type every input is computed in (as a model type): the first
     /// non-condition operand's.
-    fn operand_type(&self, cx: &OpCx) -> Result<DType> {
+    fn operand_type(&self, cx: &OpCx) -> Result<ElemType> {
         if cx.node.op_type == "Where" {
             cx.in_dtype(1)
         } else {
@@ -214,12 +215,12 @@ impl Elementwise {
         }
     }
 
-    fn check_types(&self, cx: &OpCx) -> Result<DType> {
+    fn check_types(&self, cx: &OpCx) -> Result<ElemType> {
         let t = self.operand_type(cx)?;
         let ok = match self.ty {
             Ty::Float => t.is_float(),
             Ty::Numeric => t.is_float() || t.is_int(),
-            Ty::Bool => t == DType::Bool,
+            Ty::Bool => t == ElemType::Bool,
             Ty::Any => true,
         };
         if !ok {
@@ -232,7 +233,7 @@ impl Elementwise {
             }
             let ti = cx.in_dtype(i)?;
             let exempt = (op == "Pow" && i == 1) || (op == "Where" && i == 0);
-            if op == "Where" && i == 0 && ti != DType::Bool {
+            if op == "Where" && i == 0 && ti != ElemType::Bool {
                 return Err(cx.err(format!("condition must be bool, got {ti}")));
             }
             if !exempt && ti != t {
@@ -320,7 +321,7 @@ impl Operator for Elementwise {
             ));
         }
         let dtype = if self.out == Out::Bool {
-            DType::Bool
+            ElemType::Bool
         } else {
             t
         };
@@ -328,14 +329,8 @@ impl Operator for Elementwise {
     }
 
     fn eval(&self, cx: &OpCx, inputs: &[Option<&HostTensor>]) -> Option<Result<Vec<HostTensor>>> {
-        let out = match self.infer(cx) {
-            Ok(o) => o.into_iter().next().unwrap(),
-            Err(e) => return Some(Err(e)),
-        };
-        let aligned = match self.aligned_shapes(cx) {
-            Ok(a) => a,
-            Err(e) => return Some(Err(e)),
-        };
+        let out = tryo!(self.infer(cx)).into_iter().next().unwrap();
+        let aligned = tryo!(self.aligned_shapes(cx));
         // Operands as the expression sees them (legacy alignment applied).
         let mut present: Vec<HostTensor> = Vec::new();
         let mut args = Vec::new();
@@ -353,10 +348,7 @@ impl Operator for Elementwise {
             }
         }
         let present: Vec<&HostTensor> = present.iter().collect();
-        let e = match build_expr(self, cx.node, cx.opset, args, false) {
-            Ok(e) => e,
-            Err(e) => return Some(Err(e)),
-        };
+        let e = tryo!(build_expr(self, cx.node, cx.opset, args, false));
         let float_t = if out.dtype.is_float() {
             out.dtype
         } else {
@@ -382,11 +374,7 @@ impl Operator for Elementwise {
         };
         let compute = cx.device_type(operand_t);
         let half = compute == DeviceType::F16;
-        let opcx = OpCx {
-            graph: cx.graph,
-            node,
-            opset: cx.opset,
-        };
+        let opcx = OpCx::of(cx, node);
         let aligned = self.aligned_shapes(&opcx)?;
         let mut ins = Vec::new();
         let mut args = Vec::new();
@@ -426,12 +414,12 @@ impl Operator for Elementwise {
 struct Cast;
 
 impl Cast {
-    fn target(cx: &OpCx) -> Result<DType> {
+    fn target(cx: &OpCx) -> Result<ElemType> {
         if cx.node.op_type == "CastLike" {
             return cx.in_dtype(1);
         }
         let to = cx.node.attr_i("to", -1)?;
-        DType::from_onnx(to as i32)
+        ElemType::from_onnx(to as i32)
             .ok_or_else(|| cx.unsupported_form(&format!("cast to element type {to}")))
     }
 }
@@ -441,10 +429,7 @@ impl Operator for Cast {
         Ok(vec![TypeShape::new(Cast::target(cx)?, cx.in_shape(0)?)])
     }
     fn eval(&self, cx: &OpCx, inputs: &[Option<&HostTensor>]) -> Option<Result<Vec<HostTensor>>> {
-        let to = match Cast::target(cx) {
-            Ok(t) => t,
-            Err(e) => return Some(Err(e)),
-        };
+        let to = tryo!(Cast::target(cx));
         Some(Ok(vec![inputs[0]?.cast(to)]))
     }
     fn lower(&self, cx: &mut LowerCx, node: &Node) -> Result<()> {
@@ -455,32 +440,32 @@ impl Operator for Cast {
         let mut ins = Vec::new();
         let mut e = cx.operand(node.input(0).unwrap(), &mut ins, None)?;
         // A cast to half rounds even when the policy keeps floats in float32.
-        if to == DType::F16 && dev != DeviceType::F16 {
-            e = cast_expr(e, DeviceType::F16);
+        if to == ElemType::F16 && dev != DeviceType::F16 {
+            e = Expr::cast(e, DeviceType::F16);
         }
         // Integer types narrower than int32 live in int32 on the device: floats
         // saturate into their range, integers wrap (two's complement).
         let narrow = match to {
-            DType::I8 => Some((-128.0, 127.0)),
-            DType::U8 => Some((0.0, 255.0)),
-            DType::I16 => Some((-32768.0, 32767.0)),
-            DType::U16 => Some((0.0, 65535.0)),
+            ElemType::I8 => Some((-128.0, 127.0)),
+            ElemType::U8 => Some((0.0, 255.0)),
+            ElemType::I16 => Some((-32768.0, 32767.0)),
+            ElemType::U16 => Some((0.0, 65535.0)),
             _ => None,
         };
         if let Some((lo, hi)) = narrow {
             if from.is_float() {
-                e = cast_expr(e, DeviceType::F32);
+                e = Expr::cast(e, DeviceType::F32);
                 e = Expr::param(ExprOp::Clamp, e, lo, hi, false);
-                e = cast_expr(e, DeviceType::I32);
+                e = Expr::cast(e, DeviceType::I32);
             } else {
                 let span = hi - lo + 1.0;
-                e = cast_expr(e, DeviceType::I32);
+                e = Expr::cast(e, DeviceType::I32);
                 let shifted = Expr::bin(ExprOp::Sub, e, Expr::consti(lo as i64), false);
                 let wrapped = Expr::bin(ExprOp::Mod, shifted, Expr::consti(span as i64), false);
                 e = Expr::bin(ExprOp::Add, wrapped, Expr::consti(lo as i64), false);
             }
         }
-        let e = cast_expr(e, dev);
+        let e = Expr::cast(e, dev);
         let shape = cx.shape(out)?;
         cx.set_lazy(out, e, ins, shape, dev);
         Ok(())

@@ -2,7 +2,7 @@
 
 use ndarray::{ArrayD, IxDyn};
 
-use crate::dtype::DType;
+use crate::dtype::ElemType;
 use crate::error::Result;
 use crate::expr::{Expr, ExprOp};
 use crate::ir::Node;
@@ -69,7 +69,7 @@ fn matmul_shapes(cx: &OpCx, a: &[usize], b: &[usize]) -> Result<MatMulShapes> {
     })
 }
 
-fn host_matmul(a: &HostTensor, b: &HostTensor, s: &MatMulShapes, dtype: DType) -> HostTensor {
+fn host_matmul(a: &HostTensor, b: &HostTensor, s: &MatMulShapes, dtype: ElemType) -> HostTensor {
     let g: usize = s.batch.iter().product();
     let mut full_a = s.batch.clone();
     full_a.extend([s.m, s.k]);
@@ -161,10 +161,7 @@ impl Operator for MatMul {
     }
     fn eval(&self, cx: &OpCx, inputs: &[Option<&HostTensor>]) -> Option<Result<Vec<HostTensor>>> {
         let (a, b) = (inputs[0]?, inputs[1]?);
-        let s = match matmul_shapes(cx, a.shape(), b.shape()) {
-            Ok(s) => s,
-            Err(e) => return Some(Err(e)),
-        };
+        let s = tryo!(matmul_shapes(cx, a.shape(), b.shape()));
         if s.batch.iter().product::<usize>() * s.m * s.n * s.k > FOLD_LIMIT {
             return None;
         }
@@ -173,11 +170,7 @@ impl Operator for MatMul {
     fn lower(&self, cx: &mut LowerCx, node: &Node) -> Result<()> {
         let (va, vb) = (node.input(0).unwrap(), node.input(1).unwrap());
         let (sa, sb) = (cx.shape(va)?, cx.shape(vb)?);
-        let opcx = OpCx {
-            graph: cx.graph,
-            node,
-            opset: cx.opset,
-        };
+        let opcx = OpCx::of(cx, node);
         let s = matmul_shapes(&opcx, &sa, &sb)?;
         let a = cx.tensor(va)?;
         let b = cx.tensor(vb)?;
@@ -270,7 +263,7 @@ impl Operator for Gemm {
             out: vec![m, n],
         };
         let dt = a.dtype;
-        let ab = host_matmul(&a, &b, &s, DType::F64).as_float();
+        let ab = host_matmul(&a, &b, &s, ElemType::F64).as_float();
         let alpha = cx.node.attr_f("alpha", 1.0).ok()? as f64;
         let beta = cx.node.attr_f("beta", 1.0).ok()? as f64;
         let mut y = ab.mapv(|v| crate::tensor::round_float(dt, v) * alpha);
@@ -282,11 +275,7 @@ impl Operator for Gemm {
         Some(Ok(vec![HostTensor::float(dt, y)]))
     }
     fn lower(&self, cx: &mut LowerCx, node: &Node) -> Result<()> {
-        let opcx = OpCx {
-            graph: cx.graph,
-            node,
-            opset: cx.opset,
-        };
+        let opcx = OpCx::of(cx, node);
         let (m, k, n) = Gemm::dims(&opcx)?;
         let ta = node.attr_i("transA", 0)? != 0;
         let tb = node.attr_i("transB", 0)? != 0;

@@ -7,32 +7,51 @@
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
 
-use crate::dtype::DType;
+use crate::dtype::ElemType;
 use crate::error::{Error, Result};
 use crate::ir::{Graph, Node, ValueId};
-use crate::lower::{LowerCx, PrecisionClass};
+use crate::lower::precision::FloatRole;
+use crate::lower::LowerCx;
 use crate::tensor::HostTensor;
 
+/// Unwraps a step inside [`Operator::eval`], which reports errors as
+/// `Some(Err(..))`.
+macro_rules! tryo {
+    ($e:expr) => {
+        match $e {
+            Ok(v) => v,
+            Err(e) => return Some(Err(e)),
+        }
+    };
+}
+
+pub mod concat_split;
 pub mod conv;
 pub mod elementwise;
+pub mod expand_tile;
 pub mod gather;
+pub mod generators;
+mod indexing;
+pub mod layout;
 pub mod matmul;
 pub mod norm;
+pub mod pad;
 pub mod pool;
 pub mod reduce;
-pub mod shape;
-pub mod shape_ops;
+pub mod slice;
 pub mod softmax;
+#[cfg(test)]
+mod testing;
 
 /// Type and shape of one output.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TypeShape {
-    pub dtype: DType,
+    pub dtype: ElemType,
     pub shape: Vec<usize>,
 }
 
 impl TypeShape {
-    pub fn new(dtype: DType, shape: Vec<usize>) -> TypeShape {
+    pub fn new(dtype: ElemType, shape: Vec<usize>) -> TypeShape {
         TypeShape { dtype, shape }
     }
 }
@@ -45,6 +64,14 @@ pub struct OpCx<'a> {
 }
 
 impl<'a> OpCx<'a> {
+    /// What the operator of `node` sees while it is lowered.
+    pub fn of<'c: 'a>(cx: &LowerCx<'c>, node: &'a Node) -> OpCx<'a> {
+        OpCx {
+            graph: cx.graph,
+            node,
+            opset: cx.opset,
+        }
+    }
     pub fn n_inputs(&self) -> usize {
         self.node.inputs.len()
     }
@@ -65,7 +92,7 @@ impl<'a> OpCx<'a> {
             ))
         })
     }
-    pub fn in_dtype(&self, i: usize) -> Result<DType> {
+    pub fn in_dtype(&self, i: usize) -> Result<ElemType> {
         let v = self.input(i)?;
         self.graph.value(v).dtype.ok_or_else(|| {
             self.err(format!(
@@ -91,6 +118,29 @@ impl<'a> OpCx<'a> {
         }
         self.node.attr_ints(attr)
     }
+    /// A constant integer list from input `i`, or the error that says it
+    /// must be known at compile time.
+    pub fn const_ints(&self, i: usize, what: &str) -> Result<Vec<i64>> {
+        match self.const_input(i) {
+            Some(t) => Ok(t.to_i64_vec()),
+            None => {
+                Err(self
+                    .unsupported_form(&format!("{what} (input {i}) must be known at compile time")))
+            }
+        }
+    }
+    /// `v` as dimensions (sizes, counts), which cannot be negative.
+    pub fn dims(&self, v: &[i64], what: &str) -> Result<Vec<usize>> {
+        v.iter()
+            .map(|&d| {
+                if d < 0 {
+                    Err(self.err(format!("{what} {v:?} has a negative entry")))
+                } else {
+                    Ok(d as usize)
+                }
+            })
+            .collect()
+    }
     pub fn err(&self, msg: impl Into<String>) -> Error {
         Error::shape(
             &self.node.name,
@@ -108,7 +158,7 @@ impl<'a> OpCx<'a> {
         )
     }
     /// Requires `n` inputs of the same type; returns it.
-    pub fn same_dtype(&self, idx: &[usize]) -> Result<DType> {
+    pub fn same_dtype(&self, idx: &[usize]) -> Result<ElemType> {
         let d0 = self.in_dtype(idx[0])?;
         for &i in &idx[1..] {
             if self.has_input(i) && self.in_dtype(i)? != d0 {
@@ -136,8 +186,10 @@ pub trait Operator: Sync + Send {
     fn folds_without_values(&self) -> bool {
         false
     }
-    fn precision(&self) -> PrecisionClass {
-        PrecisionClass::Compute
+    /// How the precision policy treats this operator's float arithmetic:
+    /// `Compute` or `Sensitive`.
+    fn float_role(&self) -> FloatRole {
+        FloatRole::Compute
     }
     /// Floating-point operations, for the sharding planner's balance.
     fn flops(&self, cx: &OpCx) -> f64 {
@@ -156,14 +208,19 @@ pub fn registry() -> &'static Registry {
     static REG: OnceLock<Registry> = OnceLock::new();
     REG.get_or_init(|| {
         let mut r = Registry::new();
+        concat_split::register(&mut r);
         conv::register(&mut r);
-        norm::register(&mut r);
-        pool::register(&mut r);
         elementwise::register(&mut r);
+        expand_tile::register(&mut r);
+        gather::register(&mut r);
+        generators::register(&mut r);
+        layout::register(&mut r);
         matmul::register(&mut r);
+        norm::register(&mut r);
+        pad::register(&mut r);
+        pool::register(&mut r);
         reduce::register(&mut r);
-        shape::register(&mut r);
-        shape_ops::register(&mut r);
+        slice::register(&mut r);
         softmax::register(&mut r);
         r
     })
@@ -217,6 +274,11 @@ pub fn broadcast_shapes(shapes: &[Vec<usize>]) -> Option<Vec<usize>> {
         }
     }
     Some(out)
+}
+
+/// Number of elements of a tensor of `shape`.
+pub fn numel(shape: &[usize]) -> usize {
+    shape.iter().product()
 }
 
 /// Normalises a possibly negative axis against `rank`.

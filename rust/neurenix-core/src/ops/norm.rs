@@ -8,11 +8,12 @@
 use ndarray::{ArrayD, IxDyn};
 
 use crate::backend::{ReduceFinal, ReduceOp};
-use crate::dtype::DType;
+use crate::dtype::ElemType;
 use crate::error::Result;
 use crate::expr::{Expr, ExprOp};
 use crate::ir::Node;
-use crate::lower::{DevTensor, LowerCx, PrecisionClass};
+use crate::lower::precision::FloatRole;
+use crate::lower::{DevTensor, LowerCx};
 use crate::tensor::HostTensor;
 
 use super::{norm_axis, OpCx, Operator, Registry, TypeShape};
@@ -86,11 +87,11 @@ impl Operator for BatchNorm {
         let e = if let [Some(s), Some(b), Some(m), Some(var)] = consts[..] {
             let (a, sh) = batchnorm_affine(s, b, m, var, eps);
             let ah = HostTensor::float(
-                DType::F32,
+                ElemType::F32,
                 ArrayD::from_shape_vec(IxDyn(&bshape), a).unwrap(),
             );
             let bh = HostTensor::float(
-                DType::F32,
+                ElemType::F32,
                 ArrayD::from_shape_vec(IxDyn(&bshape), sh).unwrap(),
             );
             let name = node.name.clone();
@@ -120,8 +121,8 @@ impl Operator for BatchNorm {
         Ok(())
     }
 
-    fn precision(&self) -> PrecisionClass {
-        PrecisionClass::Sensitive
+    fn float_role(&self) -> FloatRole {
+        FloatRole::Sensitive
     }
 }
 
@@ -216,7 +217,7 @@ impl Operator for LayerNorm {
         let mut stat = x[..axis].to_vec();
         stat.extend(std::iter::repeat_n(1, x.len() - axis));
         let stash = if cx.node.attr_i("stash_type", 1)? == 1 {
-            DType::F32
+            ElemType::F32
         } else {
             t
         };
@@ -227,11 +228,7 @@ impl Operator for LayerNorm {
     }
 
     fn lower(&self, cx: &mut LowerCx, node: &Node) -> Result<()> {
-        let opcx = OpCx {
-            graph: cx.graph,
-            node,
-            opset: cx.opset,
-        };
+        let opcx = OpCx::of(cx, node);
         let axis = LayerNorm::axis(&opcx)?;
         let v = node.input(0).unwrap();
         let shape = cx.shape(v)?;
@@ -261,8 +258,8 @@ impl Operator for LayerNorm {
         Ok(())
     }
 
-    fn precision(&self) -> PrecisionClass {
-        PrecisionClass::Sensitive
+    fn float_role(&self) -> FloatRole {
+        FloatRole::Sensitive
     }
 }
 
@@ -315,8 +312,8 @@ impl Operator for InstanceNorm {
         Ok(())
     }
 
-    fn precision(&self) -> PrecisionClass {
-        PrecisionClass::Sensitive
+    fn float_role(&self) -> FloatRole {
+        FloatRole::Sensitive
     }
 }
 

@@ -2,11 +2,12 @@
 //! GlobalAveragePool, GlobalMaxPool, and LRN (a sum over a window of
 //! channels, which is an average pool along the channel axis).
 
-use crate::backend::{PoolMode, PoolParams, ReduceFinal, ReduceOp};
+use crate::backend::{PoolMode, PoolOptions, ReduceFinal, ReduceOp};
 use crate::error::Result;
 use crate::expr::{Expr, ExprOp};
 use crate::ir::Node;
-use crate::lower::{LowerCx, PrecisionClass};
+use crate::lower::precision::FloatRole;
+use crate::lower::LowerCx;
 
 use super::conv::{as_2d, Window};
 use super::{OpCx, Operator, Registry, TypeShape};
@@ -49,11 +50,7 @@ impl Operator for Pool {
     }
 
     fn lower(&self, cx: &mut LowerCx, node: &Node) -> Result<()> {
-        let opcx = OpCx {
-            graph: cx.graph,
-            node,
-            opset: cx.opset,
-        };
+        let opcx = OpCx::of(cx, node);
         let win = Pool::window(&opcx)?;
         let out_shape = cx.shape(node.outputs[0])?;
         let ft = cx.float_type();
@@ -67,7 +64,7 @@ impl Operator for Pool {
         } else {
             PoolMode::Average
         };
-        let p = PoolParams {
+        let p = PoolOptions {
             mode,
             kernel,
             strides,
@@ -170,7 +167,7 @@ impl Operator for Lrn {
         let x = cx.tensor_as(v, ft)?;
         let sq = cx.map_now(
             &Expr::un(ExprOp::Square, Expr::input(0), half),
-            &[x.clone()],
+            std::slice::from_ref(&x),
             ft,
             &shape,
         )?;
@@ -179,7 +176,7 @@ impl Operator for Lrn {
         let planes = cx.reshape(&sq, &[shape[0], shape[1], rest])?;
         let before = (size - 1) / 2;
         let after = size - 1 - before;
-        let p = PoolParams {
+        let p = PoolOptions {
             mode: PoolMode::AverageIncludePad,
             kernel: [size as u32, 1],
             strides: [1, 1],
@@ -208,8 +205,8 @@ impl Operator for Lrn {
         Ok(())
     }
 
-    fn precision(&self) -> PrecisionClass {
-        PrecisionClass::Sensitive
+    fn float_role(&self) -> FloatRole {
+        FloatRole::Sensitive
     }
 }
 

@@ -16,15 +16,16 @@
 use ndarray::{ArrayD, IxDyn};
 
 use crate::backend::{ReduceFinal, ReduceOp};
-use crate::dtype::{DType, DeviceType};
+use crate::dtype::{DeviceType, ElemType};
 use crate::error::Result;
 use crate::expr::{Expr, ExprOp};
 use crate::ir::Node;
-use crate::lower::{cast_expr, DevTensor, LowerCx, PrecisionClass};
+use crate::lower::precision::FloatRole;
+use crate::lower::{DevTensor, LowerCx};
 use crate::tensor::HostTensor;
 
-use super::shape::host_transpose;
-use super::shape_ops::fill_tensor;
+use super::indexing::fill_tensor;
+use super::layout::host_transpose;
 use super::{norm_axis, OpCx, Operator, Registry, TypeShape};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -151,11 +152,11 @@ impl Reduce {
         Ok(Plan { axes, out_shape })
     }
 
-    fn check_type(&self, cx: &OpCx) -> Result<DType> {
+    fn check_type(&self, cx: &OpCx) -> Result<ElemType> {
         let t = cx.in_dtype(0)?;
         let ok = t.is_float()
             || t.is_int()
-            || (t == DType::Bool && matches!(self.kind, Kind::Max | Kind::Min));
+            || (t == ElemType::Bool && matches!(self.kind, Kind::Max | Kind::Min));
         if !ok {
             return Err(cx.err(format!("does not accept {t} inputs")));
         }
@@ -205,7 +206,7 @@ impl Reduce {
                 .iter()
                 .fold(0i64, |a, &x| a.wrapping_add(x.wrapping_abs())),
             Kind::L2 | Kind::LogSum | Kind::LogSumExp => {
-                crate::tensor::float_to_int(DType::I64, self.row_float(&f()))
+                crate::tensor::float_to_int(ElemType::I64, self.row_float(&f()))
             }
         }
     }
@@ -228,7 +229,7 @@ impl Reduce {
             let out: Vec<i64> = (0..rows)
                 .map(|r| self.row_int(&v[r * len..(r + 1) * len]))
                 .collect();
-            if x.dtype == DType::Bool {
+            if x.dtype == ElemType::Bool {
                 HostTensor::boolean(
                     ArrayD::from_shape_vec(sh, out.into_iter().map(|b| b != 0).collect()).unwrap(),
                 )
@@ -291,8 +292,8 @@ impl Reduce {
         let e = match (self.kind, t) {
             (Kind::SumSquare, _) => Expr::bin(ExprOp::Mul, x.clone(), x, half),
             (Kind::L1 | Kind::L2, _) => Expr::un(ExprOp::Abs, x, half),
-            (Kind::LogSum, DeviceType::I32) => cast_expr(
-                Expr::un(ExprOp::Log, cast_expr(x, DeviceType::F32), false),
+            (Kind::LogSum, DeviceType::I32) => Expr::cast(
+                Expr::un(ExprOp::Log, Expr::cast(x, DeviceType::F32), false),
                 DeviceType::I32,
             ),
             (Kind::LogSum, _) => Expr::un(ExprOp::Log, x, half),
@@ -384,21 +385,14 @@ impl Operator for Reduce {
         if let Err(e) = self.check_type(cx) {
             return Some(Err(e));
         }
-        let plan = match self.plan(cx, x.shape()) {
-            Ok(p) => p,
-            Err(e) => return Some(Err(e)),
-        };
+        let plan = tryo!(self.plan(cx, x.shape()));
         Some(Ok(vec![self.host(x, &plan)]))
     }
 
     fn lower(&self, cx: &mut LowerCx, node: &Node) -> Result<()> {
         let v = node.input(0).unwrap();
         let shape = cx.shape(v)?;
-        let opcx = OpCx {
-            graph: cx.graph,
-            node,
-            opset: cx.opset,
-        };
+        let opcx = OpCx::of(cx, node);
         let plan = self.plan(&opcx, &shape)?;
         let dtype = cx.dtype(v)?;
         let t = cx.device_type(dtype);
@@ -423,8 +417,8 @@ impl Operator for Reduce {
         Ok(())
     }
 
-    fn precision(&self) -> PrecisionClass {
-        PrecisionClass::Sensitive
+    fn float_role(&self) -> FloatRole {
+        FloatRole::Sensitive
     }
 
     fn flops(&self, cx: &OpCx) -> f64 {
@@ -498,17 +492,14 @@ impl Operator for ArgReduce {
         let s = cx.in_shape(0)?;
         let (axis, keep, _) = ArgReduce::params(cx, &s)?;
         Ok(vec![TypeShape::new(
-            DType::I64,
+            ElemType::I64,
             reduced_shape(&s, &[axis], keep),
         )])
     }
 
     fn eval(&self, cx: &OpCx, inputs: &[Option<&HostTensor>]) -> Option<Result<Vec<HostTensor>>> {
         let x = inputs[0]?;
-        let (axis, keep, last) = match ArgReduce::params(cx, x.shape()) {
-            Ok(p) => p,
-            Err(e) => return Some(Err(e)),
-        };
+        let (axis, keep, last) = tryo!(ArgReduce::params(cx, x.shape()));
         let (moved, len) = rows_of(x, &[axis]);
         // int64 values beyond 2^53 compare approximately; fine for an index.
         let v = moved.to_f64_vec();
@@ -522,11 +513,7 @@ impl Operator for ArgReduce {
     fn lower(&self, cx: &mut LowerCx, node: &Node) -> Result<()> {
         let v = node.input(0).unwrap();
         let shape = cx.shape(v)?;
-        let opcx = OpCx {
-            graph: cx.graph,
-            node,
-            opset: cx.opset,
-        };
+        let opcx = OpCx::of(cx, node);
         let (axis, keep, last) = ArgReduce::params(&opcx, &shape)?;
         let t = cx.device_type(cx.dtype(v)?);
         let x = cx.tensor_as(v, t)?;
@@ -567,8 +554,8 @@ impl Operator for ArgReduce {
         Ok(())
     }
 
-    fn precision(&self) -> PrecisionClass {
-        PrecisionClass::Sensitive
+    fn float_role(&self) -> FloatRole {
+        FloatRole::Sensitive
     }
 
     fn flops(&self, cx: &OpCx) -> f64 {
@@ -601,11 +588,7 @@ pub fn register(r: &mut Registry) {
 mod tests {
     use super::*;
     use crate::ir::Attr;
-    use crate::ops::shape_ops::tests::{f32s, fold, i64s, ints, In};
-
-    fn red(op: &str, opset: i64, ins: Vec<In>, attrs: &[(&str, Attr)]) -> HostTensor {
-        fold(op, opset, ins, 1, attrs).unwrap().pop().unwrap()
-    }
+    use crate::ops::testing::{f32s, fold, i64s, ints, one, In};
 
     fn close(got: &[f64], want: &[f64]) {
         assert_eq!(got.len(), want.len(), "{got:?} vs {want:?}");
@@ -640,7 +623,7 @@ mod tests {
             ),
         ];
         for (op, want) in cases {
-            let y = red(op, 12, vec![x()], &keep0);
+            let y = one(op, 12, vec![x()], &keep0);
             assert_eq!(y.shape(), &[2], "{op}");
             let want: Vec<f64> = want.iter().map(|&v| v as f32 as f64).collect();
             close(&y.to_f64_vec(), &want);
@@ -651,7 +634,7 @@ mod tests {
     fn axes_forms_by_opset() {
         let x = f32s(&[2, 2], &[1.0, 2.0, 3.0, 4.0]);
         // ReduceSum: attribute before 13, input from 13; others until 18.
-        let a = red(
+        let a = one(
             "ReduceSum",
             11,
             vec![In::C(x.clone())],
@@ -661,14 +644,14 @@ mod tests {
             (a.shape(), a.to_f64_vec()),
             (&[1usize, 2][..], vec![4.0, 6.0])
         );
-        let b = red(
+        let b = one(
             "ReduceSum",
             13,
             vec![In::C(x.clone()), In::C(i64s(&[1], &[0]))],
             &[("keepdims", Attr::Int(0))],
         );
         assert_eq!(b.to_f64_vec(), vec![4.0, 6.0]);
-        let c = red(
+        let c = one(
             "ReduceMean",
             17,
             vec![In::C(x.clone())],
@@ -678,7 +661,7 @@ mod tests {
             (c.shape(), c.to_f64_vec()),
             (&[2usize, 1][..], vec![1.5, 3.5])
         );
-        let d = red(
+        let d = one(
             "ReduceMean",
             18,
             vec![In::C(x.clone()), In::C(i64s(&[1], &[1]))],
@@ -686,9 +669,9 @@ mod tests {
         );
         assert_eq!(d.to_f64_vec(), vec![1.5, 3.5]);
         // No axes: everything, to a [1, 1] or a scalar.
-        let e = red("ReduceMax", 18, vec![In::C(x.clone())], &[]);
+        let e = one("ReduceMax", 18, vec![In::C(x.clone())], &[]);
         assert_eq!((e.shape(), e.to_f64_vec()), (&[1usize, 1][..], vec![4.0]));
-        let f = red(
+        let f = one(
             "ReduceProd",
             13,
             vec![In::C(x.clone())],
@@ -699,7 +682,7 @@ mod tests {
         let g = fold(
             "ReduceSum",
             13,
-            vec![In::C(x.clone()), In::Var(DType::I64, vec![1])],
+            vec![In::C(x.clone()), In::Var(ElemType::I64, vec![1])],
             1,
             &[],
         )
@@ -713,33 +696,33 @@ mod tests {
         let empty = || In::C(i64s(&[0], &[]));
         let noop = [("noop_with_empty_axes", Attr::Int(1))];
         assert_eq!(
-            red("ReduceSum", 13, vec![x(), empty()], &noop).to_f64_vec(),
+            one("ReduceSum", 13, vec![x(), empty()], &noop).to_f64_vec(),
             vec![-2.0, 1.0, 4.0]
         );
         assert_eq!(
-            red("ReduceSumSquare", 18, vec![x(), empty()], &noop).to_f64_vec(),
+            one("ReduceSumSquare", 18, vec![x(), empty()], &noop).to_f64_vec(),
             vec![4.0, 1.0, 16.0]
         );
         assert_eq!(
-            red("ReduceL2", 18, vec![x()], &noop).to_f64_vec(),
+            one("ReduceL2", 18, vec![x()], &noop).to_f64_vec(),
             vec![2.0, 1.0, 4.0]
         );
         assert_eq!(
-            red("ReduceLogSumExp", 18, vec![x()], &noop).to_f64_vec(),
+            one("ReduceLogSumExp", 18, vec![x()], &noop).to_f64_vec(),
             vec![-2.0, 1.0, 4.0]
         );
-        let l = red("ReduceLogSum", 18, vec![x()], &noop).to_f64_vec();
+        let l = one("ReduceLogSum", 18, vec![x()], &noop).to_f64_vec();
         assert!(l[0].is_nan() && l[1] == 0.0);
         // Without noop, empty axes reduce everything.
         assert_eq!(
-            red("ReduceSum", 13, vec![x(), empty()], &[]).to_f64_vec(),
+            one("ReduceSum", 13, vec![x(), empty()], &[]).to_f64_vec(),
             vec![3.0]
         );
     }
 
     #[test]
     fn log_sum_exp_is_stable() {
-        let y = red(
+        let y = one(
             "ReduceLogSumExp",
             18,
             vec![In::C(f32s(
@@ -751,7 +734,7 @@ mod tests {
         let v = y.to_f64_vec();
         assert!(v[0].is_finite());
         close(&v, &[(1000.0 + 2.0f64.ln()) as f32 as f64]);
-        let z = red(
+        let z = one(
             "ReduceLogSumExp",
             13,
             vec![In::C(f32s(
@@ -766,9 +749,9 @@ mod tests {
     #[test]
     fn integers_and_empty_sets() {
         let x = In::C(i64s(&[2, 2], &[1, 2, -3, 4]));
-        let m = red("ReduceMean", 13, vec![x], &[("axes", ints(&[1]))]);
-        assert_eq!((m.dtype, m.to_i64_vec()), (DType::I64, vec![1, 0]));
-        let s = red(
+        let m = one("ReduceMean", 13, vec![x], &[("axes", ints(&[1]))]);
+        assert_eq!((m.dtype, m.to_i64_vec()), (ElemType::I64, vec![1, 0]));
+        let s = one(
             "ReduceSumSquare",
             13,
             vec![In::C(i64s(&[3], &[1, -2, 3]))],
@@ -777,36 +760,36 @@ mod tests {
         assert_eq!(s.to_i64_vec(), vec![14]);
         let e = || In::C(f32s(&[2, 0], &[]));
         assert_eq!(
-            red("ReduceSum", 11, vec![e()], &[("axes", ints(&[1]))]).to_f64_vec(),
+            one("ReduceSum", 11, vec![e()], &[("axes", ints(&[1]))]).to_f64_vec(),
             vec![0.0, 0.0]
         );
         assert_eq!(
-            red("ReduceMax", 13, vec![e()], &[("axes", ints(&[1]))]).to_f64_vec(),
+            one("ReduceMax", 13, vec![e()], &[("axes", ints(&[1]))]).to_f64_vec(),
             vec![f64::NEG_INFINITY; 2]
         );
         assert_eq!(
-            red("ReduceProd", 13, vec![e()], &[("axes", ints(&[1]))]).to_f64_vec(),
+            one("ReduceProd", 13, vec![e()], &[("axes", ints(&[1]))]).to_f64_vec(),
             vec![1.0; 2]
         );
-        assert!(red("ReduceMean", 13, vec![e()], &[("axes", ints(&[1]))]).to_f64_vec()[0].is_nan());
+        assert!(one("ReduceMean", 13, vec![e()], &[("axes", ints(&[1]))]).to_f64_vec()[0].is_nan());
     }
 
     #[test]
     fn arg_max_and_min() {
         let x = || In::C(f32s(&[2, 3], &[1.0, 5.0, 5.0, 2.0, -1.0, -1.0]));
-        let a = red("ArgMax", 13, vec![x()], &[("axis", Attr::Int(1))]);
+        let a = one("ArgMax", 13, vec![x()], &[("axis", Attr::Int(1))]);
         assert_eq!(
             (a.dtype, a.shape(), a.to_i64_vec()),
-            (DType::I64, &[2usize, 1][..], vec![1, 0])
+            (ElemType::I64, &[2usize, 1][..], vec![1, 0])
         );
-        let a = red(
+        let a = one(
             "ArgMax",
             13,
             vec![x()],
             &[("axis", Attr::Int(-1)), ("select_last_index", Attr::Int(1))],
         );
         assert_eq!(a.to_i64_vec(), vec![2, 0]);
-        let a = red(
+        let a = one(
             "ArgMin",
             13,
             vec![x()],
@@ -817,9 +800,9 @@ mod tests {
             ],
         );
         assert_eq!((a.shape(), a.to_i64_vec()), (&[2usize][..], vec![0, 2]));
-        let a = red("ArgMin", 13, vec![x()], &[("keepdims", Attr::Int(0))]);
+        let a = one("ArgMin", 13, vec![x()], &[("keepdims", Attr::Int(0))]);
         assert_eq!(a.to_i64_vec(), vec![0, 1, 1]);
-        let n = red(
+        let n = one(
             "ArgMax",
             13,
             vec![In::C(f32s(&[3], &[1.0, f64::NAN, 9.0]))],

@@ -7,7 +7,8 @@ use crate::backend::{ReduceFinal, ReduceOp};
 use crate::error::Result;
 use crate::expr::{Expr, ExprOp};
 use crate::ir::Node;
-use crate::lower::{LowerCx, PrecisionClass};
+use crate::lower::precision::FloatRole;
+use crate::lower::LowerCx;
 
 use super::{norm_axis, OpCx, Operator, Registry, TypeShape};
 
@@ -48,11 +49,7 @@ impl Operator for Softmax {
     fn lower(&self, cx: &mut LowerCx, node: &Node) -> Result<()> {
         let v = node.input(0).unwrap();
         let shape = cx.shape(v)?;
-        let opcx = OpCx {
-            graph: cx.graph,
-            node,
-            opset: cx.opset,
-        };
+        let opcx = OpCx::of(cx, node);
         let (work, axis) = Softmax::layout(&opcx, &shape)?;
         let t = cx.float_type();
         let half = cx.half();
@@ -92,8 +89,8 @@ impl Operator for Softmax {
         Ok(())
     }
 
-    fn precision(&self) -> PrecisionClass {
-        PrecisionClass::Sensitive
+    fn float_role(&self) -> FloatRole {
+        FloatRole::Sensitive
     }
 
     fn flops(&self, cx: &OpCx) -> f64 {

@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use crate::dtype::DType;
+use crate::dtype::ElemType;
 use crate::error::{Error, Result};
 use crate::ir::{Dim, Model};
 use crate::ops::{lookup, OpCx};
@@ -14,7 +14,7 @@ pub mod fuse;
 #[derive(Debug, Clone)]
 pub struct InputSpec {
     pub name: String,
-    pub dtype: DType,
+    pub dtype: ElemType,
     pub shape: Vec<usize>,
 }
 

@@ -1,14 +1,13 @@
-//! Operators that move or relabel elements: Reshape, Flatten, Transpose,
-//! Squeeze, Unsqueeze, Identity, Dropout (inference), Constant, Shape, Size.
-//!
-//! Reshapes are free on the device (same elements, same order); transposes
-//! are exchanges.
+//! Operators that change how elements are laid out: the reshapes (Reshape,
+//! Flatten, Squeeze, Unsqueeze, and Identity and Dropout in inference, which
+//! keep the shape), free on the device (same elements, same order), and
+//! Transpose, an exchange.
 
 use ndarray::IxDyn;
 
-use crate::dtype::DType;
+use crate::dtype::ElemType;
 use crate::error::Result;
-use crate::ir::{Attr, Node};
+use crate::ir::Node;
 use crate::lower::LowerCx;
 use crate::tensor::{Data, HostTensor};
 
@@ -54,19 +53,16 @@ impl<R: Relabel> Operator for Alias<R> {
         let s = self.0.out_shape(cx, &cx.in_shape(0)?)?;
         let mut out = vec![TypeShape::new(cx.in_dtype(0)?, s.clone())];
         if cx.node.op_type == "Dropout" && cx.node.outputs.len() > 1 {
-            out.push(TypeShape::new(DType::Bool, s));
+            out.push(TypeShape::new(ElemType::Bool, s));
         }
         Ok(out)
     }
     fn eval(&self, cx: &OpCx, inputs: &[Option<&HostTensor>]) -> Option<Result<Vec<HostTensor>>> {
         let x = inputs[0]?;
-        let shape = match self.0.out_shape(cx, x.shape()) {
-            Ok(s) => s,
-            Err(e) => return Some(Err(e)),
-        };
+        let shape = tryo!(self.0.out_shape(cx, x.shape()));
         let mut out = vec![x.reshape(&shape).ok()?];
         if cx.node.op_type == "Dropout" && cx.node.outputs.len() > 1 {
-            out.push(HostTensor::full(DType::Bool, &shape, 1.0));
+            out.push(HostTensor::full(ElemType::Bool, &shape, 1.0));
         }
         Some(Ok(out))
     }
@@ -260,125 +256,16 @@ impl Operator for Transpose {
     }
     fn eval(&self, cx: &OpCx, inputs: &[Option<&HostTensor>]) -> Option<Result<Vec<HostTensor>>> {
         let x = inputs[0]?;
-        let p = match Transpose::perm(cx, x.shape().len()) {
-            Ok(p) => p,
-            Err(e) => return Some(Err(e)),
-        };
+        let p = tryo!(Transpose::perm(cx, x.shape().len()));
         Some(Ok(vec![host_transpose(x, &p)]))
     }
     fn lower(&self, cx: &mut LowerCx, node: &Node) -> Result<()> {
         let x = cx.tensor(node.input(0).unwrap())?;
-        let opcx = OpCx {
-            graph: cx.graph,
-            node,
-            opset: cx.opset,
-        };
+        let opcx = OpCx::of(cx, node);
         let p = Transpose::perm(&opcx, x.shape.len())?;
         let y = cx.transpose(&x, &p)?;
         cx.set(node.outputs[0], y);
         Ok(())
-    }
-    fn flops(&self, _cx: &OpCx) -> f64 {
-        0.0
-    }
-}
-
-/// Constant: always folded.
-struct Constant;
-
-impl Constant {
-    fn value(cx: &OpCx) -> Result<HostTensor> {
-        let n = cx.node;
-        if let Some(Attr::Tensor(t)) = n.attr("value") {
-            return Ok(t.clone());
-        }
-        if let Some(Attr::Float(f)) = n.attr("value_float") {
-            return Ok(HostTensor::full(DType::F32, &[], *f as f64));
-        }
-        if let Some(Attr::Int(i)) = n.attr("value_int") {
-            return Ok(HostTensor::from_i64s(&[], vec![*i]));
-        }
-        if let Some(Attr::Floats(f)) = n.attr("value_floats") {
-            return Ok(HostTensor::from_f32s(&[f.len()], f.clone()));
-        }
-        if let Some(Attr::Ints(i)) = n.attr("value_ints") {
-            return Ok(HostTensor::from_i64s(&[i.len()], i.clone()));
-        }
-        if n.attr("sparse_value").is_some()
-            || n.attr("value_string").is_some()
-            || n.attr("value_strings").is_some()
-        {
-            return Err(cx.unsupported_form("sparse and string constants"));
-        }
-        Err(cx.err("has no value attribute"))
-    }
-}
-
-impl Operator for Constant {
-    fn infer(&self, cx: &OpCx) -> Result<Vec<TypeShape>> {
-        let v = Constant::value(cx)?;
-        Ok(vec![TypeShape::new(v.dtype, v.shape().to_vec())])
-    }
-    fn eval(&self, cx: &OpCx, _inputs: &[Option<&HostTensor>]) -> Option<Result<Vec<HostTensor>>> {
-        Some(Constant::value(cx).map(|v| vec![v]))
-    }
-    fn lower(&self, _cx: &mut LowerCx, node: &Node) -> Result<()> {
-        Err(crate::error::Error::Internal(format!(
-            "Constant node '{}' survived folding",
-            node.name
-        )))
-    }
-    fn flops(&self, _cx: &OpCx) -> f64 {
-        0.0
-    }
-}
-
-/// Shape and Size: known at compile time, so always folded.
-struct ShapeOf {
-    size: bool,
-}
-
-impl ShapeOf {
-    fn value(&self, cx: &OpCx) -> Result<HostTensor> {
-        let s = cx.in_shape(0)?;
-        if self.size {
-            return Ok(HostTensor::from_i64s(
-                &[],
-                vec![s.iter().product::<usize>() as i64],
-            ));
-        }
-        let r = s.len() as i64;
-        let clampi = |v: i64| -> usize { (if v < 0 { v + r } else { v }).clamp(0, r) as usize };
-        let start = clampi(cx.node.attr_i("start", 0)?);
-        let end = match cx.node.attr("end") {
-            Some(_) => clampi(cx.node.attr_i("end", r)?),
-            None => r as usize,
-        };
-        let dims: Vec<i64> = if start < end {
-            s[start..end].iter().map(|&d| d as i64).collect()
-        } else {
-            vec![]
-        };
-        Ok(HostTensor::from_i64s(&[dims.len()], dims))
-    }
-}
-
-impl Operator for ShapeOf {
-    fn infer(&self, cx: &OpCx) -> Result<Vec<TypeShape>> {
-        let v = self.value(cx)?;
-        Ok(vec![TypeShape::new(DType::I64, v.shape().to_vec())])
-    }
-    fn eval(&self, cx: &OpCx, _inputs: &[Option<&HostTensor>]) -> Option<Result<Vec<HostTensor>>> {
-        Some(self.value(cx).map(|v| vec![v]))
-    }
-    fn folds_without_values(&self) -> bool {
-        true
-    }
-    fn lower(&self, _cx: &mut LowerCx, node: &Node) -> Result<()> {
-        Err(crate::error::Error::Internal(format!(
-            "{} node '{}' survived folding",
-            node.op_type, node.name
-        )))
     }
     fn flops(&self, _cx: &OpCx) -> f64 {
         0.0
@@ -393,7 +280,4 @@ pub fn register(r: &mut Registry) {
     r.insert("Squeeze", Box::new(Alias(SqueezeShape)));
     r.insert("Unsqueeze", Box::new(Alias(UnsqueezeShape)));
     r.insert("Transpose", Box::new(Transpose));
-    r.insert("Constant", Box::new(Constant));
-    r.insert("Shape", Box::new(ShapeOf { size: false }));
-    r.insert("Size", Box::new(ShapeOf { size: true }));
 }

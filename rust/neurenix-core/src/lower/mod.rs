@@ -1,0 +1,245 @@
+//! Lowering: IR nodes onto a device [`Backend`], node by node in
+//! topological order.
+//!
+//! [`LowerCx`] holds what has been lowered so far: one slot per value (a
+//! device tensor, or a lazy element-wise expression waiting to be fused into
+//! its consumer, see `fusion`), the device copies of constants (`constants`)
+//! and of values read on another IPU than their producer's. The precision
+//! policy is in [`precision`]; the device operations an operator emits on
+//! its node's IPU are in `device_ops`.
+
+mod constants;
+mod device_ops;
+mod fusion;
+pub mod precision;
+
+pub use device_ops::row_major_strides;
+
+use std::collections::HashMap;
+
+use crate::backend::{Backend, TensorId};
+use crate::dtype::{DeviceType, ElemType};
+use crate::error::{Error, Result};
+use crate::ir::{Graph, Node, NodeId, ValueId};
+use crate::tensor::HostTensor;
+
+use fusion::LazyMap;
+use precision::{FloatRole, Precision};
+
+#[derive(Debug, Clone)]
+pub struct LowerOptions {
+    pub precision: Precision,
+    pub memory_proportion: f64,
+    pub enable_half_partials: bool,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct DevTensor {
+    pub id: TensorId,
+    pub shape: Vec<usize>,
+    pub dtype: DeviceType,
+    pub ipu: u32,
+}
+
+impl DevTensor {
+    pub fn numel(&self) -> usize {
+        self.shape.iter().product()
+    }
+}
+
+/// What a lowered value is, so far.
+#[derive(Debug, Clone)]
+enum Slot {
+    Tensor(DevTensor),
+    Lazy(LazyMap),
+}
+
+/// One host <-> device binding of the lowered program.
+#[derive(Debug, Clone)]
+pub struct Binding {
+    pub name: String,
+    pub dtype: ElemType,
+    pub shape: Vec<usize>,
+    pub device_dtype: DeviceType,
+}
+
+pub struct LowerCx<'a> {
+    pub backend: &'a mut dyn Backend,
+    pub graph: &'a Graph,
+    pub opset: i64,
+    pub opts: &'a LowerOptions,
+    node_ipu: &'a [u32],
+    current_node: NodeId,
+    current_ipu: u32,
+    /// The precision role of what is being lowered: the current node's
+    /// operator's, or the model's inputs' and outputs'.
+    role: FloatRole,
+    slots: HashMap<ValueId, Slot>,
+    /// Values read on another IPU than their producer's, per IPU.
+    copies: HashMap<(ValueId, u32), DevTensor>,
+    consts: HashMap<(ValueId, DeviceType, u32), DevTensor>,
+    derived: HashMap<(ValueId, &'static str, DeviceType, u32), DevTensor>,
+    uses: Vec<usize>,
+}
+
+impl<'a> LowerCx<'a> {
+    pub fn new(
+        backend: &'a mut dyn Backend,
+        graph: &'a Graph,
+        opset: i64,
+        opts: &'a LowerOptions,
+        node_ipu: &'a [u32],
+    ) -> LowerCx<'a> {
+        let uses = graph.use_counts();
+        LowerCx {
+            backend,
+            graph,
+            opset,
+            opts,
+            node_ipu,
+            current_node: 0,
+            current_ipu: 0,
+            role: FloatRole::Compute,
+            slots: HashMap::new(),
+            copies: HashMap::new(),
+            consts: HashMap::new(),
+            derived: HashMap::new(),
+            uses,
+        }
+    }
+
+    /// Streams graph input `v` in on `ipu`, in the device type the precision
+    /// policy gives model inputs.
+    pub(crate) fn bind_input(&mut self, v: ValueId, ipu: u32) -> Result<Binding> {
+        self.role = FloatRole::ModelInput;
+        let dtype = self.dtype(v)?;
+        let dev = self.device_type(dtype);
+        let shape = self.shape(v)?;
+        let name = self.graph.value(v).name.clone();
+        let id = self.backend.add_input(&name, dev, &shape, ipu)?;
+        self.slots.insert(
+            v,
+            Slot::Tensor(DevTensor {
+                id,
+                shape: shape.clone(),
+                dtype: dev,
+                ipu,
+            }),
+        );
+        Ok(Binding {
+            name,
+            dtype,
+            shape,
+            device_dtype: dev,
+        })
+    }
+
+    pub(crate) fn begin_node(&mut self, idx: NodeId, role: FloatRole) {
+        self.current_node = idx;
+        self.current_ipu = self.node_ipu[idx];
+        self.role = role;
+    }
+
+    pub fn ipu(&self) -> u32 {
+        self.current_ipu
+    }
+    pub fn node(&self) -> &'a Node {
+        &self.graph.nodes[self.current_node]
+    }
+    fn name(&self) -> String {
+        self.node().name.clone()
+    }
+
+    pub fn shape(&self, v: ValueId) -> Result<Vec<usize>> {
+        self.graph.shape_of(v).ok_or_else(|| {
+            Error::Internal(format!(
+                "value '{}' has no inferred shape",
+                self.graph.value(v).name
+            ))
+        })
+    }
+    pub fn dtype(&self, v: ValueId) -> Result<ElemType> {
+        self.graph.value(v).dtype.ok_or_else(|| {
+            Error::Internal(format!(
+                "value '{}' has no inferred type",
+                self.graph.value(v).name
+            ))
+        })
+    }
+    pub fn constant(&self, v: ValueId) -> Option<&'a HostTensor> {
+        self.graph.constant(v)
+    }
+
+    pub fn set(&mut self, v: ValueId, t: DevTensor) {
+        self.slots.insert(v, Slot::Tensor(t));
+    }
+
+    pub fn is_set(&self, v: ValueId) -> bool {
+        self.slots.contains_key(&v)
+    }
+
+    /// The value as a device tensor on this node's IPU.
+    pub fn tensor(&mut self, v: ValueId) -> Result<DevTensor> {
+        if let Some(c) = self.graph.constant(v) {
+            let dt = self.device_type(c.dtype);
+            return self.constant_tensor(v, dt);
+        }
+        let home = self.materialize(v)?;
+        if home.ipu == self.current_ipu {
+            return Ok(home);
+        }
+        if let Some(t) = self.copies.get(&(v, self.current_ipu)) {
+            return Ok(t.clone());
+        }
+        let name = format!("{}/to_ipu{}", self.graph.value(v).name, self.current_ipu);
+        let id = self.backend.copy_to_ipu(home.id, self.current_ipu, &name)?;
+        let t = self.here(id, home.shape, home.dtype);
+        self.copies.insert((v, self.current_ipu), t.clone());
+        Ok(t)
+    }
+
+    /// The value as a device tensor of type `want` (cast on the device, or on
+    /// the host for constants).
+    pub fn tensor_as(&mut self, v: ValueId, want: DeviceType) -> Result<DevTensor> {
+        if self.graph.constant(v).is_some() {
+            return self.constant_tensor(v, want);
+        }
+        let t = self.tensor(v)?;
+        self.cast(t, want)
+    }
+
+    /// Lowers graph outputs: materialised on the IPU that produced them, in
+    /// the device type the precision policy gives model outputs.
+    pub(crate) fn finish_outputs(&mut self) -> Result<Vec<Binding>> {
+        self.role = FloatRole::ModelOutput;
+        let graph = self.graph;
+        let mut out = Vec::new();
+        for &v in &graph.outputs {
+            let dtype = self.dtype(v)?;
+            let shape = self.shape(v)?;
+            match self.slots.get(&v) {
+                Some(Slot::Lazy(l)) => self.current_ipu = l.ipu,
+                Some(Slot::Tensor(t)) => self.current_ipu = t.ipu,
+                None => {}
+            }
+            let want = self.device_type(dtype);
+            let t = if self.fusable(v) {
+                // Fuse the conversion into the value's own expression.
+                let mut ins = Vec::new();
+                let e = self.operand(v, &mut ins, Some(want))?;
+                self.map_now(&e, &ins, want, &shape)?
+            } else {
+                self.tensor_as(v, want)?
+            };
+            let name = graph.value(v).name.clone();
+            self.backend.mark_output(t.id, &name)?;
+            out.push(Binding {
+                name,
+                dtype,
+                shape,
+                device_dtype: want,
+            });
+        }
+        Ok(out)
+    }
+}
