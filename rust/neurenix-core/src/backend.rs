@@ -1,12 +1,18 @@
-//! The device seam: what the compiler needs from a device's graph library.
+//! The device seam: what the compiler needs from a device.
+//!
+//! - [`Backend`]: a device's graph library, onto which a model is lowered
+//!   operation by operation, and which compiles what was built;
+//! - [`DeviceExecutable`]: the compiled program, with its report;
+//! - [`DeviceEngine`]: the program loaded onto the device, which runs it.
 //!
 //! The simulator (the C++ core, bridged by `neurenix-sys`) is one
 //! implementation; a Poplar-backed one would be another. The compiler only
-//! ever talks to a `Backend`, so the core can be tested with no C++ at all.
+//! ever talks to these traits, so the core can be tested with no C++ at all.
 
 use crate::dtype::DeviceType;
 use crate::error::Result;
 use crate::expr::ExprInstr;
+use crate::report::{DeviceReport, RunStats};
 
 pub type TensorId = u32;
 
@@ -174,4 +180,28 @@ pub trait Backend {
     ) -> Result<TensorId> {
         Err(not_implemented("gather_rows"))
     }
+    /// Compiles everything built so far into a program for the device.
+    /// Tiles that overflow are an `Error::OutOfMemory` naming each of them.
+    fn compile(self: Box<Self>) -> Result<Box<dyn DeviceExecutable>> {
+        Err(not_implemented("compile"))
+    }
+}
+
+/// A compiled program.
+pub trait DeviceExecutable: Send + Sync {
+    /// Memory, plans, step costs and warnings of the program.
+    fn report(&self) -> DeviceReport;
+    /// Loads the program into fresh device memory (`threads` = 0: the
+    /// device's default).
+    fn load(&self, threads: u32) -> Result<Box<dyn DeviceEngine>>;
+}
+
+/// A program loaded onto a device.
+pub trait DeviceEngine: Send {
+    /// Runs once. `inputs`: each input's bytes in its device type, in the
+    /// program's input order; returns the outputs' bytes in their device
+    /// types, in output order.
+    fn run(&mut self, inputs: &[Vec<u8>]) -> Result<Vec<Vec<u8>>>;
+    /// Statistics of the last run (None before the first).
+    fn last_run(&self) -> Option<RunStats>;
 }

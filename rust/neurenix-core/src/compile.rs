@@ -1,13 +1,16 @@
 //! The compiler driver: passes, sharding and lowering of a model onto a
-//! backend.
+//! backend, then the backend's compile into an [`Executable`].
+
+use std::time::Instant;
 
 use crate::backend::Backend;
 use crate::error::{Error, Result};
+use crate::executable::{Executable, HostStream};
 use crate::ir::Model;
 use crate::lower::precision::Precision;
-use crate::lower::{Binding, LowerCx, LowerOptions};
+use crate::lower::{LowerCx, LowerOptions};
 use crate::ops::lookup;
-use crate::passes::{prepare, InputSpec, PassStats};
+use crate::passes::{prepare, PassStats, TensorSpec};
 use crate::shard::assign_ipus;
 
 #[derive(Debug, Clone)]
@@ -39,26 +42,55 @@ impl CompileOptions {
     }
 }
 
-/// What lowering produced, besides the backend's graph.
+/// Where the sharder put one node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Placement {
+    pub node: String,
+    pub op_type: String,
+    pub ipu: u32,
+}
+
+/// The host's half of an executable, as lowering produced it (the device's
+/// half is the backend's graph): the host streams, what the passes did, and
+/// where each node runs.
 #[derive(Debug, Clone)]
 pub struct Lowered {
-    pub inputs: Vec<Binding>,
-    pub outputs: Vec<Binding>,
-    pub stats: PassStats,
-    /// (node name, op type, IPU) in program order.
-    pub placement: Vec<(String, String, u32)>,
+    pub inputs: Vec<HostStream>,
+    pub outputs: Vec<HostStream>,
+    pub passes: PassStats,
+    /// Every node lowered, in program order.
+    pub placement: Vec<Placement>,
+}
+
+/// Compiles `model` for `inputs` on the device whose graph library is
+/// `backend`: passes, sharding, lowering, then the device's own compile.
+pub fn compile(
+    model: &Model,
+    inputs: &[TensorSpec],
+    opts: &CompileOptions,
+    mut backend: Box<dyn Backend>,
+) -> Result<Executable> {
+    let t0 = Instant::now();
+    let lowered = lower_model(model, inputs, opts, backend.as_mut())?;
+    let device = backend.compile()?;
+    Ok(Executable::new(
+        device,
+        lowered,
+        opts.clone(),
+        t0.elapsed().as_secs_f64(),
+    ))
 }
 
 /// Prepares `model` for `inputs` and lowers it onto `backend`.
 pub fn lower_model(
     model: &Model,
-    inputs: &[InputSpec],
+    inputs: &[TensorSpec],
     opts: &CompileOptions,
     backend: &mut dyn Backend,
 ) -> Result<Lowered> {
     opts.validate()?;
     let mut m = model.clone();
-    let stats = prepare(&mut m, inputs)?;
+    let passes = prepare(&mut m, inputs)?;
     let node_ipu = assign_ipus(&m, opts.num_ipus);
     let lopts = LowerOptions {
         precision: opts.precision,
@@ -93,20 +125,24 @@ pub fn lower_model(
                 )));
             }
         }
-        placement.push((node.name.clone(), node.op_type.clone(), node_ipu[i]));
+        placement.push(Placement {
+            node: node.name.clone(),
+            op_type: node.op_type.clone(),
+            ipu: node_ipu[i],
+        });
     }
     let outputs = cx.finish_outputs()?;
     Ok(Lowered {
         inputs: in_bind,
         outputs,
-        stats,
+        passes,
         placement,
     })
 }
 
 /// Graph-level optimisation only: the prepared model (folded, fused, pruned),
 /// specialised to `inputs`.
-pub fn optimize(model: &Model, inputs: &[InputSpec]) -> Result<(Model, PassStats)> {
+pub fn optimize(model: &Model, inputs: &[TensorSpec]) -> Result<(Model, PassStats)> {
     let mut m = model.clone();
     let stats = prepare(&mut m, inputs)?;
     Ok((m, stats))

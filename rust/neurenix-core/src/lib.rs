@@ -6,12 +6,17 @@ pub mod backend;
 pub mod compile;
 pub mod dtype;
 pub mod error;
+pub mod executable;
 pub mod expr;
 pub mod ir;
 pub mod lower;
+pub mod model_parts;
 pub mod ops;
 pub mod passes;
+pub mod report;
 pub mod shard;
 pub mod tensor;
 
+pub use compile::{compile, CompileOptions};
 pub use error::{Error, Result};
+pub use executable::Executable;

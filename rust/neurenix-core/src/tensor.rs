@@ -82,6 +82,11 @@ pub fn float_to_int(dtype: ElemType, v: f64) -> i64 {
     t.clamp(lo, hi) as i64
 }
 
+/// Elements of a tensor of `shape`, or None if the count overflows.
+pub fn checked_numel(shape: &[usize]) -> Option<usize> {
+    shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d))
+}
+
 impl HostTensor {
     pub fn float(dtype: ElemType, a: ArrayD<f64>) -> HostTensor {
         HostTensor {
@@ -219,12 +224,14 @@ impl HostTensor {
 
     /// Decodes little-endian raw bytes of `dtype`.
     pub fn from_bytes(dtype: ElemType, shape: &[usize], bytes: &[u8]) -> Result<HostTensor> {
-        let n: usize = shape.iter().product();
-        if bytes.len() != n * dtype.size() {
+        let expect = checked_numel(shape).and_then(|n| n.checked_mul(dtype.size()));
+        if expect != Some(bytes.len()) {
+            let need = expect.map_or("more than this host can address".to_string(), |b| {
+                format!("{b} bytes")
+            });
             return Err(Error::InvalidArgument(format!(
-                "{} bytes do not hold a {dtype} tensor of shape {shape:?} ({} bytes)",
+                "{} bytes do not hold a {dtype} tensor of shape {shape:?} ({need})",
                 bytes.len(),
-                n * dtype.size()
             )));
         }
         let sh = IxDyn(shape);
@@ -289,7 +296,7 @@ impl HostTensor {
             ElemType::U32 => ints!(u32),
             ElemType::I64 => ints!(i64),
             ElemType::U64 => {
-                let mut v = Vec::with_capacity(n);
+                let mut v = Vec::with_capacity(bytes.len() / 8);
                 for c in bytes.chunks_exact(8) {
                     let x = u64::from_le_bytes(c.try_into().unwrap());
                     v.push(i64::try_from(x).map_err(|_| {

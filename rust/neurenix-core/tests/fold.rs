@@ -9,7 +9,7 @@ use neurenix_core::dtype::ElemType;
 use neurenix_core::error::Error;
 use neurenix_core::ir::Attr;
 use neurenix_core::ops::supported_ops;
-use neurenix_core::passes::InputSpec;
+use neurenix_core::passes::TensorSpec;
 use neurenix_core::tensor::HostTensor;
 
 const NAN: f64 = f64::NAN;
@@ -1164,12 +1164,12 @@ fn squeeze_and_unsqueeze_attribute_and_input_forms() {
     b.node("Unsqueeze", "dyn_unsq", &["x", "axes"], &["y"]);
     b.output("y");
     let specs = [
-        InputSpec {
+        TensorSpec {
             name: "x".into(),
             dtype: ElemType::F32,
             shape: vec![2, 3],
         },
-        InputSpec {
+        TensorSpec {
             name: "axes".into(),
             dtype: ElemType::I64,
             shape: vec![1],

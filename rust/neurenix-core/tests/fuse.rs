@@ -7,10 +7,10 @@ use neurenix_core::compile::optimize;
 use neurenix_core::dtype::ElemType;
 use neurenix_core::ir::{Attr, Model};
 use neurenix_core::lower::precision::Precision;
-use neurenix_core::passes::InputSpec;
+use neurenix_core::passes::TensorSpec;
 
-fn spec(name: &str, dtype: ElemType, shape: &[usize]) -> InputSpec {
-    InputSpec {
+fn spec(name: &str, dtype: ElemType, shape: &[usize]) -> TensorSpec {
+    TensorSpec {
         name: name.into(),
         dtype,
         shape: shape.to_vec(),

@@ -124,7 +124,7 @@ fn float32_elementwise_chain_is_one_fused_map() {
         ops.contains(&ExprOp::Relu) && ops.contains(&ExprOp::Mul) && ops.contains(&ExprOp::Add)
     );
     assert_eq!(l.placement.len(), 4);
-    assert!(l.placement.iter().all(|p| p.2 == 0));
+    assert!(l.placement.iter().all(|p| p.ipu == 0));
 }
 
 /// Unary float operators with their references (no zero inputs: see
@@ -207,7 +207,7 @@ fn float32_unary_operators_match_references() {
         let want: Vec<f64> = XS.iter().map(|&x| r(x)).collect();
         assert_close(&be.out("y"), &want, 1e-6, &format!("{op} {attrs:?}"));
         assert_eq!(be.count(Kind::Map), 1, "{op}");
-        assert_eq!(l.outputs[0].device_dtype, DeviceType::F32);
+        assert_eq!(l.outputs[0].device_type, DeviceType::F32);
     }
 }
 
@@ -584,16 +584,16 @@ fn integer_inputs_compute_in_int32_and_come_back_as_int64() {
     assert_exact(&be.out("y"), &want_y, "int mod");
     assert_exact(&be.out("mask"), &want_m, "int compare");
     assert_eq!(
-        l.inputs[0].device_dtype,
+        l.inputs[0].device_type,
         DeviceType::I32,
         "int64 inputs live as int32"
     );
     assert_eq!(
-        (l.outputs[0].dtype, l.outputs[0].device_dtype),
+        (l.outputs[0].dtype, l.outputs[0].device_type),
         (ElemType::I64, DeviceType::I32)
     );
     assert_eq!(
-        (l.outputs[1].dtype, l.outputs[1].device_dtype),
+        (l.outputs[1].dtype, l.outputs[1].device_type),
         (ElemType::Bool, DeviceType::Bool)
     );
     assert!(
@@ -939,7 +939,7 @@ fn mlp_with_softmax_end_to_end() {
         1e-6,
         "mlp",
     );
-    assert_eq!(l.stats.fused, 1, "MatMul + Add became a Gemm");
+    assert_eq!(l.passes.fused, 1, "MatMul + Add became a Gemm");
     assert_eq!(be.count(Kind::MatMul), 2);
 }
 
@@ -981,9 +981,9 @@ fn float16_elementwise_rounds_after_every_operation() {
         .map(|i| (x[i] * w[i % 5] + 0.1).max(0.0) - x[i] / 3.0)
         .collect();
     assert!(want.iter().zip(&exact).any(|(a, b)| a != b));
-    assert_eq!(l.inputs[0].device_dtype, DeviceType::F16);
+    assert_eq!(l.inputs[0].device_type, DeviceType::F16);
     assert_eq!(
-        (l.outputs[0].dtype, l.outputs[0].device_dtype),
+        (l.outputs[0].dtype, l.outputs[0].device_type),
         (ElemType::F32, DeviceType::F16)
     );
     assert_eq!(be.output("y").dtype, DeviceType::F16);
@@ -1052,7 +1052,7 @@ fn float16_matmul_and_softmax() {
             .all(|c| c.dtype == DeviceType::F16),
         "float16: softmax in half"
     );
-    assert!(l.outputs.iter().all(|o| o.device_dtype == DeviceType::F16));
+    assert!(l.outputs.iter().all(|o| o.device_type == DeviceType::F16));
 }
 
 #[test]
@@ -1074,7 +1074,7 @@ fn mixed_precision_softmax_runs_in_float32() {
         &copts(MIXED, 1),
     );
     // Inputs and the matmul in half ...
-    assert_eq!(l.inputs[0].device_dtype, DeviceType::F16);
+    assert_eq!(l.inputs[0].device_type, DeviceType::F16);
     let mm = &be.calls_of(Kind::MatMul)[0];
     assert_eq!(mm.dtype, DeviceType::F16, "matmul computes in half");
     assert!(
@@ -1105,7 +1105,7 @@ fn mixed_precision_softmax_runs_in_float32() {
         }
     }
     // ... and float32 outputs.
-    assert!(l.outputs.iter().all(|o| o.device_dtype == DeviceType::F32));
+    assert!(l.outputs.iter().all(|o| o.device_type == DeviceType::F32));
     let xh: Vec<f64> = x.iter().map(|&v| r16(v)).collect();
     let wh: Vec<f64> = w.iter().map(|&v| r16(v)).collect();
     let h: Vec<f64> = ref_matmul(&xh, &wh, 4, 8, 6).into_iter().map(r16).collect();
@@ -1159,7 +1159,7 @@ fn mixed_precision_elementwise_is_half_and_outputs_float32() {
         .map(|&v| r16(r16(r16(v) * r16(0.3)).tanh()))
         .collect();
     assert_close(&be.out("y"), &want, 1e-7, "half arithmetic, float32 output");
-    assert_eq!(l.outputs[0].device_dtype, DeviceType::F32);
+    assert_eq!(l.outputs[0].device_type, DeviceType::F32);
     assert_eq!(be.output("y").dtype, DeviceType::F32);
 }
 
@@ -1400,7 +1400,7 @@ fn fully_folded_models_and_pass_through_outputs() {
     assert_exact(&be.out("c"), &[0.375, -2.0], "folded output");
     assert_exact(&be.out("y"), &[0.0, 1.0], "relu");
     assert_exact(&be.out("x"), &[-1.0, 1.0], "an input as an output");
-    assert_eq!(l.stats.folded, 1);
+    assert_eq!(l.passes.folded, 1);
     let names: Vec<&str> = l.outputs.iter().map(|o| o.name.as_str()).collect();
     assert_eq!(names, vec!["c", "y", "x"]);
     let streamed: Vec<&str> = be.outputs.iter().map(|o| o.0.as_str()).collect();
@@ -1465,7 +1465,7 @@ fn several_ipus_place_stages_and_copy_values_across() {
             &copts(F32, ipus),
         );
         // Placement: monotone, every IPU used.
-        let p: Vec<u32> = l.placement.iter().map(|p| p.2).collect();
+        let p: Vec<u32> = l.placement.iter().map(|p| p.ipu).collect();
         assert!(p.windows(2).all(|w| w[0] <= w[1]), "{p:?}");
         assert_eq!(*p.last().unwrap(), ipus - 1, "{p:?}");
         for i in 0..ipus {
@@ -1473,18 +1473,18 @@ fn several_ipus_place_stages_and_copy_values_across() {
         }
         // Each operation ran on its node's IPU (the backend checks operands).
         for c in be.calls_of(Kind::MatMul) {
-            let node = l.placement.iter().find(|p| p.0 == c.name).unwrap();
-            assert_eq!(c.ipu, node.2, "{} on the wrong IPU", c.name);
+            let node = l.placement.iter().find(|p| p.node == c.name).unwrap();
+            assert_eq!(c.ipu, node.ipu, "{} on the wrong IPU", c.name);
         }
         // Weights are created where they are used, never copied.
         for c in be.calls_of(Kind::Constant) {
             let reader = l
                 .placement
                 .iter()
-                .find(|p| p.0 == format!("mm{}", &c.name[1..]))
+                .find(|p| p.node == format!("mm{}", &c.name[1..]))
                 .unwrap();
             assert_eq!(
-                c.ipu, reader.2,
+                c.ipu, reader.ipu,
                 "weight {} placed away from its reader",
                 c.name
             );
@@ -1545,7 +1545,7 @@ fn values_read_on_several_later_ipus_are_copied_once_per_ipu() {
         feed("z", ElemType::F32, &[2, 8], z.clone()),
     ];
     let (l, be) = lower(&m, &feeds, &copts(F32, 4));
-    let last = l.placement.iter().find(|p| p.0 == "late").unwrap().2;
+    let last = l.placement.iter().find(|p| p.node == "late").unwrap().ipu;
     assert!(last > 0);
     let x_copies: Vec<&Call> = be
         .calls_of(Kind::Copy)
@@ -1604,7 +1604,7 @@ fn a_shared_weight_is_a_constant_on_each_ipu_that_reads_it() {
         &[feed("x", ElemType::F32, &[2, 8], x.clone())],
         &copts(F32, 2),
     );
-    let ipus: std::collections::BTreeSet<u32> = l.placement.iter().map(|p| p.2).collect();
+    let ipus: std::collections::BTreeSet<u32> = l.placement.iter().map(|p| p.ipu).collect();
     assert_eq!(ipus.len(), 2);
     let consts = be.calls_of(Kind::Constant);
     assert_eq!(consts.len(), 2, "W once per IPU");
@@ -1649,7 +1649,7 @@ fn lazy_values_are_not_fused_across_ipus() {
         &[feed("x", ElemType::F32, &[2, 16], x.clone())],
         &copts(F32, 2),
     );
-    let ipu_of = |n: &str| l.placement.iter().find(|p| p.0 == n).unwrap().2;
+    let ipu_of = |n: &str| l.placement.iter().find(|p| p.node == n).unwrap().ipu;
     assert_ne!(
         ipu_of("gate"),
         ipu_of("gated"),
@@ -1713,7 +1713,7 @@ fn bindings_name_inputs_and_outputs_with_their_types() {
         let ins: Vec<(&str, ElemType, DeviceType, Vec<usize>)> = l
             .inputs
             .iter()
-            .map(|b| (b.name.as_str(), b.dtype, b.device_dtype, b.shape.clone()))
+            .map(|b| (b.name.as_str(), b.dtype, b.device_type, b.shape.clone()))
             .collect();
         assert_eq!(
             ins,
@@ -1729,7 +1729,7 @@ fn bindings_name_inputs_and_outputs_with_their_types() {
         let outs: Vec<(&str, ElemType, DeviceType)> = l
             .outputs
             .iter()
-            .map(|b| (b.name.as_str(), b.dtype, b.device_dtype))
+            .map(|b| (b.name.as_str(), b.dtype, b.device_type))
             .collect();
         assert_eq!(
             outs,
@@ -1746,13 +1746,13 @@ fn bindings_name_inputs_and_outputs_with_their_types() {
         for (bind, call) in l.inputs.iter().zip(be.calls_of(Kind::Input)) {
             assert_eq!(
                 (call.name.as_str(), call.dtype),
-                (bind.name.as_str(), bind.device_dtype)
+                (bind.name.as_str(), bind.device_type)
             );
         }
         for (bind, call) in l.outputs.iter().zip(be.calls_of(Kind::Output)) {
             assert_eq!(
                 (call.name.as_str(), call.dtype),
-                (bind.name.as_str(), bind.device_dtype)
+                (bind.name.as_str(), bind.device_type)
             );
         }
         assert_exact(&be.out("sum"), &[1.75, 2.0], "sum");
@@ -1772,7 +1772,7 @@ fn lowering_reports_placement_in_program_order() {
     let names: Vec<(&str, &str)> = l
         .placement
         .iter()
-        .map(|p| (p.0.as_str(), p.1.as_str()))
+        .map(|p| (p.node.as_str(), p.op_type.as_str()))
         .collect();
     assert_eq!(
         names,
@@ -1785,7 +1785,7 @@ fn lowering_reports_placement_in_program_order() {
             ("relu2", "Relu")
         ]
     );
-    assert_eq!(l.stats.nodes_out, 6);
+    assert_eq!(l.passes.nodes_out, 6);
 }
 
 #[test]
@@ -1991,7 +1991,7 @@ fn cast_to_half_rounds_even_in_float32_precision() {
     );
     assert_exact(&be.out("h"), &[r16(0.1), 1.0, f64::INFINITY], "half output");
     assert_eq!(
-        (l.outputs[1].dtype, l.outputs[1].device_dtype),
+        (l.outputs[1].dtype, l.outputs[1].device_type),
         (ElemType::F16, DeviceType::F32)
     );
 }

@@ -7,10 +7,12 @@
 mod common;
 
 mod backend_double;
+mod executable;
 mod expr_eval;
 mod fold;
 mod fuse;
 mod lowering;
+mod model_parts;
 mod passes;
 mod shard;
 mod tensor;

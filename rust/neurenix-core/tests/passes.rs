@@ -9,10 +9,10 @@ use neurenix_core::error::Error;
 use neurenix_core::ir::{Attr, Dim, Model, Value};
 use neurenix_core::lower::precision::Precision;
 use neurenix_core::ops::supported_ops;
-use neurenix_core::passes::{bind_inputs, infer_and_fold, prepare, InputSpec};
+use neurenix_core::passes::{bind_inputs, infer_and_fold, prepare, TensorSpec};
 
-fn spec(name: &str, dtype: ElemType, shape: &[usize]) -> InputSpec {
-    InputSpec {
+fn spec(name: &str, dtype: ElemType, shape: &[usize]) -> TensorSpec {
+    TensorSpec {
         name: name.into(),
         dtype,
         shape: shape.to_vec(),

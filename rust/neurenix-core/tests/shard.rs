@@ -6,7 +6,7 @@ use crate::common::*;
 use neurenix_core::compile::optimize;
 use neurenix_core::dtype::ElemType;
 use neurenix_core::ir::Model;
-use neurenix_core::passes::InputSpec;
+use neurenix_core::passes::TensorSpec;
 use neurenix_core::shard::{assign_ipus, linear_partition, node_loads};
 
 /// Smallest possible largest-group sum over every split of `loads` into
@@ -123,7 +123,7 @@ fn chain(n: usize, w: usize, relu: bool) -> Model {
     }
     b.output(&cur);
     let m = b.build();
-    let spec = [InputSpec {
+    let spec = [TensorSpec {
         name: "x".into(),
         dtype: ElemType::F32,
         shape: vec![4, w],
@@ -167,7 +167,7 @@ fn node_loads_count_flops_weights_once_and_activations() {
     b.node("MatMul", "m2", &["a", "W"], &["b"]);
     b.node("Relu", "r", &["b"], &["y"]);
     b.output("y");
-    let spec = [InputSpec {
+    let spec = [TensorSpec {
         name: "x".into(),
         dtype: ElemType::F32,
         shape: vec![4, 8],

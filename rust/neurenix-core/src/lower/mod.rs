@@ -20,6 +20,7 @@ use std::collections::HashMap;
 use crate::backend::{Backend, TensorId};
 use crate::dtype::{DeviceType, ElemType};
 use crate::error::{Error, Result};
+use crate::executable::HostStream;
 use crate::ir::{Graph, Node, NodeId, ValueId};
 use crate::tensor::HostTensor;
 
@@ -52,15 +53,6 @@ impl DevTensor {
 enum Slot {
     Tensor(DevTensor),
     Lazy(LazyMap),
-}
-
-/// One host <-> device binding of the lowered program.
-#[derive(Debug, Clone)]
-pub struct Binding {
-    pub name: String,
-    pub dtype: ElemType,
-    pub shape: Vec<usize>,
-    pub device_dtype: DeviceType,
 }
 
 pub struct LowerCx<'a> {
@@ -110,7 +102,7 @@ impl<'a> LowerCx<'a> {
 
     /// Streams graph input `v` in on `ipu`, in the device type the precision
     /// policy gives model inputs.
-    pub(crate) fn bind_input(&mut self, v: ValueId, ipu: u32) -> Result<Binding> {
+    pub(crate) fn bind_input(&mut self, v: ValueId, ipu: u32) -> Result<HostStream> {
         self.role = FloatRole::ModelInput;
         let dtype = self.dtype(v)?;
         let dev = self.device_type(dtype);
@@ -126,11 +118,11 @@ impl<'a> LowerCx<'a> {
                 ipu,
             }),
         );
-        Ok(Binding {
+        Ok(HostStream {
             name,
             dtype,
             shape,
-            device_dtype: dev,
+            device_type: dev,
         })
     }
 
@@ -210,7 +202,7 @@ impl<'a> LowerCx<'a> {
 
     /// Lowers graph outputs: materialised on the IPU that produced them, in
     /// the device type the precision policy gives model outputs.
-    pub(crate) fn finish_outputs(&mut self) -> Result<Vec<Binding>> {
+    pub(crate) fn finish_outputs(&mut self) -> Result<Vec<HostStream>> {
         self.role = FloatRole::ModelOutput;
         let graph = self.graph;
         let mut out = Vec::new();
@@ -233,11 +225,11 @@ impl<'a> LowerCx<'a> {
             };
             let name = graph.value(v).name.clone();
             self.backend.mark_output(t.id, &name)?;
-            out.push(Binding {
+            out.push(HostStream {
                 name,
                 dtype,
                 shape,
-                device_dtype: want,
+                device_type: want,
             });
         }
         Ok(out)

@@ -10,9 +10,10 @@ use crate::ops::{lookup, OpCx};
 
 pub mod fuse;
 
-/// A concrete input the model is compiled for.
+/// A tensor's name, element type and concrete shape: an input the model is
+/// compiled for.
 #[derive(Debug, Clone)]
-pub struct InputSpec {
+pub struct TensorSpec {
     pub name: String,
     pub dtype: ElemType,
     pub shape: Vec<usize>,
@@ -20,7 +21,7 @@ pub struct InputSpec {
 
 /// Checks `specs` against the declared graph inputs and fixes every input
 /// shape. Named dimensions must bind consistently across inputs.
-pub fn bind_inputs(model: &mut Model, specs: &[InputSpec]) -> Result<()> {
+pub fn bind_inputs(model: &mut Model, specs: &[TensorSpec]) -> Result<()> {
     let g = &mut model.graph;
     let declared: Vec<usize> = g.inputs.clone();
     let mut bound: HashMap<String, (usize, String)> = HashMap::new();
@@ -262,7 +263,7 @@ pub struct PassStats {
 
 /// Everything before lowering: order, bind inputs, infer and fold, fuse,
 /// drop dead nodes.
-pub fn prepare(model: &mut Model, specs: &[InputSpec]) -> Result<PassStats> {
+pub fn prepare(model: &mut Model, specs: &[TensorSpec]) -> Result<PassStats> {
     let mut st = PassStats {
         nodes_in: model.graph.nodes.len(),
         ..Default::default()

@@ -5,7 +5,7 @@ use neurenix_core::dtype::ElemType;
 use neurenix_core::error::Result;
 use neurenix_core::ir::Model;
 use neurenix_core::lower::precision::Precision;
-use neurenix_core::passes::InputSpec;
+use neurenix_core::passes::TensorSpec;
 
 use super::backend::TestBackend;
 use super::check::numel;
@@ -40,10 +40,10 @@ pub fn copts(precision: Precision, num_ipus: u32) -> CompileOptions {
     }
 }
 
-pub fn specs(feeds: &[Feed]) -> Vec<InputSpec> {
+pub fn specs(feeds: &[Feed]) -> Vec<TensorSpec> {
     feeds
         .iter()
-        .map(|f| InputSpec {
+        .map(|f| TensorSpec {
             name: f.name.clone(),
             dtype: f.dtype,
             shape: f.shape.clone(),

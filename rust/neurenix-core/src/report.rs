@@ -1,0 +1,136 @@
+//! What a device reports: the system it compiles for, where a compiled
+//! program's memory goes, what the op library decided, the estimated cost of
+//! every program step, and the statistics of a run.
+//!
+//! These are plain records, filled by a device implementation (the simulator
+//! in `neurenix-sys`) and read by the Python reports.
+
+/// The simulated (or real) system a program is compiled for, with the
+/// target constants the cost model uses.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SystemInfo {
+    /// "ipu1", "ipu2", "bow", "ipu21".
+    pub version: String,
+    pub chip: String,
+    pub num_ipus: u32,
+    pub tiles_per_ipu: u32,
+    pub bytes_per_tile: u64,
+    pub clock_hz: f64,
+    pub fp16_flops_per_cycle: u32,
+    pub fp32_flops_per_cycle: u32,
+    /// 0 where the chip has no FP8.
+    pub fp8_flops_per_cycle: u32,
+    pub worker_threads: u32,
+    pub exchange_bytes_per_cycle: u32,
+    pub sync_cycles: u32,
+    pub ipu_link_bytes_per_sec: f64,
+    pub ipu_links: u32,
+    pub host_link_bytes_per_sec: f64,
+}
+
+/// Memory of one tile at its peak, by category (bytes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TileMemory {
+    pub ipu: u32,
+    /// Tile index within its IPU.
+    pub tile: u32,
+    /// High-water mark of the variables (weights, activations, temporaries).
+    pub variables: u64,
+    pub vertex_state: u64,
+    pub code: u64,
+    pub exchange_code: u64,
+    pub control_code: u64,
+}
+
+impl TileMemory {
+    pub fn total(&self) -> u64 {
+        self.variables + self.vertex_state + self.code + self.exchange_code + self.control_code
+    }
+}
+
+/// What the op library decided for one operation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OpPlan {
+    /// The model node the operation lowers.
+    pub name: String,
+    /// "matmul", "conv", "map", "reduce", ...
+    pub kind: String,
+    pub ipu: u32,
+    /// The planner's decision, human readable.
+    pub plan: String,
+    pub tiles_used: u32,
+    /// Planner temporaries on the busiest tile.
+    pub temp_bytes_per_tile: u64,
+    pub estimated_cycles: u64,
+}
+
+/// The kinds of program step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum StepKind {
+    /// A compute set: every tile runs its vertices.
+    Compute,
+    /// Tiles copy data to other tiles (or IPUs).
+    Exchange,
+    /// An input streamed from the host.
+    HostToDevice,
+    /// An output streamed to the host.
+    DeviceToHost,
+}
+
+impl StepKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            StepKind::Compute => "compute",
+            StepKind::Exchange => "exchange",
+            StepKind::HostToDevice => "host_to_device",
+            StepKind::DeviceToHost => "device_to_host",
+        }
+    }
+}
+
+/// The estimated cost of one program step.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StepCost {
+    pub kind: StepKind,
+    pub name: String,
+    pub cycles: u64,
+    /// Bytes exchanged or streamed (0 for compute).
+    pub bytes: u64,
+    /// Vertices of a compute step, copy descriptors of an exchange.
+    pub items: u64,
+}
+
+/// Statistics of one run of a loaded program.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct RunStats {
+    pub cycles: u64,
+    pub compute_cycles: u64,
+    pub exchange_cycles: u64,
+    pub host_cycles: u64,
+    pub steps: u64,
+    pub exchanged_bytes: u64,
+    pub host_bytes: u64,
+    /// Host time the simulation took ...
+    pub wall_seconds: f64,
+    /// ... of which in compute steps, in exchanges, and streaming.
+    pub compute_seconds: f64,
+    pub exchange_seconds: f64,
+    pub host_io_seconds: f64,
+    /// Host memory the loaded program's tile memory occupies.
+    pub host_memory_bytes: u64,
+}
+
+/// Everything a device says about a compiled program.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeviceReport {
+    pub system: SystemInfo,
+    /// IPUs the program spans.
+    pub num_ipus: u32,
+    /// Tiles that hold anything.
+    pub tiles: Vec<TileMemory>,
+    pub plans: Vec<OpPlan>,
+    /// One entry per step of the program as run.
+    pub steps: Vec<StepCost>,
+    pub warnings: Vec<String>,
+    pub cycles_per_run: u64,
+}
