@@ -128,6 +128,6 @@ def test_a_loaded_model_is_freed_by_finalize():
     m = GraphCoreManager(ipu_model=SYSTEM)
     compiled = m.compile_model(model, x)
     m.execute_model(compiled, x)
-    assert compiled._native.loaded
+    assert compiled.loaded
     m.finalize()
-    assert not compiled._native.loaded
+    assert not compiled.loaded

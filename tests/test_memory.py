@@ -73,7 +73,7 @@ def test_the_same_model_fits_big_tiles_and_overflows_small_ones():
 
 
 def _plans(report):
-    return {o.name: o for o in report.ops if o.kind == "matmul"}
+    return {o.name: o for o in report.plans if o.kind == "matmul"}
 
 
 def test_memory_proportion_changes_the_plan():
@@ -138,7 +138,7 @@ def test_num_ipus_spreads_the_model_over_the_ipus():
     assert sorted(set(ipus_used)) == [0, 1, 2, 3]
     assert ipus_used == sorted(ipus_used), "stages follow the model's order"
     assert all(m["tiles_used"] > 0 for m in rep.memory_per_ipu())
-    assert any(o.kind == "ipu_copy" for o in rep.ops)
+    assert any(o.kind == "ipu_copy" for o in rep.plans)
     np.testing.assert_allclose(y, mlp_reference(params, x), rtol=1e-5, atol=1e-5)
     # Each IPU holds only its stage's weights: less than the whole model.
     weights = sum(p.nbytes for p in params)

@@ -174,7 +174,7 @@ def test_slice_reverses_with_one_rearrange(ipus):
     (y,), report = ipus.run(model, feeds_of(args))
     np.testing.assert_array_equal(y, x.value[:, :0:-2, ::-1])
     np.testing.assert_array_equal(y, ref[0])
-    assert [p.kind for p in report.ops].count("rearrange") == 1
+    assert [p.kind for p in report.plans].count("rearrange") == 1
 
 
 # ---------------------------------------------------------------------------
@@ -248,7 +248,7 @@ def test_gather_progressions_are_one_rearrange(ipus):
     model, ref = op_model("Gather", args, opset=13, axis=1)
     (y,), report = ipus.run(model, feeds_of(args))
     np.testing.assert_array_equal(y, ref[0])
-    assert [p.kind for p in report.ops].count("rearrange") == 1
+    assert [p.kind for p in report.plans].count("rearrange") == 1
 
 
 @given(

@@ -2,82 +2,356 @@
 
 The public API is :mod:`neurenix.hardware.graphcore`; this module is its engine
 room. Errors raised here are the classes of
-:mod:`neurenix.hardware.graphcore.errors`.
+:mod:`neurenix.hardware.graphcore.errors`; a failure inside the native code
+that is a bug (a Rust panic included) is an ``IPUInternalError``, never a crash.
+
+Records are frozen classes with a keyword constructor, equality and a repr.
 """
 
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import List, Optional, Sequence, Tuple, Union, final
 
-Dim = Union[int, str, None]
-AttrValue = Tuple[str, str, Any]  # (name, kind, value); kinds: i f s ints floats strings t g
+__all__ = [
+    "Model", "Executable", "DeviceManager", "Device", "SystemInfo", "TileMemory", "OpPlan", "StepCost",
+    "RunStats", "PassStats", "Placement", "TensorSpec", "HostStream", "DeviceInfo", "ValueParts", "TensorParts",
+    "AttrParts", "NodeParts", "ModelParts", "compile", "describe_system", "supported_ops", "supported_opsets",
+]
 
-def describe_system(spec: str) -> Dict[str, Any]:
-    """Validates an IPU model description ("version=ipu2,num_ipus=16,tiles_per_ipu=8,bytes_per_tile=65536")
-    and returns its figures (version, chip, num_ipus, tiles_per_ipu, bytes_per_tile, clock_hz, flops per cycle)."""
+# -- systems and devices ---------------------------------------------------------
 
-def supported_ops() -> List[str]:
-    """Names of the supported ONNX operators, sorted."""
+@final
+class SystemInfo:
+    """A simulated system and the target constants of its chip."""
 
-class Model:
-    """A model in the native IR."""
+    version: str  # "ipu1", "ipu2", "bow", "ipu21"
+    chip: str
+    num_ipus: int
+    tiles_per_ipu: int
+    bytes_per_tile: int
+    clock_hz: float
+    fp16_flops_per_cycle: int
+    fp32_flops_per_cycle: int
+    fp8_flops_per_cycle: int  # 0 where the chip has no FP8
+    worker_threads: int
+    exchange_bytes_per_cycle: int
+    sync_cycles: int
+    ipu_link_bytes_per_sec: float
+    ipu_links: int
+    host_link_bytes_per_sec: float
+    def __new__(
+        cls,
+        version: str,
+        chip: str,
+        num_ipus: int,
+        tiles_per_ipu: int,
+        bytes_per_tile: int,
+        clock_hz: float,
+        fp16_flops_per_cycle: int,
+        fp32_flops_per_cycle: int,
+        fp8_flops_per_cycle: int,
+        worker_threads: int,
+        exchange_bytes_per_cycle: int,
+        sync_cycles: int,
+        ipu_link_bytes_per_sec: float,
+        ipu_links: int,
+        host_link_bytes_per_sec: float,
+    ) -> "SystemInfo": ...
 
-    @staticmethod
-    def from_parts(
-        name: str,
-        opset: int,
-        inputs: Sequence[Tuple[str, int, Optional[Sequence[Dim]]]],
-        outputs: Sequence[Tuple[str, int, Optional[Sequence[Dim]]]],
-        initializers: Sequence[Tuple[str, int, Sequence[int], bytes]],
-        nodes: Sequence[Tuple[str, str, str, Sequence[str], Sequence[str], Sequence[AttrValue]]],
-    ) -> "Model": ...
-    def inputs(self) -> List[Tuple[str, Optional[str], Optional[List[Dim]]]]: ...
-    def outputs(self) -> List[Tuple[str, Optional[str], Optional[List[Dim]]]]: ...
-    @property
-    def opset(self) -> int: ...
-    @property
-    def num_nodes(self) -> int: ...
-    def optimize(self, inputs: Sequence[Tuple[str, str, Sequence[int]]]) -> Tuple["Model", Dict[str, int]]: ...
-    def to_parts(self) -> Dict[str, Any]: ...
+def describe_system(spec: str) -> SystemInfo:
+    """Validates an IPU model description ("version=ipu2,num_ipus=16,tiles_per_ipu=8,bytes_per_tile=65536";
+    keys: version, num_ipus, tiles_per_ipu, bytes_per_tile) and returns its figures."""
 
-class Executable:
-    """A model compiled for simulated IPUs."""
+@final
+class DeviceInfo:
+    """An attachable group of IPUs (numbered like ``gc-info``: single IPUs first, then pairs, fours, ...)."""
 
-    def inputs(self) -> List[Tuple[str, str, List[int], str]]: ...
-    def outputs(self) -> List[Tuple[str, str, List[int], str]]: ...
-    @property
-    def system(self) -> str: ...
-    @property
-    def num_ipus(self) -> int: ...
-    @property
-    def loaded(self) -> bool: ...
-    def report(self) -> Dict[str, Any]: ...
-    def load(self, threads: int = 0) -> None: ...
-    def unload(self) -> None: ...
-    def run(self, inputs: Sequence[bytes]) -> List[bytes]: ...
-    def last_run(self) -> Optional[Dict[str, Any]]: ...
+    id: int
+    ipus: List[int]
+    def __new__(cls, id: int, ipus: List[int]) -> "DeviceInfo": ...
 
-def compile(
-    model: Model,
-    inputs: Sequence[Tuple[str, str, Sequence[int]]],
-    system: str,
-    num_ipus: int,
-    precision: str,
-    memory_proportion: float,
-    half_partials: bool,
-) -> Executable: ...
-
+@final
 class Device:
+    """Attached IPUs."""
+
     @property
     def id(self) -> int: ...
     @property
     def ipus(self) -> List[int]: ...
     @property
     def attached(self) -> bool: ...
-    def detach(self) -> None: ...
+    def detach(self) -> None:
+        """Releases the IPUs; safe to call twice."""
 
+@final
 class DeviceManager:
-    def __init__(self, system: str, lock_dir: str = "") -> None: ...
-    def devices(self) -> List[Dict[str, Any]]: ...
-    def holder_pid(self, ipu: int) -> int: ...
+    """Inventory and exclusive attach (OS file locks in ``lock_dir``) of a simulated system's IPUs."""
+
+    def __new__(cls, system: str, lock_dir: str = ...) -> "DeviceManager": ...
+    def devices(self) -> List[DeviceInfo]: ...
+    def holder_pid(self, ipu: int) -> int:
+        """Pid of the process holding ``ipu``; 0 if free, -1 if held by an unknown process."""
     @property
     def lock_dir(self) -> str: ...
-    def attach(self, num_ipus: int, device_id: int = -1, timeout: float = 0.0) -> Device: ...
+    def attach(self, num_ipus: int, device_id: int = ..., timeout: float = 0.0) -> Device:
+        """Attaches group ``device_id`` (any free group of ``num_ipus`` if negative), waiting up to
+        ``timeout`` seconds; raises ``DeviceUnavailableError`` naming the busy IPUs and their holders."""
+
+# -- models ----------------------------------------------------------------------
+
+_Dim = Union[int, str, None]  # fixed, named, unknown
+
+@final
+class ValueParts:
+    """A graph input or output as declared: ONNX element type code (0: not given), dims (None: no shape)."""
+
+    name: str
+    elem_type: int
+    dims: Optional[List[_Dim]]
+    def __new__(cls, name: str, elem_type: int, dims: Optional[Sequence[_Dim]]) -> "ValueParts": ...
+
+@final
+class TensorParts:
+    """A tensor: ONNX element type code, dims and little-endian bytes."""
+
+    name: str
+    elem_type: int
+    dims: List[int]
+    data: bytes
+    def __new__(cls, name: str, elem_type: int, dims: Sequence[int], data: bytes) -> "TensorParts": ...
+
+_AttrValue = Union[int, float, str, List[int], List[float], List[str], TensorParts, None]
+
+@final
+class AttrParts:
+    """A node attribute. ``kind``: "i", "f", "s", "ints", "floats", "strings", "t" (value: a TensorParts),
+    "g" (a subgraph; value None) or the name of another kind (value None; refused by the core)."""
+
+    name: str
+    kind: str
+    value: _AttrValue
+    def __new__(cls, name: str, kind: str, value: _AttrValue) -> "AttrParts": ...
+
+@final
+class NodeParts:
+    """A node. An empty ``name`` is named by the core (``{op_type}_{index}``, made unique); an empty input
+    or output name is an omitted optional one."""
+
+    name: str
+    op_type: str
+    domain: str
+    inputs: List[str]
+    outputs: List[str]
+    attrs: List[AttrParts]
+    def __new__(cls, name: str, op_type: str, domain: str, inputs: Sequence[str], outputs: Sequence[str],
+        attrs: Sequence[AttrParts],
+    ) -> "NodeParts": ...
+
+@final
+class ModelParts:
+    """A whole model as plain data. ``opsets``: every imported (domain, version)."""
+
+    name: str
+    opsets: List[Tuple[str, int]]
+    inputs: List[ValueParts]
+    outputs: List[ValueParts]
+    initializers: List[TensorParts]
+    nodes: List[NodeParts]
+    def __new__(cls, name: str, opsets: Sequence[Tuple[str, int]], inputs: Sequence[ValueParts],
+        outputs: Sequence[ValueParts], initializers: Sequence[TensorParts], nodes: Sequence[NodeParts],
+    ) -> "ModelParts": ...
+
+@final
+class TensorSpec:
+    """A tensor's name, element type (numpy's name) and concrete shape."""
+
+    name: str
+    dtype: str
+    shape: List[int]
+    def __new__(cls, name: str, dtype: str, shape: Sequence[int]) -> "TensorSpec": ...
+
+@final
+class PassStats:
+    """What the graph passes did: nodes in, folded at compile time, removed as dead, fused, left."""
+
+    nodes_in: int
+    folded: int
+    dead: int
+    fused: int
+    nodes_out: int
+    def __new__(cls, nodes_in: int, folded: int, dead: int, fused: int, nodes_out: int) -> "PassStats": ...
+
+@final
+class Model:
+    """A model in the native IR."""
+
+    @staticmethod
+    def from_parts(parts: ModelParts) -> "Model":
+        """Builds and checks a model; raises ``ModelFormatError`` (malformed) or ``UnsupportedOperatorError``
+        (an operator set outside ``supported_opsets()``)."""
+    def inputs(self) -> List[ValueParts]: ...
+    def outputs(self) -> List[ValueParts]: ...
+    @property
+    def opset(self) -> int: ...
+    @property
+    def num_nodes(self) -> int: ...
+    def optimize(self, inputs: Sequence[TensorSpec]) -> Tuple["Model", PassStats]:
+        """Graph-level optimisation (folding, fusion, dead nodes) for concrete inputs."""
+    def to_parts(self) -> ModelParts: ...
+
+def supported_ops() -> List[str]:
+    """Names of the supported ONNX operators, sorted."""
+
+def supported_opsets() -> Tuple[int, int]:
+    """The default-domain operator-set versions the operators implement: (first, last)."""
+
+# -- executables -----------------------------------------------------------------
+
+@final
+class HostStream:
+    """An input or output of an executable: as the host sees it (``dtype``, numpy's name) and as the device
+    holds it (``device_type``: "float32", "float16", "int32" or "bool")."""
+
+    name: str
+    dtype: str
+    shape: List[int]
+    device_type: str
+    def __new__(cls, name: str, dtype: str, shape: List[int], device_type: str) -> "HostStream": ...
+
+@final
+class TileMemory:
+    """Peak memory of one tile, by category (bytes); ``tile`` is the index within IPU ``ipu``."""
+
+    ipu: int
+    tile: int
+    variables: int
+    vertex_state: int
+    code: int
+    exchange_code: int
+    control_code: int
+    total: int
+    def __new__(
+        cls,
+        ipu: int,
+        tile: int,
+        variables: int,
+        vertex_state: int,
+        code: int,
+        exchange_code: int,
+        control_code: int,
+        total: int,
+    ) -> "TileMemory": ...
+
+@final
+class OpPlan:
+    """What the op library decided for one operation (``name``: the model node it lowers)."""
+
+    name: str
+    kind: str  # "matmul", "conv", "map", "reduce", "rearrange", "ipu_copy", ...
+    ipu: int
+    plan: str
+    tiles_used: int
+    temp_bytes_per_tile: int
+    estimated_cycles: int
+    def __new__(
+        cls,
+        name: str,
+        kind: str,
+        ipu: int,
+        plan: str,
+        tiles_used: int,
+        temp_bytes_per_tile: int,
+        estimated_cycles: int,
+    ) -> "OpPlan": ...
+
+@final
+class StepCost:
+    """The estimated cost of one program step."""
+
+    kind: str  # "compute", "exchange", "host_to_device", "device_to_host"
+    name: str
+    cycles: int
+    bytes: int  # exchanged or streamed (0 for compute)
+    items: int  # vertices of a compute step, copy descriptors of an exchange
+    def __new__(cls, kind: str, name: str, cycles: int, bytes: int, items: int) -> "StepCost": ...
+
+@final
+class Placement:
+    """Where the sharder put one node."""
+
+    node: str
+    op_type: str
+    ipu: int
+    def __new__(cls, node: str, op_type: str, ipu: int) -> "Placement": ...
+
+@final
+class RunStats:
+    """Statistics of one run: estimated device cycles by kind, bytes moved, and the simulation's host time
+    by kind of step."""
+
+    cycles: int
+    compute_cycles: int
+    exchange_cycles: int
+    host_cycles: int
+    steps: int
+    exchanged_bytes: int
+    host_bytes: int
+    wall_seconds: float
+    compute_seconds: float
+    exchange_seconds: float
+    host_io_seconds: float
+    host_memory_bytes: int  # host memory the loaded program's tile memory occupies
+    def __new__(
+        cls,
+        cycles: int,
+        compute_cycles: int,
+        exchange_cycles: int,
+        host_cycles: int,
+        steps: int,
+        exchanged_bytes: int,
+        host_bytes: int,
+        wall_seconds: float,
+        compute_seconds: float,
+        exchange_seconds: float,
+        host_io_seconds: float,
+        host_memory_bytes: int,
+    ) -> "RunStats": ...
+
+@final
+class Executable:
+    """A model compiled for simulated IPUs: its reports, and its program, loaded on demand."""
+
+    inputs: List[HostStream]
+    outputs: List[HostStream]
+    system: str
+    system_info: SystemInfo
+    num_ipus: int
+    precision: str
+    memory_proportion: float
+    enable_half_partials: bool
+    compile_seconds: float
+    passes: PassStats
+    placement: List[Placement]
+    tiles: List[TileMemory]
+    plans: List[OpPlan]
+    steps: List[StepCost]
+    warnings: List[str]
+    cycles_per_run: int
+    loaded: bool
+    def load(self, threads: int = 0) -> None:
+        """Loads the program into fresh tile memory (``threads``: simulator threads, 0 = default)."""
+    def unload(self) -> None:
+        """Frees the simulated tile memory."""
+    def run(self, inputs: Sequence[bytes]) -> List[bytes]:
+        """Runs once (loading first if needed) on each input's little-endian bytes in its declared type,
+        in input order; returns the outputs' bytes in their declared types."""
+    def last_run(self) -> Optional[RunStats]: ...
+
+def compile(
+    model: Model,
+    inputs: Sequence[TensorSpec],
+    system: str,
+    num_ipus: int,
+    precision: str,
+    memory_proportion: float,
+    enable_half_partials: bool,
+) -> Executable:
+    """Compiles ``model`` for ``inputs`` on ``num_ipus`` IPUs of ``system``."""

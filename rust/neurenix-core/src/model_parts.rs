@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, HashSet};
 
 use crate::dtype::ElemType;
 use crate::error::{Error, Result};
-use crate::ir::{Attr, Dim, Graph, Model, Node, Value};
+use crate::ir::{Attr, Dim, Graph, Model, Node, Value, ValueId};
 use crate::tensor::HostTensor;
 
 /// Default-domain operator-set versions the operators are implemented for.
@@ -259,26 +259,29 @@ impl Model {
         })
     }
 
+    /// How value `v` is declared (its element type and shape as known).
+    pub fn value_parts(&self, v: ValueId) -> ValueParts {
+        let val: &Value = self.graph.value(v);
+        ValueParts {
+            name: val.name.clone(),
+            elem_type: val.dtype.map(|d| d.onnx_code()).unwrap_or(0),
+            dims: val.shape.as_ref().map(|ds| {
+                ds.iter()
+                    .map(|d| match d {
+                        Dim::Fixed(n) => DimParts::Fixed(*n as u64),
+                        Dim::Symbolic(s) if s.is_empty() => DimParts::Unknown,
+                        Dim::Symbolic(s) => DimParts::Named(s.clone()),
+                    })
+                    .collect()
+            }),
+        }
+    }
+
     /// The model as plain data: the inverse of [`Model::from_parts`]
     /// (constants that nodes or outputs read become initializers).
     pub fn to_parts(&self) -> ModelParts {
         let g = &self.graph;
-        let value_parts = |v: usize| {
-            let val: &Value = g.value(v);
-            ValueParts {
-                name: val.name.clone(),
-                elem_type: val.dtype.map(|d| d.onnx_code()).unwrap_or(0),
-                dims: val.shape.as_ref().map(|ds| {
-                    ds.iter()
-                        .map(|d| match d {
-                            Dim::Fixed(n) => DimParts::Fixed(*n as u64),
-                            Dim::Symbolic(s) if s.is_empty() => DimParts::Unknown,
-                            Dim::Symbolic(s) => DimParts::Named(s.clone()),
-                        })
-                        .collect()
-                }),
-            }
-        };
+        let value_parts = |v: ValueId| self.value_parts(v);
         let tensor_parts = |name: &str, t: &HostTensor| TensorParts {
             name: name.to_string(),
             elem_type: t.dtype.onnx_code(),

@@ -3,20 +3,20 @@
 
 use std::sync::Mutex;
 
-use neurenix_sys::{SimDevice, SimDeviceManager};
+use neurenix_sys::{Device, DeviceManager};
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyList};
 
-use crate::errors::IntoPyResult;
+use crate::errors::{guarded, lock, IntoPyResult};
+use crate::records::DeviceInfo;
 
-#[pyclass(module = "neurenix._native", name = "DeviceManager")]
+#[pyclass(module = "neurenix._native", name = "DeviceManager", frozen)]
 pub struct PyDeviceManager {
-    inner: Mutex<SimDeviceManager>,
+    inner: Mutex<DeviceManager>,
 }
 
-#[pyclass(module = "neurenix._native", name = "Device")]
+#[pyclass(module = "neurenix._native", name = "Device", frozen)]
 pub struct PyDevice {
-    inner: Mutex<SimDevice>,
+    inner: Mutex<Device>,
 }
 
 #[pymethods]
@@ -24,31 +24,33 @@ impl PyDeviceManager {
     #[new]
     #[pyo3(signature = (system, lock_dir = String::new()))]
     fn new(system: String, lock_dir: String) -> PyResult<Self> {
-        Ok(PyDeviceManager {
-            inner: Mutex::new(SimDeviceManager::new(&system, &lock_dir).py()?),
+        guarded(|| {
+            Ok(PyDeviceManager {
+                inner: Mutex::new(DeviceManager::new(&system, &lock_dir).py()?),
+            })
         })
     }
 
-    /// [{"id": .., "ipus": [..]}] for every attachable group.
-    fn devices<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
-        let out = PyList::empty(py);
-        for d in self.inner.lock().unwrap().devices() {
-            let e = PyDict::new(py);
-            e.set_item("id", d.id)?;
-            e.set_item("ipus", d.ipus)?;
-            out.append(e)?;
-        }
-        Ok(out)
+    /// Every attachable group of IPUs, numbered like `gc-info`.
+    fn devices(&self) -> Vec<DeviceInfo> {
+        lock(&self.inner)
+            .devices()
+            .into_iter()
+            .map(|d| DeviceInfo {
+                id: d.id,
+                ipus: d.ipus,
+            })
+            .collect()
     }
 
     /// Pid of the process holding `ipu`, 0 if free, -1 if held by an unknown process.
     fn holder_pid(&self, ipu: u32) -> i32 {
-        self.inner.lock().unwrap().holder_pid(ipu)
+        lock(&self.inner).holder_pid(ipu)
     }
 
     #[getter]
     fn lock_dir(&self) -> String {
-        self.inner.lock().unwrap().lock_dir()
+        lock(&self.inner).lock_dir()
     }
 
     /// Attaches `num_ipus` IPUs (group `device_id`, or any free one if
@@ -61,16 +63,13 @@ impl PyDeviceManager {
         device_id: i64,
         timeout: f64,
     ) -> PyResult<PyDevice> {
-        let dev = py
-            .detach(|| {
-                self.inner
-                    .lock()
-                    .unwrap()
-                    .attach(num_ipus, device_id, timeout)
+        guarded(|| {
+            let dev = py
+                .detach(|| lock(&self.inner).attach(num_ipus, device_id, timeout))
+                .py()?;
+            Ok(PyDevice {
+                inner: Mutex::new(dev),
             })
-            .py()?;
-        Ok(PyDevice {
-            inner: Mutex::new(dev),
         })
     }
 }
@@ -79,18 +78,18 @@ impl PyDeviceManager {
 impl PyDevice {
     #[getter]
     fn id(&self) -> u32 {
-        self.inner.lock().unwrap().id()
+        lock(&self.inner).id()
     }
     #[getter]
     fn ipus(&self) -> Vec<u32> {
-        self.inner.lock().unwrap().ipus()
+        lock(&self.inner).ipus()
     }
     #[getter]
     fn attached(&self) -> bool {
-        self.inner.lock().unwrap().attached()
+        lock(&self.inner).attached()
     }
     /// Releases the IPUs; safe to call twice.
     fn detach(&self) {
-        self.inner.lock().unwrap().detach();
+        lock(&self.inner).detach();
     }
 }

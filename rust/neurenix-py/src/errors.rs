@@ -1,7 +1,11 @@
 //! The one place where core errors become Python exceptions. The classes are
 //! defined in Python (`neurenix.hardware.graphcore.errors`); each variant of
 //! `neurenix_core::Error` maps to exactly one of them, with its structured
-//! data as keyword arguments.
+//! data as keyword arguments. A Rust panic never reaches Python as one: every
+//! entry point runs under [`guarded`], which makes it an `IPUInternalError`.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use neurenix_core::Error;
 use pyo3::prelude::*;
@@ -91,4 +95,26 @@ impl<T> IntoPyResult<T> for Result<T, Error> {
     fn py(self) -> PyResult<T> {
         self.map_err(to_py)
     }
+}
+
+/// Runs an entry point's body; a panic inside becomes `IPUInternalError`
+/// carrying the panic's message, and the process goes on.
+pub fn guarded<T>(body: impl FnOnce() -> PyResult<T>) -> PyResult<T> {
+    match catch_unwind(AssertUnwindSafe(body)) {
+        Ok(r) => r,
+        Err(payload) => {
+            let what = payload
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| payload.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a panic without a message".to_string());
+            Err(to_py(Error::Internal(what)))
+        }
+    }
+}
+
+/// Locks `m` even if a panic (turned into an error by [`guarded`]) poisoned
+/// it: the state it protects is only ever replaced whole, never left torn.
+pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
 }

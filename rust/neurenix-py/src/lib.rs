@@ -1,6 +1,6 @@
 //! The `neurenix._native` module: thin wrappers over neurenix-core and
-//! neurenix-sys. The Python API lives in `python/neurenix/`; its type stub
-//! is `python/neurenix/_native.pyi`.
+//! neurenix-sys. The Python API lives in `python/neurenix/`; this module's
+//! type stub is `python/neurenix/_native.pyi`.
 
 use pyo3::prelude::*;
 
@@ -8,29 +8,26 @@ mod device;
 mod errors;
 mod executable;
 mod model;
+mod records;
 
 /// Validates an IPU model description and returns its figures.
 #[pyfunction]
-fn describe_system<'py>(py: Python<'py>, spec: &str) -> PyResult<Bound<'py, pyo3::types::PyDict>> {
+fn describe_system(spec: &str) -> PyResult<records::SystemInfo> {
     use errors::IntoPyResult;
-    let s = neurenix_sys::describe_system(spec).py()?;
-    let d = pyo3::types::PyDict::new(py);
-    d.set_item("version", s.version)?;
-    d.set_item("chip", s.chip)?;
-    d.set_item("num_ipus", s.num_ipus)?;
-    d.set_item("tiles_per_ipu", s.tiles_per_ipu)?;
-    d.set_item("bytes_per_tile", s.bytes_per_tile)?;
-    d.set_item("clock_hz", s.clock_hz)?;
-    d.set_item("fp16_flops_per_cycle", s.fp16_flops_per_cycle)?;
-    d.set_item("fp32_flops_per_cycle", s.fp32_flops_per_cycle)?;
-    d.set_item("fp8_flops_per_cycle", s.fp8_flops_per_cycle)?;
-    Ok(d)
+    errors::guarded(|| Ok(neurenix_sys::describe_system(spec).py()?.into()))
 }
 
-/// Names of the supported operators.
+/// Names of the supported operators, sorted.
 #[pyfunction]
 fn supported_ops() -> Vec<String> {
     neurenix_core::ops::supported_ops()
+}
+
+/// The default-domain operator sets the operators implement: (first, last).
+#[pyfunction]
+fn supported_opsets() -> (i64, i64) {
+    let r = neurenix_core::model_parts::SUPPORTED_OPSETS;
+    (*r.start(), *r.end())
 }
 
 #[pymodule]
@@ -39,8 +36,24 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<executable::PyExecutable>()?;
     m.add_class::<device::PyDeviceManager>()?;
     m.add_class::<device::PyDevice>()?;
+    m.add_class::<records::SystemInfo>()?;
+    m.add_class::<records::TileMemory>()?;
+    m.add_class::<records::OpPlan>()?;
+    m.add_class::<records::StepCost>()?;
+    m.add_class::<records::RunStats>()?;
+    m.add_class::<records::PassStats>()?;
+    m.add_class::<records::Placement>()?;
+    m.add_class::<records::TensorSpec>()?;
+    m.add_class::<records::HostStream>()?;
+    m.add_class::<records::DeviceInfo>()?;
+    m.add_class::<records::ValueParts>()?;
+    m.add_class::<records::TensorParts>()?;
+    m.add_class::<records::AttrParts>()?;
+    m.add_class::<records::NodeParts>()?;
+    m.add_class::<records::ModelParts>()?;
     m.add_function(wrap_pyfunction!(executable::compile, m)?)?;
     m.add_function(wrap_pyfunction!(describe_system, m)?)?;
     m.add_function(wrap_pyfunction!(supported_ops, m)?)?;
+    m.add_function(wrap_pyfunction!(supported_opsets, m)?)?;
     Ok(())
 }

@@ -8,11 +8,13 @@
 
 use cxx::UniquePtr;
 use neurenix_core::backend::{
-    Backend, ConvOptions, MatMulOptions, PoolOptions, ReduceFinal, ReduceOp, TensorId,
+    Backend, ConvOptions, DeviceEngine, DeviceExecutable, MatMulOptions, PoolOptions, ReduceFinal,
+    ReduceOp, TensorId,
 };
 use neurenix_core::dtype::DeviceType;
 use neurenix_core::error::{Error, Result, TileOverflow};
 use neurenix_core::expr::ExprInstr;
+use neurenix_core::report;
 
 #[cxx::bridge(namespace = "neurenix::bridge")]
 pub mod ffi {
@@ -269,9 +271,10 @@ unsafe impl Send for ffi::EngineHandle {}
 unsafe impl Send for ffi::DeviceManagerHandle {}
 unsafe impl Send for ffi::DeviceHandle {}
 
-pub use ffi::{
-    DeviceInfoFfi as DeviceInfo, OpRecordFfi as OpRecord, RunStatsFfi as RunStats,
-    StepCostFfi as StepCost, SystemInfoFfi as SystemInfo, TileMemoryFfi as TileMemory,
+pub use ffi::DeviceInfoFfi as DeviceInfo;
+use ffi::{
+    OpRecordFfi as OpRecord, RunStatsFfi as RunStats, StepCostFfi as StepCost,
+    SystemInfoFfi as SystemInfo, TileMemoryFfi as TileMemory,
 };
 
 fn core_err(e: cxx::Exception) -> Error {
@@ -283,8 +286,10 @@ fn shape64(shape: &[usize]) -> Vec<u64> {
 }
 
 /// Validates an IPU model description ("version=ipu2,num_ipus=16,...").
-pub fn describe_system(spec: &str) -> Result<SystemInfo> {
-    ffi::describe_system(spec).map_err(core_err)
+pub fn describe_system(spec: &str) -> Result<report::SystemInfo> {
+    ffi::describe_system(spec)
+        .map(system_info)
+        .map_err(core_err)
 }
 
 /// The C++ core's name for an expression opcode (for consistency checks).
@@ -293,20 +298,18 @@ pub fn expr_op_name(code: u16) -> String {
 }
 
 /// The simulator's graph library, as a compiler backend.
-pub struct SimBackend {
+pub struct GraphBuilder {
     builder: UniquePtr<ffi::GraphBuilder>,
 }
 
-impl SimBackend {
-    pub fn new(spec: &str, num_ipus: u32) -> Result<SimBackend> {
-        Ok(SimBackend {
+impl GraphBuilder {
+    pub fn new(spec: &str, num_ipus: u32) -> Result<GraphBuilder> {
+        Ok(GraphBuilder {
             builder: ffi::new_graph(spec, num_ipus).map_err(core_err)?,
         })
     }
 
-    /// Compiles what has been built. Tiles that overflow are an
-    /// `Error::OutOfMemory` naming each of them.
-    pub fn compile(mut self) -> Result<SimExecutable> {
+    fn compile_graph(mut self) -> Result<Executable> {
         let g = self.builder.pin_mut().compile().map_err(core_err)?;
         if !g.fits() {
             let tiles: Vec<TileOverflow> = g
@@ -326,11 +329,14 @@ impl SimBackend {
                  float16 precision, or a smaller batch.",
             ));
         }
-        Ok(SimExecutable { graph: g })
+        Ok(Executable { graph: g })
     }
 }
 
-impl Backend for SimBackend {
+impl Backend for GraphBuilder {
+    fn compile(self: Box<Self>) -> Result<Box<dyn DeviceExecutable>> {
+        Ok(Box::new(self.compile_graph()?))
+    }
     fn add_input(
         &mut self,
         name: &str,
@@ -542,11 +548,11 @@ impl Backend for SimBackend {
 }
 
 /// A compiled graph: reports, and the program an engine loads.
-pub struct SimExecutable {
+pub struct Executable {
     graph: UniquePtr<ffi::CompiledGraph>,
 }
 
-impl SimExecutable {
+impl Executable {
     pub fn tile_memory(&self) -> Vec<TileMemory> {
         self.graph.tile_memory()
     }
@@ -569,19 +575,120 @@ impl SimExecutable {
         self.graph.cycles_per_run()
     }
     /// Loads the program into fresh tile memory (`threads` = 0: default).
-    pub fn load(&self, threads: u32) -> Result<SimEngine> {
-        Ok(SimEngine {
+    pub fn load(&self, threads: u32) -> Result<Engine> {
+        Ok(Engine {
             engine: ffi::load_engine(&self.graph, threads).map_err(core_err)?,
         })
     }
 }
 
+fn system_info(s: SystemInfo) -> report::SystemInfo {
+    report::SystemInfo {
+        version: s.version,
+        chip: s.chip,
+        num_ipus: s.num_ipus,
+        tiles_per_ipu: s.tiles_per_ipu,
+        bytes_per_tile: s.bytes_per_tile,
+        clock_hz: s.clock_hz,
+        fp16_flops_per_cycle: s.fp16_flops_per_cycle,
+        fp32_flops_per_cycle: s.fp32_flops_per_cycle,
+        fp8_flops_per_cycle: s.fp8_flops_per_cycle,
+        worker_threads: s.worker_threads,
+        exchange_bytes_per_cycle: s.exchange_bytes_per_cycle,
+        sync_cycles: s.sync_cycles,
+        ipu_link_bytes_per_sec: s.ipu_link_bytes_per_sec,
+        ipu_links: s.ipu_links,
+        host_link_bytes_per_sec: s.host_link_bytes_per_sec,
+    }
+}
+
+impl DeviceExecutable for Executable {
+    fn report(&self) -> report::DeviceReport {
+        let system = system_info(self.system());
+        let tpi = system.tiles_per_ipu;
+        report::DeviceReport {
+            num_ipus: self.num_ipus_used(),
+            tiles: self
+                .tile_memory()
+                .into_iter()
+                .map(|t| report::TileMemory {
+                    ipu: t.tile / tpi,
+                    tile: t.tile % tpi,
+                    variables: t.variables,
+                    vertex_state: t.vertex_state,
+                    code: t.code,
+                    exchange_code: t.exchange_code,
+                    control_code: t.control_code,
+                })
+                .collect(),
+            plans: self
+                .op_records()
+                .into_iter()
+                .map(|r| report::OpPlan {
+                    name: r.name,
+                    kind: r.kind,
+                    ipu: r.ipu,
+                    plan: r.plan,
+                    tiles_used: r.tiles_used,
+                    temp_bytes_per_tile: r.temp_bytes,
+                    estimated_cycles: r.est_cycles,
+                })
+                .collect(),
+            steps: self
+                .step_costs()
+                .into_iter()
+                .map(|c| report::StepCost {
+                    kind: match c.kind {
+                        0 => report::StepKind::Compute,
+                        1 => report::StepKind::Exchange,
+                        2 => report::StepKind::HostToDevice,
+                        _ => report::StepKind::DeviceToHost,
+                    },
+                    name: c.name,
+                    cycles: c.cycles,
+                    bytes: c.bytes,
+                    items: c.items,
+                })
+                .collect(),
+            warnings: self.warnings(),
+            cycles_per_run: self.cycles_per_run(),
+            system,
+        }
+    }
+    fn load(&self, threads: u32) -> Result<Box<dyn DeviceEngine>> {
+        Ok(Box::new(Executable::load(self, threads)?))
+    }
+}
+
+impl DeviceEngine for Engine {
+    fn run(&mut self, inputs: &[Vec<u8>]) -> Result<Vec<Vec<u8>>> {
+        Engine::run(self, inputs)
+    }
+    fn last_run(&self) -> Option<report::RunStats> {
+        let s = Engine::last_run(self);
+        (s.steps > 0).then(|| report::RunStats {
+            cycles: s.cycles,
+            compute_cycles: s.compute_cycles,
+            exchange_cycles: s.exchange_cycles,
+            host_cycles: s.host_cycles,
+            steps: s.steps,
+            exchanged_bytes: s.exchanged_bytes,
+            host_bytes: s.host_bytes,
+            wall_seconds: s.wall_seconds,
+            compute_seconds: s.compute_seconds,
+            exchange_seconds: s.exchange_seconds,
+            host_io_seconds: s.host_io_seconds,
+            host_memory_bytes: self.arena_bytes(),
+        })
+    }
+}
+
 /// A loaded program: tile memory, host streams, BSP execution.
-pub struct SimEngine {
+pub struct Engine {
     engine: UniquePtr<ffi::EngineHandle>,
 }
 
-impl SimEngine {
+impl Engine {
     /// Inputs in device types, in the program's input order.
     pub fn run(&mut self, inputs: &[Vec<u8>]) -> Result<Vec<Vec<u8>>> {
         for (i, data) in inputs.iter().enumerate() {
@@ -614,13 +721,13 @@ impl SimEngine {
 }
 
 /// Inventory and exclusive attach of simulated IPUs.
-pub struct SimDeviceManager {
+pub struct DeviceManager {
     inner: UniquePtr<ffi::DeviceManagerHandle>,
 }
 
-impl SimDeviceManager {
-    pub fn new(spec: &str, lock_dir: &str) -> Result<SimDeviceManager> {
-        Ok(SimDeviceManager {
+impl DeviceManager {
+    pub fn new(spec: &str, lock_dir: &str) -> Result<DeviceManager> {
+        Ok(DeviceManager {
             inner: ffi::new_device_manager(spec, lock_dir).map_err(core_err)?,
         })
     }
@@ -639,13 +746,13 @@ impl SimDeviceManager {
         num_ipus: u32,
         device_id: i64,
         timeout_seconds: f64,
-    ) -> Result<SimDevice> {
+    ) -> Result<Device> {
         match self
             .inner
             .pin_mut()
             .attach(num_ipus, device_id, timeout_seconds)
         {
-            Ok(d) => Ok(SimDevice { inner: d }),
+            Ok(d) => Ok(Device { inner: d }),
             Err(e) => Err(match Error::from_core(e.what()) {
                 Error::DeviceUnavailable { message, .. } => Error::DeviceUnavailable {
                     ipus: self.inner.last_busy_ipus(),
@@ -658,11 +765,11 @@ impl SimDeviceManager {
     }
 }
 
-pub struct SimDevice {
+pub struct Device {
     inner: UniquePtr<ffi::DeviceHandle>,
 }
 
-impl SimDevice {
+impl Device {
     pub fn id(&self) -> u32 {
         self.inner.id()
     }

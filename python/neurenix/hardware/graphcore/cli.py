@@ -43,13 +43,14 @@ def _example_inputs(manager: GraphCoreManager, model: str, given: Dict[str, tupl
     native = onnx_import.to_native(onnx_import.load(model))
     rng = np.random.default_rng(seed)
     arrays = {}
-    for name, dtype, dims in native.inputs():
+    for v in native.inputs():
+        name, dims = v.name, v.dims
         shape, dt = given.get(name, (None, None))
         if shape is None:
-            if dims is None or any(not isinstance(d, int) or d < 0 for d in dims):
+            if dims is None or any(not isinstance(d, int) for d in dims):
                 raise SystemExit(f"input {name!r} has dynamic shape {dims}; give it with --input {name}=D0,D1,...")
             shape = tuple(dims)
-        dt = np.dtype(dt or dtype or "float32")
+        dt = np.dtype(dt or onnx_import.dtype_name(v.elem_type) or "float32")
         if dt.kind == "f":
             arrays[name] = rng.standard_normal(shape).astype(dt)
         elif dt.kind == "b":

@@ -26,19 +26,44 @@ class CompiledModel:
     ``inputs``/``outputs`` describe what :meth:`GraphCoreManager.execute_model`
     takes and returns; ``report`` is the :class:`CompileReport`;
     ``last_execution`` the :class:`ExecutionReport` of the latest run.
+    The compiled program is loaded into (simulated) device memory by its
+    first run, and freed by :meth:`unload` or when its manager finalizes.
     """
 
-    def __init__(self, native: Any, name: str, system: str, num_ipus: int):
-        self._native = native
+    def __init__(self, executable: Any, name: str):
+        self._executable = executable
         self.name = name
-        self.system = system
-        self.num_ipus = num_ipus
-        self.inputs: List[TensorSpec] = [TensorSpec(n, d, tuple(s)) for n, d, s, _ in native.inputs()]
-        self.outputs: List[TensorSpec] = [TensorSpec(n, d, tuple(s)) for n, d, s, _ in native.outputs()]
-        self.device_types = {n: dev for n, _, _, dev in native.inputs()}
+        self.system: str = executable.system
+        self.num_ipus: int = executable.num_ipus
+        self.inputs: List[TensorSpec] = [TensorSpec(s.name, s.dtype, tuple(s.shape)) for s in executable.inputs]
+        self.outputs: List[TensorSpec] = [TensorSpec(s.name, s.dtype, tuple(s.shape)) for s in executable.outputs]
         batch = self.inputs[0].shape[0] if self.inputs and self.inputs[0].shape else 1
-        self.report = CompileReport.from_native(native.report(), batch_size=batch)
+        self.report = CompileReport.from_executable(executable, batch_size=batch)
         self.last_execution: Optional[ExecutionReport] = None
+
+    @property
+    def loaded(self) -> bool:
+        """Whether the program occupies (simulated) device memory."""
+        return self._executable.loaded
+
+    def load(self, threads: int = 0) -> None:
+        """Loads the program into fresh device memory (``threads``: host
+        threads of the simulator, 0 = default)."""
+        self._executable.load(threads)
+
+    def unload(self) -> None:
+        """Frees the program's device memory; the next run loads it again."""
+        self._executable.unload()
+
+    def run(self, inputs: Sequence[bytes]) -> List[bytes]:
+        """Runs once on raw little-endian bytes of each input in its declared
+        type (input order); returns the outputs' bytes. Records the run in
+        ``last_execution``."""
+        outs = self._executable.run(list(inputs))
+        stats = self._executable.last_run()
+        if stats is not None:
+            self.last_execution = ExecutionReport.from_run_stats(stats, self.report.clock_hz, self.report.batch_size)
+        return outs
 
     def __repr__(self) -> str:
         ins = ", ".join(f"{s.name}: {s.dtype}{list(s.shape)}" for s in self.inputs)

@@ -124,7 +124,7 @@ class GraphCoreManager:
             raise InvalidOptionError(
                 f"device_id {device_id} does not exist; this system has devices 0..{len(devices) - 1}", "device_id"
             )
-        size = len(devices[device_id]["ipus"])
+        size = len(devices[device_id].ipus)
         if size != self.num_ipus:
             raise InvalidOptionError(
                 f"device_id {device_id} is a group of {size} IPU(s) but num_ipus={self.num_ipus}", "device_id"
@@ -151,7 +151,7 @@ class GraphCoreManager:
                     self._state = _CLOSED
                 return
             for cm in list(self._loaded):
-                cm._native.unload()
+                cm.unload()
             self._loaded = weakref.WeakSet()
             if self._device is not None:
                 self._device.detach()
@@ -212,12 +212,12 @@ class GraphCoreManager:
             out.append(
                 {
                     "id": ipu,
-                    "version": d["version"],
-                    "chip": d["chip"],
-                    "tiles": d["tiles_per_ipu"],
-                    "bytes_per_tile": d["bytes_per_tile"],
-                    "memory_bytes": d["tiles_per_ipu"] * d["bytes_per_tile"],
-                    "clock_hz": d["clock_hz"],
+                    "version": d.version,
+                    "chip": d.chip,
+                    "tiles": d.tiles_per_ipu,
+                    "bytes_per_tile": d.bytes_per_tile,
+                    "memory_bytes": d.tiles_per_ipu * d.bytes_per_tile,
+                    "clock_hz": d.clock_hz,
                     "target": "simulator",
                     "status": status,
                     "holder_pid": pid,
@@ -228,21 +228,23 @@ class GraphCoreManager:
     # -- compile ---------------------------------------------------------------
 
     def _example_specs(self, native_model: Any, example_inputs: Any) -> List[tuple]:
+        TensorSpec = _native().TensorSpec
         declared = native_model.inputs()
-        names = [n for n, _, _ in declared]
-        dtypes = [d for _, d, _ in declared]
+        names = [v.name for v in declared]
+        dtypes = [onnx_import.dtype_name(v.elem_type) for v in declared]
         if example_inputs is None:
             specs = []
-            for n, d, dims in declared:
-                if dims is None or any(not isinstance(x, int) or x < 0 for x in dims):
+            for v, d in zip(declared, dtypes):
+                if v.dims is None or any(not isinstance(x, int) for x in v.dims):
+                    dims = None if v.dims is None else ["?" if x is None else x for x in v.dims]
                     raise InputMismatchError(
-                        f"input '{n}' has a dynamic shape {dims}; pass example_inputs to fix it", n
+                        f"input '{v.name}' has a dynamic shape {dims}; pass example_inputs to fix it", v.name
                     )
-                specs.append((n, d or "float32", list(dims)))
+                specs.append(TensorSpec(v.name, d or "float32", list(v.dims)))
             return specs
         arrays = arrange_inputs(names, dtypes, example_inputs, "example_inputs")
         arrays = [conform_input(n, d, a) for n, d, a in zip(names, dtypes, arrays)]
-        return [(n, a.dtype.name, list(a.shape)) for n, a in zip(names, arrays)]
+        return [TensorSpec(n, a.dtype.name, list(a.shape)) for n, a in zip(names, arrays)]
 
     def compile_model(self, model: Any, example_inputs: Any = None) -> CompiledModel:
         """Compiles an ONNX model (``onnx.ModelProto``, serialized bytes or a
@@ -263,7 +265,7 @@ class GraphCoreManager:
             self.memory_proportion,
             self.enable_half_partials,
         )
-        return CompiledModel(exe, proto.graph.name or "model", self._system, self.num_ipus)
+        return CompiledModel(exe, proto.graph.name or "model")
 
     def optimize_model(self, model: Any, example_inputs: Any = None) -> "onnx.ModelProto":
         """Graph-level optimisation only (constant folding, dead-node removal,
@@ -321,19 +323,15 @@ class GraphCoreManager:
                 )
             if self._state == _NEW:
                 self.initialize()
-            if not compiled._native.loaded:
-                compiled._native.load(self.simulator_threads)
+            if not compiled.loaded:
+                compiled.load(self.simulator_threads)
             self._loaded.add(compiled)
-            outs = compiled._native.run(raw)
-            stats = compiled._native.last_run()
+            outs = compiled.run(raw)
         result = [
             np.frombuffer(bytearray(b), dtype=np.dtype(s.dtype).newbyteorder("<")).astype(s.dtype).reshape(s.shape)
             for b, s in zip(outs, compiled.outputs)
         ]
-        if stats is not None:
-            rep = ExecutionReport.from_native(stats, compiled.report.clock_hz, compiled.report.batch_size)
-            compiled.last_execution = rep
-            self.last_execution_report = rep
+        self.last_execution_report = compiled.last_execution
         return result
 
 

@@ -4,13 +4,11 @@ into the native IR (and back, for :meth:`GraphCoreManager.optimize_model`)."""
 from __future__ import annotations
 
 import os
-from typing import Any, List, Optional, Tuple, Union
+from typing import Any, List, Optional, Tuple
 
 import numpy as np
 
 from .errors import InvalidOptionTypeError, ModelFormatError, UnsupportedOperatorError
-
-ModelLike = Union["onnx.ModelProto", bytes, bytearray, memoryview, str, "os.PathLike[str]"]
 
 
 def _onnx():
@@ -55,11 +53,15 @@ def load(model: Any) -> "onnx.ModelProto":
     return proto
 
 
-def default_opset(proto: "onnx.ModelProto") -> int:
-    for imp in proto.opset_import:
-        if imp.domain in ("", "ai.onnx"):
-            return int(imp.version)
-    raise ModelFormatError("the ONNX model imports no version of the default operator set")
+def dtype_name(elem_type: int) -> Optional[str]:
+    """numpy's name for an ONNX element type code (None for 0, "not given",
+    or a type numpy has no name for)."""
+    if not elem_type:
+        return None
+    try:
+        return np.dtype(_onnx().helper.tensor_dtype_to_np_dtype(elem_type)).name
+    except Exception:
+        return None
 
 
 def _dims(vi: Any) -> Tuple[int, Optional[List[Any]]]:
@@ -78,16 +80,18 @@ def _dims(vi: Any) -> Tuple[int, Optional[List[Any]]]:
         return tt.elem_type, None
     dims: List[Any] = []
     for d in tt.shape.dim:
-        if d.HasField("dim_value"):
+        if d.HasField("dim_value") and d.dim_value >= 0:
             dims.append(int(d.dim_value))
         elif d.HasField("dim_param"):
             dims.append(str(d.dim_param))
         else:
-            dims.append(-1)
+            dims.append(None)  # unknown (some exporters write -1)
     return tt.elem_type, dims
 
 
-def _array_parts(arr: np.ndarray, what: str) -> Tuple[int, List[int], bytes]:
+def _array_parts(name: str, arr: np.ndarray, what: str):
+    from neurenix import _native
+
     onnx = _onnx()
     if arr.dtype.kind in "OUS":
         raise UnsupportedOperatorError(f"{what} holds strings; string tensors are not supported", op_type="string")
@@ -96,10 +100,12 @@ def _array_parts(arr: np.ndarray, what: str) -> Tuple[int, List[int], bytes]:
     except Exception:
         raise ModelFormatError(f"{what} has an element type ({arr.dtype}) neurenix cannot read") from None
     le = np.ascontiguousarray(arr, dtype=arr.dtype.newbyteorder("<"))
-    return int(code), [int(d) for d in arr.shape], le.tobytes()
+    return _native.TensorParts(name, int(code), [int(d) for d in arr.shape], le.tobytes())
 
 
-def _tensor(t: Any, what: str) -> Tuple[int, List[int], bytes]:
+def _tensor(t: Any, what: str):
+    from neurenix import _native
+
     onnx = _onnx()
     try:
         arr = onnx.numpy_helper.to_array(t)
@@ -107,52 +113,72 @@ def _tensor(t: Any, what: str) -> Tuple[int, List[int], bytes]:
         raise ModelFormatError(f"{what} cannot be read: {e}") from None
     if t.data_type == onnx.TensorProto.BFLOAT16:
         # numpy has no bfloat16: keep the raw 16-bit patterns.
-        return int(t.data_type), [int(d) for d in t.dims], np.asarray(arr).astype("<u2").tobytes()
-    return _array_parts(np.asarray(arr), what)
+        raw = np.asarray(arr).astype("<u2").tobytes()
+        return _native.TensorParts(t.name, int(t.data_type), [int(d) for d in t.dims], raw)
+    return _array_parts(t.name, np.asarray(arr), what)
 
 
-def _attribute(node_name: str, a: Any) -> Tuple[str, str, Any]:
+def _attribute(node_name: str, a: Any):
+    from neurenix import _native
+
     onnx = _onnx()
     T = onnx.AttributeProto
     what = f"attribute '{a.name}' of node '{node_name}'"
     if a.type == T.FLOAT:
-        return a.name, "f", float(a.f)
-    if a.type == T.INT:
-        return a.name, "i", int(a.i)
-    if a.type == T.STRING:
-        return a.name, "s", a.s.decode("utf-8", "replace")
-    if a.type == T.FLOATS:
-        return a.name, "floats", [float(x) for x in a.floats]
-    if a.type == T.INTS:
-        return a.name, "ints", [int(x) for x in a.ints]
-    if a.type == T.STRINGS:
-        return a.name, "strings", [s.decode("utf-8", "replace") for s in a.strings]
-    if a.type == T.TENSOR:
-        return a.name, "t", _tensor(a.t, what)
-    if a.type in (T.GRAPH, T.GRAPHS):
-        return a.name, "g", None
-    return a.name, "other", None
+        kind, value = "f", float(a.f)
+    elif a.type == T.INT:
+        kind, value = "i", int(a.i)
+    elif a.type == T.STRING:
+        kind, value = "s", a.s.decode("utf-8", "replace")
+    elif a.type == T.FLOATS:
+        kind, value = "floats", [float(x) for x in a.floats]
+    elif a.type == T.INTS:
+        kind, value = "ints", [int(x) for x in a.ints]
+    elif a.type == T.STRINGS:
+        kind, value = "strings", [s.decode("utf-8", "replace") for s in a.strings]
+    elif a.type == T.TENSOR:
+        kind, value = "t", _tensor(a.t, what)
+    elif a.type in (T.GRAPH, T.GRAPHS):
+        kind, value = "g", None
+    else:
+        kind, value = T.AttributeType.Name(a.type).lower() if a.type in T.AttributeType.values() else "unknown", None
+    return _native.AttrParts(a.name, kind, value)
 
 
 def to_native(proto: "onnx.ModelProto"):
-    """The native IR of an ONNX model."""
+    """The native IR of an ONNX model. Names and checks (operator set,
+    element types, wiring) are the core's; this reads the protobuf."""
     from neurenix import _native
 
     g = proto.graph
-    opset = default_opset(proto)
-    inits = [(t.name, *_tensor(t, f"initializer '{t.name}'")) for t in g.initializer]
-    for s in g.sparse_initializer:
-        raise UnsupportedOperatorError(
-            f"sparse initializer '{s.values.name}' is not supported; densify the model first", op_type="SparseTensor"
-        )
-    inputs = [(vi.name, *_dims(vi)) for vi in g.input]
-    outputs = [(vi.name, *_dims(vi)) for vi in g.output]
-    nodes = []
-    for i, n in enumerate(g.node):
-        name = n.name or f"{n.op_type}_{i}"
-        attrs = [_attribute(name, a) for a in n.attribute]
-        nodes.append((name, n.op_type, n.domain, list(n.input), list(n.output), attrs))
-    return _native.Model.from_parts(g.name or "model", opset, inputs, outputs, inits, nodes)
+    try:
+        for s in g.sparse_initializer:
+            raise UnsupportedOperatorError(
+                f"sparse initializer '{s.values.name}' is not supported; densify the model first",
+                op_type="SparseTensor",
+            )
+        inits = [_tensor(t, f"initializer '{t.name}'") for t in g.initializer]
+        inputs = [_native.ValueParts(vi.name, *_dims(vi)) for vi in g.input]
+        outputs = [_native.ValueParts(vi.name, *_dims(vi)) for vi in g.output]
+        nodes = [
+            _native.NodeParts(
+                n.name,
+                n.op_type,
+                n.domain,
+                list(n.input),
+                list(n.output),
+                [_attribute(n.name or f"#{i} ({n.op_type}, unnamed)", a) for a in n.attribute],
+            )
+            for i, n in enumerate(g.node)
+        ]
+        opsets = [(imp.domain, int(imp.version)) for imp in proto.opset_import]
+        parts = _native.ModelParts(g.name or "model", opsets, inputs, outputs, inits, nodes)
+    except (UnicodeError, TypeError, OverflowError, ValueError) as e:
+        if isinstance(e, ModelFormatError):
+            raise
+        # Corrupted protobuf strings and values outside the IR's ranges.
+        raise ModelFormatError(f"the ONNX model holds data neurenix cannot read: {type(e).__name__}: {e}") from None
+    return _native.Model.from_parts(parts)
 
 
 def from_native(native: Any, original: "onnx.ModelProto") -> "onnx.ModelProto":
@@ -161,25 +187,22 @@ def from_native(native: Any, original: "onnx.ModelProto") -> "onnx.ModelProto":
     h = onnx.helper
     parts = native.to_parts()
 
-    def value_info(name: str, code: int, dims: Optional[List[Any]]):
-        shape = None if dims is None else [d if d is not None else None for d in dims]
-        return h.make_tensor_value_info(name, code or onnx.TensorProto.FLOAT, shape)
+    def value_info(v: Any):
+        return h.make_tensor_value_info(v.name, v.elem_type or onnx.TensorProto.FLOAT, v.dims)
 
-    def tensor(name: str, code: int, shape: List[int], raw: bytes):
-        return h.make_tensor(name, code, shape, vals=raw, raw=True)
+    def tensor(t: Any, name: Optional[str] = None):
+        return h.make_tensor(t.name if name is None else name, t.elem_type, t.dims, vals=t.data, raw=True)
 
     nodes = []
-    for name, op_type, domain, ins, outs, attrs in parts["nodes"]:
-        kwargs = {}
-        for aname, kind, value in attrs:
-            kwargs[aname] = tensor("", *value) if kind == "t" else value
-        nodes.append(h.make_node(op_type, ins, outs, name=name, domain=domain or None, **kwargs))
+    for n in parts.nodes:
+        kwargs = {a.name: tensor(a.value, "") if a.kind == "t" else a.value for a in n.attrs}
+        nodes.append(h.make_node(n.op_type, n.inputs, n.outputs, name=n.name, domain=n.domain or None, **kwargs))
     graph = h.make_graph(
         nodes,
-        original.graph.name or parts["name"],
-        [value_info(*i) for i in parts["inputs"]],
-        [value_info(*o) for o in parts["outputs"]],
-        initializer=[tensor(n, c, s, b) for n, c, s, b in parts["initializers"]],
+        original.graph.name or parts.name,
+        [value_info(v) for v in parts.inputs],
+        [value_info(v) for v in parts.outputs],
+        initializer=[tensor(t) for t in parts.initializers],
     )
     model = h.make_model(graph, opset_imports=list(original.opset_import), producer_name="neurenix")
     model.ir_version = original.ir_version

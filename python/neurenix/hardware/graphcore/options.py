@@ -8,9 +8,12 @@ import math
 import numbers
 import os
 from dataclasses import dataclass
-from typing import Any, Dict, Optional
+from typing import TYPE_CHECKING, Any, Dict, Optional
 
 from .errors import InvalidOptionError, InvalidOptionTypeError
+
+if TYPE_CHECKING:
+    from neurenix._native import SystemInfo
 
 PRECISIONS = ("float32", "float16", "mixed")
 
@@ -61,9 +64,9 @@ class IPUModel:
             parts.append(f"bytes_per_tile={self.bytes_per_tile}")
         return ",".join(parts)
 
-    def describe(self) -> Dict[str, Any]:
-        """The system's figures (tiles, memory, clock, flops per cycle)."""
-        return dict(_native().describe_system(self.spec()))
+    def describe(self) -> "SystemInfo":
+        """The system's figures (tiles, memory, clock, flops per cycle, ...)."""
+        return _native().describe_system(self.spec())
 
     @classmethod
     def from_spec(cls, text: str) -> "IPUModel":
@@ -74,10 +77,10 @@ class IPUModel:
         d = _native().describe_system(text)  # raises InvalidOptionError naming the bad key
         keys = {kv.split("=", 1)[0].strip() for kv in text.split(",") if "=" in kv}
         return cls(
-            version=d["version"],
-            num_ipus=d["num_ipus"],
-            tiles_per_ipu=d["tiles_per_ipu"] if "tiles_per_ipu" in keys else None,
-            bytes_per_tile=d["bytes_per_tile"] if "bytes_per_tile" in keys else None,
+            version=d.version,
+            num_ipus=d.num_ipus,
+            tiles_per_ipu=d.tiles_per_ipu if "tiles_per_ipu" in keys else None,
+            bytes_per_tile=d.bytes_per_tile if "bytes_per_tile" in keys else None,
         )
 
     @classmethod
@@ -142,9 +145,7 @@ def check_device_id(value: Any) -> Optional[int]:
     return int(value)
 
 
-def check_positive(name: str, value: Any, allow_none: bool = False) -> Optional[float]:
-    if value is None and allow_none:
-        return None
+def check_positive(name: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise InvalidOptionTypeError(f"{name} must be a positive number, got {value!r}", name)
     v = float(value)

@@ -1,10 +1,19 @@
 """What compiling and running a model on the IPUs did: memory per tile, plans,
-estimated cycles and throughput."""
+estimated cycles and throughput.
+
+The records inside the reports come straight from the native core
+(:class:`TileMemory`, :class:`OpPlan`, :class:`StepCost`,
+:class:`SystemInfo`; see ``neurenix/_native.pyi``).
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, NamedTuple
+
+from neurenix._native import OpPlan, StepCost, SystemInfo, TileMemory
+
+__all__ = ["CompileReport", "ExecutionReport", "Placement", "OpPlan", "StepCost", "SystemInfo", "TileMemory"]
 
 
 def _bytes(n: float) -> str:
@@ -15,91 +24,61 @@ def _bytes(n: float) -> str:
     return f"{n:.1f} GiB"
 
 
-@dataclass(frozen=True)
-class TileMemory:
-    """Peak memory of one tile, by category (bytes)."""
+class Placement(NamedTuple):
+    """Where the sharder put one node: its name, operator and IPU."""
 
+    node: str
+    op_type: str
     ipu: int
-    tile: int
-    variables: int
-    vertex_state: int
-    code: int
-    exchange_code: int
-    control_code: int
-
-    @property
-    def total(self) -> int:
-        return self.variables + self.vertex_state + self.code + self.exchange_code + self.control_code
-
-
-@dataclass(frozen=True)
-class OpPlan:
-    """How the op library laid out one operation."""
-
-    name: str
-    kind: str
-    ipu: int
-    plan: str
-    tiles_used: int
-    temp_bytes_per_tile: int
-    estimated_cycles: int
-
-
-@dataclass(frozen=True)
-class ProgramStep:
-    kind: str  # "compute", "exchange", "host_to_device", "device_to_host"
-    name: str
-    cycles: int
-    bytes: int
-    items: int  # vertices of a compute step, copy descriptors of an exchange
 
 
 @dataclass
 class CompileReport:
     """The compile report. ``str(report)`` is a readable summary."""
 
-    system: Dict[str, Any]
+    system: SystemInfo
     num_ipus: int
     precision: str
     memory_proportion: float
-    half_partials: bool
+    enable_half_partials: bool
     compile_seconds: float
     passes: Dict[str, int]
-    placement: List[Tuple[str, str, int]]
-    ops: List[OpPlan]
+    placement: List[Placement]
+    plans: List[OpPlan]
     warnings: List[str]
     tiles: List[TileMemory]
-    steps: List[ProgramStep]
+    steps: List[StepCost]
     cycles_per_run: int
     batch_size: int = 1
 
     @classmethod
-    def from_native(cls, d: Dict[str, Any], batch_size: int) -> "CompileReport":
-        tpi = d["system"]["tiles_per_ipu"]
+    def from_executable(cls, exe: Any, batch_size: int) -> "CompileReport":
+        """The report of a native ``Executable``."""
+        p = exe.passes
         return cls(
-            system=dict(d["system"]),
-            num_ipus=d["num_ipus"],
-            precision=d["precision"],
-            memory_proportion=d["memory_proportion"],
-            half_partials=d["half_partials"],
-            compile_seconds=d["compile_seconds"],
-            passes=dict(d["passes"]),
-            placement=[tuple(p) for p in d["placement"]],
-            ops=[OpPlan(*o) for o in d["ops"]],
-            warnings=list(d["warnings"]),
-            tiles=[TileMemory(t[0] // tpi, t[0] % tpi, *t[1:]) for t in d["tiles"]],
-            steps=[ProgramStep(*s) for s in d["steps"]],
-            cycles_per_run=d["cycles_per_run"],
+            system=exe.system_info,
+            num_ipus=exe.num_ipus,
+            precision=exe.precision,
+            memory_proportion=exe.memory_proportion,
+            enable_half_partials=exe.enable_half_partials,
+            compile_seconds=exe.compile_seconds,
+            passes={k: getattr(p, k) for k in ("nodes_in", "folded", "dead", "fused", "nodes_out")},
+            placement=[Placement(x.node, x.op_type, x.ipu) for x in exe.placement],
+            plans=list(exe.plans),
+            warnings=list(exe.warnings),
+            tiles=list(exe.tiles),
+            steps=list(exe.steps),
+            cycles_per_run=exe.cycles_per_run,
             batch_size=batch_size,
         )
 
     @property
     def bytes_per_tile(self) -> int:
-        return int(self.system["bytes_per_tile"])
+        return int(self.system.bytes_per_tile)
 
     @property
     def clock_hz(self) -> float:
-        return float(self.system["clock_hz"])
+        return float(self.system.clock_hz)
 
     @property
     def max_tile_memory(self) -> int:
@@ -145,10 +124,10 @@ class CompileReport:
     def __str__(self) -> str:
         s = self.system
         lines = [
-            f"Target: {self.num_ipus} x {s['version']} ({s['chip']}), {s['tiles_per_ipu']} tiles x "
-            f"{_bytes(s['bytes_per_tile'])}, {s['clock_hz'] / 1e9:.2f} GHz (simulator)",
+            f"Target: {self.num_ipus} x {s.version} ({s.chip}), {s.tiles_per_ipu} tiles x "
+            f"{_bytes(s.bytes_per_tile)}, {s.clock_hz / 1e9:.2f} GHz (simulator)",
             f"Precision: {self.precision}"
-            + (f", half partials" if self.half_partials and self.precision != "float32" else "")
+            + (", half partials" if self.enable_half_partials and self.precision != "float32" else "")
             + f"; memory proportion {self.memory_proportion:g}",
             f"Graph: {self.passes['nodes_in']} nodes in, {self.passes['folded']} folded, "
             f"{self.passes['fused']} fused, {self.passes['dead']} dead, {self.passes['nodes_out']} on device; "
@@ -171,7 +150,7 @@ class CompileReport:
         lines.append(
             "  " + ", ".join(f"{k.replace('_', ' ')} {v:,}" for k, v in sorted(kinds.items(), key=lambda kv: -kv[1]))
         )
-        mm = [o for o in self.ops if o.kind == "matmul"]
+        mm = [o for o in self.plans if o.kind == "matmul"]
         if mm:
             lines.append(f"Matmul plans ({len(mm)}):")
             for o in mm[:8]:
@@ -195,7 +174,7 @@ class ExecutionReport:
     exchanged_bytes: int
     host_bytes: int
     wall_seconds: float
-    arena_bytes: int
+    host_memory_bytes: int
     clock_hz: float
     batch_size: int = 1
     # Host time of the simulation by kind of step.
@@ -204,22 +183,23 @@ class ExecutionReport:
     host_io_seconds: float = 0.0
 
     @classmethod
-    def from_native(cls, d: Dict[str, Any], clock_hz: float, batch_size: int) -> "ExecutionReport":
+    def from_run_stats(cls, s: Any, clock_hz: float, batch_size: int) -> "ExecutionReport":
+        """The report of a native ``RunStats``."""
         return cls(
-            cycles=d["cycles"],
-            compute_cycles=d["compute_cycles"],
-            exchange_cycles=d["exchange_cycles"],
-            host_cycles=d["host_cycles"],
-            steps=d["steps"],
-            exchanged_bytes=d["exchanged_bytes"],
-            host_bytes=d["host_bytes"],
-            wall_seconds=d["wall_seconds"],
-            arena_bytes=d["arena_bytes"],
+            cycles=s.cycles,
+            compute_cycles=s.compute_cycles,
+            exchange_cycles=s.exchange_cycles,
+            host_cycles=s.host_cycles,
+            steps=s.steps,
+            exchanged_bytes=s.exchanged_bytes,
+            host_bytes=s.host_bytes,
+            wall_seconds=s.wall_seconds,
+            host_memory_bytes=s.host_memory_bytes,
             clock_hz=clock_hz,
             batch_size=batch_size,
-            compute_seconds=d["compute_seconds"],
-            exchange_seconds=d["exchange_seconds"],
-            host_io_seconds=d["host_io_seconds"],
+            compute_seconds=s.compute_seconds,
+            exchange_seconds=s.exchange_seconds,
+            host_io_seconds=s.host_io_seconds,
         )
 
     @property
@@ -238,5 +218,6 @@ class ExecutionReport:
             f"{self.exchange_cycles:,}, host I/O {self.host_cycles:,}; {self.steps} BSP steps, "
             f"{_bytes(self.exchanged_bytes)} exchanged; simulated in {self.wall_seconds * 1e3:,.1f} ms "
             f"(compute {self.compute_seconds * 1e3:,.1f}, exchange {self.exchange_seconds * 1e3:,.1f}, "
-            f"host I/O {self.host_io_seconds * 1e3:,.1f}) using {_bytes(self.arena_bytes)} of host memory for tiles"
+            f"host I/O {self.host_io_seconds * 1e3:,.1f}) using {_bytes(self.host_memory_bytes)} of host memory "
+            "for tiles"
         )

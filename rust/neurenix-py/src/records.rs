@@ -1,0 +1,492 @@
+//! Typed records crossing into Python: frozen classes with one attribute per
+//! field of the core record they mirror (documented in `_native.pyi`).
+
+use neurenix_core::compile::Placement as CorePlacement;
+use neurenix_core::executable::HostStream as CoreHostStream;
+use neurenix_core::model_parts as parts;
+use neurenix_core::passes::PassStats as CorePassStats;
+use neurenix_core::report;
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+
+/// A frozen Python class with a keyword constructor, equality and a repr.
+macro_rules! record {
+    ($(#[$doc:meta])* $py:literal $name:ident { $($field:ident : $ty:ty),* $(,)? }) => {
+        $(#[$doc])*
+        #[pyclass(module = "neurenix._native", name = $py, frozen, get_all, eq, from_py_object)]
+        #[derive(Debug, Clone, PartialEq)]
+        pub struct $name {
+            $(pub $field: $ty),*
+        }
+
+        #[pymethods]
+        impl $name {
+            #[new]
+            #[pyo3(signature = ($($field),*))]
+            fn new($($field: $ty),*) -> Self {
+                $name { $($field),* }
+            }
+
+            fn __repr__(&self) -> String {
+                let fields: Vec<String> = vec![$(format!("{}={:?}", stringify!($field), self.$field)),*];
+                format!("{}({})", $py, fields.join(", "))
+            }
+        }
+    };
+}
+
+record! {
+    /// The simulated system and the target constants of its chip.
+    "SystemInfo" SystemInfo {
+        version: String, chip: String, num_ipus: u32, tiles_per_ipu: u32, bytes_per_tile: u64,
+        clock_hz: f64, fp16_flops_per_cycle: u32, fp32_flops_per_cycle: u32,
+        fp8_flops_per_cycle: u32, worker_threads: u32, exchange_bytes_per_cycle: u32,
+        sync_cycles: u32, ipu_link_bytes_per_sec: f64, ipu_links: u32,
+        host_link_bytes_per_sec: f64,
+    }
+}
+
+impl From<report::SystemInfo> for SystemInfo {
+    fn from(s: report::SystemInfo) -> Self {
+        SystemInfo {
+            version: s.version,
+            chip: s.chip,
+            num_ipus: s.num_ipus,
+            tiles_per_ipu: s.tiles_per_ipu,
+            bytes_per_tile: s.bytes_per_tile,
+            clock_hz: s.clock_hz,
+            fp16_flops_per_cycle: s.fp16_flops_per_cycle,
+            fp32_flops_per_cycle: s.fp32_flops_per_cycle,
+            fp8_flops_per_cycle: s.fp8_flops_per_cycle,
+            worker_threads: s.worker_threads,
+            exchange_bytes_per_cycle: s.exchange_bytes_per_cycle,
+            sync_cycles: s.sync_cycles,
+            ipu_link_bytes_per_sec: s.ipu_link_bytes_per_sec,
+            ipu_links: s.ipu_links,
+            host_link_bytes_per_sec: s.host_link_bytes_per_sec,
+        }
+    }
+}
+
+record! {
+    /// Peak memory of one tile, by category (bytes).
+    "TileMemory" TileMemory {
+        ipu: u32, tile: u32, variables: u64, vertex_state: u64, code: u64, exchange_code: u64,
+        control_code: u64, total: u64,
+    }
+}
+
+impl From<&report::TileMemory> for TileMemory {
+    fn from(t: &report::TileMemory) -> Self {
+        TileMemory {
+            ipu: t.ipu,
+            tile: t.tile,
+            variables: t.variables,
+            vertex_state: t.vertex_state,
+            code: t.code,
+            exchange_code: t.exchange_code,
+            control_code: t.control_code,
+            total: t.total(),
+        }
+    }
+}
+
+record! {
+    /// How the op library laid out one operation.
+    "OpPlan" OpPlan {
+        name: String, kind: String, ipu: u32, plan: String, tiles_used: u32,
+        temp_bytes_per_tile: u64, estimated_cycles: u64,
+    }
+}
+
+impl From<&report::OpPlan> for OpPlan {
+    fn from(p: &report::OpPlan) -> Self {
+        OpPlan {
+            name: p.name.clone(),
+            kind: p.kind.clone(),
+            ipu: p.ipu,
+            plan: p.plan.clone(),
+            tiles_used: p.tiles_used,
+            temp_bytes_per_tile: p.temp_bytes_per_tile,
+            estimated_cycles: p.estimated_cycles,
+        }
+    }
+}
+
+record! {
+    /// The estimated cost of one program step. `kind`: "compute",
+    /// "exchange", "host_to_device" or "device_to_host".
+    "StepCost" StepCost { kind: String, name: String, cycles: u64, bytes: u64, items: u64 }
+}
+
+impl From<&report::StepCost> for StepCost {
+    fn from(s: &report::StepCost) -> Self {
+        StepCost {
+            kind: s.kind.name().to_string(),
+            name: s.name.clone(),
+            cycles: s.cycles,
+            bytes: s.bytes,
+            items: s.items,
+        }
+    }
+}
+
+record! {
+    /// Statistics of one run of a loaded program.
+    "RunStats" RunStats {
+        cycles: u64, compute_cycles: u64, exchange_cycles: u64, host_cycles: u64, steps: u64,
+        exchanged_bytes: u64, host_bytes: u64, wall_seconds: f64, compute_seconds: f64,
+        exchange_seconds: f64, host_io_seconds: f64, host_memory_bytes: u64,
+    }
+}
+
+impl From<report::RunStats> for RunStats {
+    fn from(s: report::RunStats) -> Self {
+        RunStats {
+            cycles: s.cycles,
+            compute_cycles: s.compute_cycles,
+            exchange_cycles: s.exchange_cycles,
+            host_cycles: s.host_cycles,
+            steps: s.steps,
+            exchanged_bytes: s.exchanged_bytes,
+            host_bytes: s.host_bytes,
+            wall_seconds: s.wall_seconds,
+            compute_seconds: s.compute_seconds,
+            exchange_seconds: s.exchange_seconds,
+            host_io_seconds: s.host_io_seconds,
+            host_memory_bytes: s.host_memory_bytes,
+        }
+    }
+}
+
+record! {
+    /// What the graph passes did.
+    "PassStats" PassStats { nodes_in: usize, folded: usize, dead: usize, fused: usize, nodes_out: usize }
+}
+
+impl From<&CorePassStats> for PassStats {
+    fn from(s: &CorePassStats) -> Self {
+        PassStats {
+            nodes_in: s.nodes_in,
+            folded: s.folded,
+            dead: s.dead,
+            fused: s.fused,
+            nodes_out: s.nodes_out,
+        }
+    }
+}
+
+record! {
+    /// Where the sharder put one node.
+    "Placement" Placement { node: String, op_type: String, ipu: u32 }
+}
+
+impl From<&CorePlacement> for Placement {
+    fn from(p: &CorePlacement) -> Self {
+        Placement {
+            node: p.node.clone(),
+            op_type: p.op_type.clone(),
+            ipu: p.ipu,
+        }
+    }
+}
+
+record! {
+    /// A tensor's name, element type (numpy's name) and concrete shape.
+    "TensorSpec" TensorSpec { name: String, dtype: String, shape: Vec<usize> }
+}
+
+record! {
+    /// An input or output of an executable: as the host sees it (`dtype`)
+    /// and as the device holds it (`device_type`).
+    "HostStream" HostStream { name: String, dtype: String, shape: Vec<usize>, device_type: String }
+}
+
+impl From<&CoreHostStream> for HostStream {
+    fn from(s: &CoreHostStream) -> Self {
+        HostStream {
+            name: s.name.clone(),
+            dtype: s.dtype.name().to_string(),
+            shape: s.shape.clone(),
+            device_type: s.device_type.name().to_string(),
+        }
+    }
+}
+
+record! {
+    /// An attachable group of IPUs.
+    "DeviceInfo" DeviceInfo { id: u32, ipus: Vec<u32> }
+}
+
+// -- the plain-data form of a model ------------------------------------------
+
+/// Python's None, as a value of its own.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct NoneValue;
+
+impl<'py> FromPyObject<'_, 'py> for NoneValue {
+    type Error = PyErr;
+    fn extract(ob: Borrowed<'_, 'py, PyAny>) -> PyResult<Self> {
+        if ob.is_none() {
+            Ok(NoneValue)
+        } else {
+            Err(pyo3::exceptions::PyTypeError::new_err("expected None"))
+        }
+    }
+}
+
+impl<'py> IntoPyObject<'py> for NoneValue {
+    type Target = PyAny;
+    type Output = Bound<'py, PyAny>;
+    type Error = std::convert::Infallible;
+    fn into_pyobject(self, py: Python<'py>) -> Result<Self::Output, Self::Error> {
+        Ok(py.None().into_bound(py))
+    }
+}
+
+/// A declared dimension: an int, a name, or None (unknown).
+#[derive(Debug, Clone, PartialEq, FromPyObject, IntoPyObject)]
+pub enum Dim {
+    Fixed(u64),
+    Named(String),
+    Unknown(NoneValue),
+}
+
+impl From<&Dim> for parts::DimParts {
+    fn from(d: &Dim) -> Self {
+        match d {
+            Dim::Fixed(n) => parts::DimParts::Fixed(*n),
+            Dim::Named(s) => parts::DimParts::Named(s.clone()),
+            Dim::Unknown(_) => parts::DimParts::Unknown,
+        }
+    }
+}
+
+impl From<&parts::DimParts> for Dim {
+    fn from(d: &parts::DimParts) -> Self {
+        match d {
+            parts::DimParts::Fixed(n) => Dim::Fixed(*n),
+            parts::DimParts::Named(s) => Dim::Named(s.clone()),
+            parts::DimParts::Unknown => Dim::Unknown(NoneValue),
+        }
+    }
+}
+
+record! {
+    /// A graph input or output as declared: ONNX element type code (0: not
+    /// given) and dims (None: no shape declared).
+    "ValueParts" ValueParts { name: String, elem_type: i32, dims: Option<Vec<Dim>> }
+}
+
+impl From<&ValueParts> for parts::ValueParts {
+    fn from(v: &ValueParts) -> Self {
+        parts::ValueParts {
+            name: v.name.clone(),
+            elem_type: v.elem_type,
+            dims: v
+                .dims
+                .as_ref()
+                .map(|ds| ds.iter().map(Into::into).collect()),
+        }
+    }
+}
+
+impl From<&parts::ValueParts> for ValueParts {
+    fn from(v: &parts::ValueParts) -> Self {
+        ValueParts {
+            name: v.name.clone(),
+            elem_type: v.elem_type,
+            dims: v
+                .dims
+                .as_ref()
+                .map(|ds| ds.iter().map(Into::into).collect()),
+        }
+    }
+}
+
+/// Raw bytes, taken from and given to Python as `bytes` (one copy, not a
+/// list of ints).
+#[derive(Clone, PartialEq)]
+pub struct Bytes(pub Vec<u8>);
+
+impl std::fmt::Debug for Bytes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "<{} bytes>", self.0.len())
+    }
+}
+
+impl<'py> FromPyObject<'_, 'py> for Bytes {
+    type Error = PyErr;
+    fn extract(ob: Borrowed<'_, 'py, PyAny>) -> PyResult<Self> {
+        Ok(Bytes(ob.cast::<PyBytes>()?.as_bytes().to_vec()))
+    }
+}
+
+impl<'py> IntoPyObject<'py> for Bytes {
+    type Target = PyBytes;
+    type Output = Bound<'py, PyBytes>;
+    type Error = std::convert::Infallible;
+    fn into_pyobject(self, py: Python<'py>) -> Result<Self::Output, Self::Error> {
+        Ok(PyBytes::new(py, &self.0))
+    }
+}
+
+record! {
+    /// A tensor: ONNX element type code, dims and little-endian bytes.
+    "TensorParts" TensorParts { name: String, elem_type: i32, dims: Vec<u64>, data: Bytes }
+}
+
+impl From<&TensorParts> for parts::TensorParts {
+    fn from(t: &TensorParts) -> Self {
+        parts::TensorParts {
+            name: t.name.clone(),
+            elem_type: t.elem_type,
+            dims: t.dims.clone(),
+            data: t.data.0.clone(),
+        }
+    }
+}
+
+impl From<&parts::TensorParts> for TensorParts {
+    fn from(t: &parts::TensorParts) -> Self {
+        TensorParts {
+            name: t.name.clone(),
+            elem_type: t.elem_type,
+            dims: t.dims.clone(),
+            data: Bytes(t.data.clone()),
+        }
+    }
+}
+
+/// An attribute value, by kind.
+#[derive(Debug, Clone, PartialEq, FromPyObject, IntoPyObject)]
+pub enum AttrValue {
+    Int(i64),
+    Float(f32),
+    String(String),
+    Ints(Vec<i64>),
+    Floats(Vec<f32>),
+    Strings(Vec<String>),
+    Tensor(TensorParts),
+    None(NoneValue),
+}
+
+record! {
+    /// A node attribute: `kind` is one of "i", "f", "s", "ints", "floats",
+    /// "strings", "t" (a TensorParts), "g" (a subgraph, value None) or
+    /// another kind's name (value None).
+    "AttrParts" AttrParts { name: String, kind: String, value: AttrValue }
+}
+
+fn attr_to_core(a: &AttrParts) -> Result<parts::AttrParts, String> {
+    use AttrValue as V;
+    Ok(match (a.kind.as_str(), &a.value) {
+        ("i", V::Int(i)) => parts::AttrParts::Int(*i),
+        ("f", V::Float(f)) => parts::AttrParts::Float(*f),
+        ("f", V::Int(i)) => parts::AttrParts::Float(*i as f32),
+        ("s", V::String(s)) => parts::AttrParts::String(s.clone()),
+        ("ints", V::Ints(v)) => parts::AttrParts::Ints(v.clone()),
+        ("floats", V::Floats(v)) => parts::AttrParts::Floats(v.clone()),
+        ("floats", V::Ints(v)) => parts::AttrParts::Floats(v.iter().map(|&i| i as f32).collect()),
+        ("strings", V::Strings(v)) => parts::AttrParts::Strings(v.clone()),
+        ("t", V::Tensor(t)) => parts::AttrParts::Tensor(t.into()),
+        ("strings", V::Ints(v)) if v.is_empty() => parts::AttrParts::Strings(vec![]),
+        ("g", _) => parts::AttrParts::Graph,
+        (k @ ("i" | "f" | "s" | "ints" | "floats" | "strings" | "t"), v) => {
+            return Err(format!("attribute '{}' of kind '{k}' holds {v:?}", a.name))
+        }
+        (other, _) => parts::AttrParts::Other(other.to_string()),
+    })
+}
+
+fn attr_from_core(name: &str, a: &parts::AttrParts) -> AttrParts {
+    use AttrValue as V;
+    let (kind, value) = match a {
+        parts::AttrParts::Int(i) => ("i", V::Int(*i)),
+        parts::AttrParts::Float(f) => ("f", V::Float(*f)),
+        parts::AttrParts::String(s) => ("s", V::String(s.clone())),
+        parts::AttrParts::Ints(v) => ("ints", V::Ints(v.clone())),
+        parts::AttrParts::Floats(v) => ("floats", V::Floats(v.clone())),
+        parts::AttrParts::Strings(v) => ("strings", V::Strings(v.clone())),
+        parts::AttrParts::Tensor(t) => ("t", V::Tensor(t.into())),
+        parts::AttrParts::Graph => ("g", V::None(NoneValue)),
+        parts::AttrParts::Other(k) => (k.as_str(), V::None(NoneValue)),
+    };
+    AttrParts {
+        name: name.to_string(),
+        kind: kind.to_string(),
+        value,
+    }
+}
+
+record! {
+    /// A node: an empty name is named by the core (`{op_type}_{index}`);
+    /// an empty input or output name is an omitted optional one.
+    "NodeParts" NodeParts {
+        name: String, op_type: String, domain: String, inputs: Vec<String>, outputs: Vec<String>,
+        attrs: Vec<AttrParts>,
+    }
+}
+
+record! {
+    /// A whole model as plain data. `opsets`: (domain, version) pairs.
+    "ModelParts" ModelParts {
+        name: String, opsets: Vec<(String, i64)>, inputs: Vec<ValueParts>,
+        outputs: Vec<ValueParts>, initializers: Vec<TensorParts>, nodes: Vec<NodeParts>,
+    }
+}
+
+impl ModelParts {
+    pub fn to_core(&self) -> Result<parts::ModelParts, String> {
+        let nodes = self
+            .nodes
+            .iter()
+            .map(|n| {
+                Ok(parts::NodeParts {
+                    name: n.name.clone(),
+                    op_type: n.op_type.clone(),
+                    domain: n.domain.clone(),
+                    inputs: n.inputs.clone(),
+                    outputs: n.outputs.clone(),
+                    attrs: n
+                        .attrs
+                        .iter()
+                        .map(|a| Ok((a.name.clone(), attr_to_core(a)?)))
+                        .collect::<Result<_, String>>()?,
+                })
+            })
+            .collect::<Result<_, String>>()?;
+        Ok(parts::ModelParts {
+            name: self.name.clone(),
+            opsets: self.opsets.clone(),
+            inputs: self.inputs.iter().map(Into::into).collect(),
+            outputs: self.outputs.iter().map(Into::into).collect(),
+            initializers: self.initializers.iter().map(Into::into).collect(),
+            nodes,
+        })
+    }
+}
+
+impl From<&parts::ModelParts> for ModelParts {
+    fn from(p: &parts::ModelParts) -> Self {
+        ModelParts {
+            name: p.name.clone(),
+            opsets: p.opsets.clone(),
+            inputs: p.inputs.iter().map(Into::into).collect(),
+            outputs: p.outputs.iter().map(Into::into).collect(),
+            initializers: p.initializers.iter().map(Into::into).collect(),
+            nodes: p
+                .nodes
+                .iter()
+                .map(|n| NodeParts {
+                    name: n.name.clone(),
+                    op_type: n.op_type.clone(),
+                    domain: n.domain.clone(),
+                    inputs: n.inputs.clone(),
+                    outputs: n.outputs.clone(),
+                    attrs: n.attrs.iter().map(|(k, a)| attr_from_core(k, a)).collect(),
+                })
+                .collect(),
+        }
+    }
+}
