@@ -109,6 +109,12 @@ def main(argv=None) -> int:
         finally:
             runner.close()
 
+    import signal
+
+    def on_term(signum, frame):  # a background run ignores SIGINT: SIGTERM stops it with a summary
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, on_term)
     threads = [threading.Thread(target=job, args=(j,), daemon=True) for j in range(args.jobs)]
     for t in threads:
         t.start()

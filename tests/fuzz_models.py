@@ -51,7 +51,9 @@ import os
 import random
 import re
 import resource
+import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import threading
@@ -291,7 +293,8 @@ def seed_pad(rng):
         h.make_node("Pad", ["pad_in", "pad_amounts", "pad_value"], ["padded"], name="pad", mode="constant"),
         h.make_node("Abs", ["padded"], ["pad_out"], name="abs"),
     ]
-    inits = [_init("pad_amounts", np.array([0, 1, 2, 0, 1, 2], np.int64)), _init("pad_value", np.array(0.5, np.float32))]
+    inits = [_init("pad_amounts", np.array([0, 1, 2, 0, 1, 2], np.int64)),
+             _init("pad_value", np.array(0.5, np.float32))]
     return _model(nodes, [_vi("pad_in", F, ["batch", 3, 4])], [_vi("pad_out", F, ["batch", 5, 8])], inits)
 
 
@@ -334,7 +337,8 @@ def seed_split_concat(rng):
         h.make_node("ReduceSum", ["joined", "reduce_axes"], ["reduced"], name="reduce_sum", keepdims=1),
     ]
     inits = [_init("split_sizes", np.array([2, 4], np.int64)), _init("reduce_axes", np.array([0], np.int64))]
-    return _model(nodes, [_vi("split_in", F, ["batch", 6])], [_vi("joined", F, ["batch", 6]), _vi("reduced", F, [1, 6])],
+    return _model(nodes, [_vi("split_in", F, ["batch", 6])],
+                  [_vi("joined", F, ["batch", 6]), _vi("reduced", F, [1, 6])],
                   inits)
 
 
@@ -930,9 +934,9 @@ class Case:
     def snippet(self) -> str:
         """A Python script that replays this case in the current process."""
         return (
-            "import sys; sys.path.insert(0, 'tests')  # run from the repository root\n"
+            "import json, sys; sys.path.insert(0, 'tests')  # run from the repository root\n"
             "from fuzz_models import Case, run_case_here\n"
-            f"case = Case.from_dict({json.dumps(self.to_dict())!s})\n"
+            f"case = Case.from_dict(json.loads({json.dumps(self.to_dict())!r}))\n"
             "run_case_here(case, verbose=True)\n"
         )
 
@@ -1190,6 +1194,11 @@ def run_case_here(case: Case, verbose: bool = False, phase: Optional[List[str]] 
                             f"compile_model accepted '{s.name}' of shape {list(s.shape)} ({s.dtype}): more elements "
                             f"than any host or IPU can hold, yet it raised no IPUOutOfMemoryError"
                         )
+                    if _elements([max(int(d), 1) for d in s.shape]) * 16 >= 2**63:
+                        raise ImpossibleShape(
+                            f"compile_model accepted '{s.name}' of shape {list(s.shape)} ({s.dtype}): numpy cannot "
+                            f"make an array of that shape ('array is too big'), so it cannot be fed or returned"
+                        )
                 try:
                     inputs = make_execute_inputs(case, compiled)
                 except Exception as e:
@@ -1340,13 +1349,37 @@ class Result:
     def is_failure(self) -> bool:
         return self.outcome in ("bug", "crash", "hang", "hog", "harness")
 
+    def where(self) -> str:
+        """Where in neurenix it failed, as far as the output tells: the
+        innermost neurenix frame of a native backtrace (panic, abort, or gdb's
+        stacks of a hang), else the panic location, else the innermost frame of
+        the Python traceback inside the neurenix package."""
+        text = self.stderr or ""
+        for line in text.splitlines():
+            if line.startswith("#"):  # a gdb frame: "#2  0x... in neurenix::ops::gather_rows(...) () from ..."
+                mt = re.search(r" in ((?:[\w:~<>]|\(anonymous namespace\))+)", line)
+                if mt and re.match(r"<?neurenix", mt.group(1)) and "cxxbridge" not in mt.group(1):
+                    return re.sub(r"::h[0-9a-f]{16}$", "", mt.group(1))
+                continue
+            mt = re.search(r"\b(neurenix(?:_core|_sys|_py)?::[A-Za-z0-9_:<>]+)", line)
+            if mt and not re.search(r"panic|alloc::|rust_begin_unwind|core::result", line):
+                return re.sub(r"::h[0-9a-f]{16}$", "", mt.group(1))
+        mt = re.search(r"panicked at ([^\s:]+:\d+)", text)
+        if mt:
+            return mt.group(1)
+        frames = re.findall(r'File "([^"]*neurenix/hardware/graphcore/[^"]+)", line (\d+), in (\w+)', self.traceback)
+        if frames:
+            f, line, fn = frames[-1]
+            return f"{os.path.basename(f)}:{line} {fn}"
+        return ""
+
     def signature(self) -> str:
-        """Deduplication key: outcome, type, normalised message, phase."""
+        """Deduplication key: outcome, phase, location, normalised message."""
         msg = self.message or _crash_line(self.stderr)
         msg = re.sub(r"'[^']*'|\"[^\"]*\"", "'…'", msg)
         msg = re.sub(r"0x[0-9a-fA-F]+|\d+", "N", msg)
         msg = re.sub(r"\s+", " ", msg)[:160]
-        return f"{self.klass()} | {self.phase} | {msg}"
+        return f"{self.klass()} | {self.phase} | {self.where()} | {msg}"
 
     def report(self) -> str:
         lines = [f"{self.klass()} in {self.phase or '?'} ({self.seconds:.2f} s)", self.case.describe()]
@@ -1370,12 +1403,70 @@ def _crash_line(stderr: str) -> str:
     return ""
 
 
+def _native_stacks(pid: int) -> str:
+    """Every thread's native stack of a hanging worker, by gdb (the neurenix
+    frames are what tell where it loops)."""
+    try:
+        out = subprocess.run(["gdb", "-p", str(pid), "-batch", "-nx", "-ex", "set pagination off",
+                              "-ex", "thread apply all bt 40"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    blocks: List[List[str]] = []
+    for ln in out.stdout.splitlines():
+        if ln.startswith("Thread"):
+            blocks.append([ln])
+        elif ln.startswith("#") and blocks:
+            blocks[-1].append(ln)
+    blocks.sort(key=lambda b: not b[0].startswith("Thread 1 "))  # the main thread first
+    return "native stacks (gdb):\n" + "\n".join(ln for b in blocks for ln in b)[:6000] + "\n"
+
+
+def _replay_main(case_path: str, memory_limit: int) -> None:
+    """Entry point of a replay under gdb (see :func:`_crash_stacks`)."""
+    import warnings
+
+    warnings.simplefilter("ignore")
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    if memory_limit:
+        resource.setrlimit(resource.RLIMIT_AS, (memory_limit, memory_limit))
+    os.environ["NEURENIX_IPU_LOCK_DIR"] = tempfile.mkdtemp(prefix="fuzz-locks-")
+    with open(case_path) as f:
+        case = Case.from_dict(json.load(f))
+    try:
+        run_case_here(case)
+    except BaseException:
+        pass
+
+
+def _crash_stacks(case: Case, memory_limit: int, timeout: float) -> str:
+    """The native stack where a case crashes, by replaying it under gdb (for
+    crashes that print no backtrace of their own: SIGSEGV, SIGFPE, C++ aborts)."""
+    fd, path = tempfile.mkstemp(suffix=".json", prefix="fuzz-case-")
+    with os.fdopen(fd, "w") as f:
+        json.dump(case.to_dict(), f)
+    code = (f"import sys; sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r}); "
+            f"import fuzz_models; fuzz_models._replay_main({path!r}, {memory_limit})")
+    try:
+        out = subprocess.run(["gdb", "-batch", "-nx", "-ex", "set pagination off", "-ex", "run", "-ex", "bt 40",
+                              "--args", sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout)
+        text = out.stdout
+    except (OSError, subprocess.SubprocessError):
+        text = ""
+    finally:
+        os.unlink(path)
+    frames = [ln for ln in text.splitlines() if ln.startswith("#") or "received signal" in ln]
+    if not any("received signal" in ln for ln in frames):
+        return ""
+    return "native stack of a replay under gdb:\n" + "\n".join(frames)[:6000] + "\n"
+
+
 class Runner:
     """Runs cases in a persistent worker; restarts it after a crash, a hang or a hog."""
 
     def __init__(self, timeout: float = 10.0, memory_limit: int = DEFAULT_MEMORY_LIMIT,
-                 hog_limit: int = DEFAULT_HOG_LIMIT, log_dir: Optional[str] = None):
+                 hog_limit: int = DEFAULT_HOG_LIMIT, log_dir: Optional[str] = None, gdb: bool = True):
         self.timeout = timeout
+        self.gdb = gdb and shutil.which("gdb") is not None
         self.memory_limit = memory_limit
         self.hog_limit = hog_limit
         self.log_dir = log_dir or tempfile.mkdtemp(prefix="fuzz-worker-")
@@ -1459,9 +1550,12 @@ class Runner:
                     what = signal.Signals(-code).name
                 else:
                     what = f"exit{code}"
-                return Result(case, "crash", what, seconds=time.perf_counter() - t0, stderr=stderr,
-                              phase=self._phase())
+                r = Result(case, "crash", what, seconds=time.perf_counter() - t0, stderr=stderr, phase=self._phase())
+                if self.gdb and not r.where():
+                    r.stderr = _crash_stacks(case, self.memory_limit, max(60.0, 3 * self.timeout)) + r.stderr
+                return r
         else:
+            native = _native_stacks(self.proc.pid) if self.gdb else ""
             # SIGABRT makes faulthandler print every thread's Python stack (where it hangs).
             try:
                 os.kill(self.proc.pid, signal.SIGABRT)
@@ -1471,9 +1565,11 @@ class Runner:
             phase = self._phase()
             self._stop(kill=True)
             return Result(case, "hang", "timeout", f"no answer within {self.timeout:g} s",
-                          seconds=time.perf_counter() - t0, stderr=self._stderr(offset), phase=phase)
+                          seconds=time.perf_counter() - t0, stderr=native + self._stderr(offset), phase=phase)
         r = Result(case, res["outcome"], res["exc_type"], res["message"], res["traceback"], res["phase"],
                    res["seconds"], maxrss_kb=res.get("maxrss_kb", 0))
+        if r.outcome in ("bug", "harness"):
+            r.stderr = self._stderr(offset)  # a panic's message and backtrace
         if res.get("hog_kb"):
             r.stderr = f"peak RSS {res['hog_kb'] // 1024} MiB (limit {self.hog_limit >> 20} MiB)"
             if r.outcome in ("ok", "ipu"):
