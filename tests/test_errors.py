@@ -4,6 +4,8 @@ leaves the manager usable."""
 import math
 
 import numpy as np
+
+import neurenix._native
 import onnx
 import pytest
 from onnx import TensorProto, helper
@@ -180,6 +182,34 @@ def test_custom_domain_operators_are_unsupported():
         with pytest.raises(UnsupportedOperatorError) as e:
             ipu.compile_model(model, np.zeros((2, 2), np.float32))
         assert e.value.domain == "com.microsoft" and e.value.op_type == "FusedGemm"
+
+
+@pytest.mark.parametrize("version", [22, 99])
+def test_operator_sets_newer_than_implemented_are_refused_with_the_range(good, version):
+    model = make_model(
+        [helper.make_node("Relu", ["x"], ["y"])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+        opset=version,
+    )
+    first, last = neurenix._native.supported_opsets()
+    with GraphCoreManager(ipu_model=tiny()) as ipu:
+        with pytest.raises(UnsupportedOperatorError) as e:
+            ipu.compile_model(model, np.zeros(2, np.float32))
+        assert e.value.opset == version and e.value.domain == "ai.onnx"
+        assert f"operator set {version}" in str(e.value) and f"{first} to {last}" in str(e.value)
+        still_works(ipu, good)
+
+
+def test_unnamed_nodes_are_named_by_operator_and_position():
+    model = make_model(
+        [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Neg", ["r"], ["y"], name="Relu_0x")],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+    )
+    with GraphCoreManager(ipu_model=tiny()) as ipu:
+        compiled = ipu.compile_model(model, np.zeros(2, np.float32))
+        assert [p.node for p in compiled.report.placement] == ["Relu_0", "Relu_0x"]
 
 
 # -- inputs -----------------------------------------------------------------------

@@ -180,6 +180,10 @@ pub trait Backend {
     ) -> Result<TensorId> {
         Err(not_implemented("gather_rows"))
     }
+    /// Bytes of tile memory of one IPU (the most one tensor can occupy).
+    fn ipu_memory_bytes(&self) -> u64 {
+        u64::MAX
+    }
     /// Compiles everything built so far into a program for the device.
     /// Tiles that overflow are an `Error::OutOfMemory` naming each of them.
     fn compile(self: Box<Self>) -> Result<Box<dyn DeviceExecutable>> {

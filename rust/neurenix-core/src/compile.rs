@@ -10,7 +10,7 @@ use crate::ir::Model;
 use crate::lower::precision::Precision;
 use crate::lower::{LowerCx, LowerOptions};
 use crate::ops::lookup;
-use crate::passes::{prepare, PassStats, TensorSpec};
+use crate::passes::{prepare, Limits, PassStats, TensorSpec};
 use crate::shard::assign_ipus;
 
 #[derive(Debug, Clone)]
@@ -90,7 +90,16 @@ pub fn lower_model(
 ) -> Result<Lowered> {
     opts.validate()?;
     let mut m = model.clone();
-    let passes = prepare(&mut m, inputs)?;
+    let limits = Limits {
+        tensor_bytes: backend.ipu_memory_bytes(),
+        float_bytes: if opts.precision == Precision::Float32 {
+            4
+        } else {
+            2
+        },
+        ..Limits::default()
+    };
+    let passes = prepare(&mut m, inputs, &limits)?;
     let node_ipu = assign_ipus(&m, opts.num_ipus);
     let lopts = LowerOptions {
         precision: opts.precision,
@@ -144,6 +153,6 @@ pub fn lower_model(
 /// specialised to `inputs`.
 pub fn optimize(model: &Model, inputs: &[TensorSpec]) -> Result<(Model, PassStats)> {
     let mut m = model.clone();
-    let stats = prepare(&mut m, inputs)?;
+    let stats = prepare(&mut m, inputs, &Limits::default())?;
     Ok((m, stats))
 }

@@ -9,7 +9,8 @@ use neurenix_core::error::Error;
 use neurenix_core::ir::{Attr, Dim, Model, Value};
 use neurenix_core::lower::precision::Precision;
 use neurenix_core::ops::supported_ops;
-use neurenix_core::passes::{bind_inputs, infer_and_fold, prepare, TensorSpec};
+use neurenix_core::passes::{bind_inputs, infer_and_fold, prepare, Limits, TensorSpec};
+use neurenix_core::tensor::HostTensor;
 
 fn spec(name: &str, dtype: ElemType, shape: &[usize]) -> TensorSpec {
     TensorSpec {
@@ -59,6 +60,7 @@ fn bind_inputs_fixes_shapes_and_binds_symbolic_dims_consistently() {
             spec("a", ElemType::F32, &[5, 3]),
             spec("b", ElemType::F32, &[5, 4]),
         ],
+        &Limits::default(),
     )
     .unwrap();
     let g = &m.graph;
@@ -72,6 +74,7 @@ fn bind_inputs_fixes_shapes_and_binds_symbolic_dims_consistently() {
             spec("b", ElemType::F32, &[2, 4]),
             spec("a", ElemType::F32, &[2, 3]),
         ],
+        &Limits::default(),
     )
     .unwrap();
     // Unnamed dimensions bind independently.
@@ -82,6 +85,7 @@ fn bind_inputs_fixes_shapes_and_binds_symbolic_dims_consistently() {
             spec("a", ElemType::F32, &[2, 3]),
             spec("b", ElemType::F32, &[7, 4]),
         ],
+        &Limits::default(),
     )
     .unwrap();
     // Inputs without a declared type or shape take what they are given.
@@ -96,7 +100,12 @@ fn bind_inputs_fixes_shapes_and_binds_symbolic_dims_consistently() {
     b.node("Relu", "r", &["x"], &["y"]);
     b.output("y");
     let mut m = b.build();
-    bind_inputs(&mut m, &[spec("x", ElemType::F16, &[2, 2, 2])]).unwrap();
+    bind_inputs(
+        &mut m,
+        &[spec("x", ElemType::F16, &[2, 2, 2])],
+        &Limits::default(),
+    )
+    .unwrap();
     assert_eq!(m.graph.value(x).dtype, Some(ElemType::F16));
     assert_eq!(m.graph.shape_of(x), Some(vec![2, 2, 2]));
 }
@@ -110,6 +119,7 @@ fn bind_inputs_symbolic_dims_that_disagree() {
             spec("a", ElemType::F32, &[5, 3]),
             spec("b", ElemType::F32, &[6, 4]),
         ],
+        &Limits::default(),
     );
     assert_input_mismatch(r, "b", &["'N'", "6", "5", "input 'a'", "[N, 4]"]);
     // Within one input.
@@ -119,11 +129,20 @@ fn bind_inputs_symbolic_dims_that_disagree() {
     b.output("y");
     let mut m = b.build();
     assert_input_mismatch(
-        bind_inputs(&mut m, &[spec("sq", ElemType::F32, &[3, 4])]),
+        bind_inputs(
+            &mut m,
+            &[spec("sq", ElemType::F32, &[3, 4])],
+            &Limits::default(),
+        ),
         "sq",
         &["'S'", "4", "3"],
     );
-    bind_inputs(&mut m, &[spec("sq", ElemType::F32, &[3, 3])]).unwrap();
+    bind_inputs(
+        &mut m,
+        &[spec("sq", ElemType::F32, &[3, 3])],
+        &Limits::default(),
+    )
+    .unwrap();
 }
 
 #[test]
@@ -138,18 +157,25 @@ fn bind_inputs_dtype_rank_and_fixed_dim_mismatches() {
     let r = bind_inputs(
         &mut mk(),
         &[spec("a", ElemType::I64, &[2, 3]), ok_b.clone()],
+        &Limits::default(),
     );
     assert_input_mismatch(r, "a", &["float32", "int64"]);
     let r = bind_inputs(
         &mut mk(),
         &[spec("a", ElemType::F32, &[2, 3, 1]), ok_b.clone()],
+        &Limits::default(),
     );
     assert_input_mismatch(r, "a", &["rank 3 instead of 2", "[2, 3]"]);
-    let r = bind_inputs(&mut mk(), &[spec("a", ElemType::F32, &[6]), ok_b.clone()]);
+    let r = bind_inputs(
+        &mut mk(),
+        &[spec("a", ElemType::F32, &[6]), ok_b.clone()],
+        &Limits::default(),
+    );
     assert_input_mismatch(r, "a", &["rank 1 instead of 2"]);
     let r = bind_inputs(
         &mut mk(),
         &[spec("a", ElemType::F32, &[2, 4]), ok_b.clone()],
+        &Limits::default(),
     );
     assert_input_mismatch(r, "a", &["dimension 1 is 4, not 3"]);
     let r = bind_inputs(
@@ -158,6 +184,7 @@ fn bind_inputs_dtype_rank_and_fixed_dim_mismatches() {
             spec("a", ElemType::F32, &[2, 3]),
             spec("b", ElemType::F32, &[1, 5]),
         ],
+        &Limits::default(),
     );
     assert_input_mismatch(r, "b", &["dimension 1 is 5, not 4"]);
     let r = bind_inputs(
@@ -166,6 +193,7 @@ fn bind_inputs_dtype_rank_and_fixed_dim_mismatches() {
             spec("a", ElemType::F32, &[2, 3]),
             spec("b", ElemType::F16, &[1, 4]),
         ],
+        &Limits::default(),
     );
     assert_input_mismatch(r, "b", &["float32", "float16"]);
 }
@@ -183,11 +211,12 @@ fn bind_inputs_unknown_and_missing_names() {
     let r = bind_inputs(
         &mut mk(),
         &[a.clone(), b.clone(), spec("z", ElemType::F32, &[1])],
+        &Limits::default(),
     );
     assert_input_mismatch(r, "z", &["no input named 'z'", "a, b"]);
-    let r = bind_inputs(&mut mk(), &[a.clone()]);
+    let r = bind_inputs(&mut mk(), &[a.clone()], &Limits::default());
     assert_input_mismatch(r, "b", &["no value given", "'b'"]);
-    let r = bind_inputs(&mut mk(), &[]);
+    let r = bind_inputs(&mut mk(), &[], &Limits::default());
     assert_input_mismatch(r, "a", &["'a'"]);
     // Through the whole driver too.
     let e = optimize(&mk(), &[b]).unwrap_err();
@@ -453,8 +482,13 @@ fn initializer_only_subgraphs_fold() {
     let m = b.build();
     let mut pm = m.clone();
     pm.graph.toposort().unwrap();
-    bind_inputs(&mut pm, &[spec("x", ElemType::F32, &[1, 3])]).unwrap();
-    assert_eq!(infer_and_fold(&mut pm).unwrap(), 3);
+    bind_inputs(
+        &mut pm,
+        &[spec("x", ElemType::F32, &[1, 3])],
+        &Limits::default(),
+    )
+    .unwrap();
+    assert_eq!(infer_and_fold(&mut pm, &Limits::default()).unwrap(), 3);
     let g = &pm.graph;
     assert_eq!(g.nodes.len(), 1);
     let w3 = g.constant(g.find("W3").unwrap()).unwrap();
@@ -727,7 +761,12 @@ fn prepare_reports_outputs_nobody_produces_and_counts_its_work() {
     b.node("Relu", "relu", &["a"], &["y"]);
     b.output("y");
     let mut m = b.build();
-    let st = prepare(&mut m, &[spec("x", ElemType::F32, &[2, 2])]).unwrap();
+    let st = prepare(
+        &mut m,
+        &[spec("x", ElemType::F32, &[2, 2])],
+        &Limits::default(),
+    )
+    .unwrap();
     assert_eq!(st.nodes_in, 6);
     assert_eq!(st.folded, 1, "{st:?}");
     assert_eq!(st.dead, 1, "{st:?}");
@@ -813,4 +852,130 @@ fn precision_names_parse() {
     for p in [Precision::Float32, Precision::Float16, Precision::Mixed] {
         assert_eq!(Precision::parse(p.name()).unwrap(), p);
     }
+}
+
+/// An IPU of 1,000 bytes, computing floats in `float_bytes`.
+fn small_ipu(float_bytes: u64) -> Limits {
+    Limits {
+        tensor_bytes: 1000,
+        float_bytes,
+        ..Limits::default()
+    }
+}
+
+#[test]
+fn inputs_larger_than_an_ipu_are_out_of_memory_before_anything_runs() {
+    let mk = || two_inputs(vec![sym("N")], vec![sym("N")]);
+    // 250 float32 = 1,000 bytes fit; 251 do not, but fit in half precision.
+    prepare(
+        &mut mk(),
+        &[
+            spec("a", ElemType::F32, &[250]),
+            spec("b", ElemType::F32, &[250]),
+        ],
+        &small_ipu(4),
+    )
+    .unwrap();
+    let e = prepare(
+        &mut mk(),
+        &[
+            spec("a", ElemType::F32, &[251]),
+            spec("b", ElemType::F32, &[251]),
+        ],
+        &small_ipu(4),
+    )
+    .unwrap_err();
+    let msg = e.to_string();
+    assert!(
+        matches!(&e, Error::OutOfMemory { tiles, .. } if tiles.is_empty()),
+        "{e:?}"
+    );
+    assert!(
+        msg.contains("input 'a'") && msg.contains("1,004 bytes") && msg.contains("1,000 bytes"),
+        "{msg}"
+    );
+    prepare(
+        &mut mk(),
+        &[
+            spec("a", ElemType::F32, &[251]),
+            spec("b", ElemType::F32, &[251]),
+        ],
+        &small_ipu(2),
+    )
+    .unwrap();
+    // A shape whose element count overflows is malformed, whatever the device.
+    let huge = [1usize << 40, 1 << 40];
+    let mut m = ModelBuilder::new(13);
+    m.input_fixed("x", ElemType::F32, &huge);
+    m.node("Relu", "r", &["x"], &["y"]);
+    m.output("y");
+    let e = prepare(
+        &mut m.build(),
+        &[spec("x", ElemType::F32, &huge)],
+        &Limits::default(),
+    )
+    .unwrap_err();
+    assert!(
+        matches!(e, Error::ModelFormat(_))
+            && e.to_string().contains("more elements than can be counted"),
+        "{e}"
+    );
+}
+
+#[test]
+fn node_outputs_larger_than_an_ipu_are_named_with_their_node() {
+    // Expand a [2] input to [1000, 2]: 8,000 bytes of float32.
+    let mut b = ModelBuilder::new(13);
+    b.input_fixed("x", ElemType::F32, &[2]);
+    b.init("shape", HostTensor::from_i64s(&[2], vec![1000, 2]));
+    b.node("Expand", "big", &["x", "shape"], &["y"]);
+    b.output("y");
+    let m = b.build();
+    let e = prepare(
+        &mut m.clone(),
+        &[spec("x", ElemType::F32, &[2])],
+        &small_ipu(4),
+    )
+    .unwrap_err();
+    let msg = e.to_string();
+    assert!(matches!(e, Error::OutOfMemory { .. }), "{msg}");
+    assert!(
+        msg.contains("tensor 'y' (output 0 of node 'big', Expand)") && msg.contains("8,000 bytes"),
+        "{msg}"
+    );
+    prepare(
+        &mut m.clone(),
+        &[spec("x", ElemType::F32, &[2])],
+        &Limits::default(),
+    )
+    .unwrap();
+}
+
+#[test]
+fn folding_stops_at_the_host_budget() {
+    // A constant [4] expanded to [64, 4]: folded within budget, left to the
+    // device beyond it.
+    let build = || {
+        let mut b = ModelBuilder::new(13);
+        b.input_fixed("x", ElemType::F32, &[64, 4]);
+        b.init("c", HostTensor::from_f32s(&[4], vec![1.0, 2.0, 3.0, 4.0]));
+        b.init("shape", HostTensor::from_i64s(&[2], vec![64, 4]));
+        b.node("Expand", "e", &["c", "shape"], &["ce"]);
+        b.node("Add", "add", &["x", "ce"], &["y"]);
+        b.output("y");
+        b.build()
+    };
+    let mut m = build();
+    assert_eq!(infer_and_fold(&mut m, &Limits::default()).unwrap(), 1);
+    let tight = Limits {
+        host_eval_elements: 255,
+        ..Limits::default()
+    };
+    let mut m = build();
+    bind_inputs(&mut m, &[spec("x", ElemType::F32, &[64, 4])], &tight).unwrap();
+    assert_eq!(infer_and_fold(&mut m, &tight).unwrap(), 0);
+    assert_eq!(
+        m.graph.shape_of(m.graph.find("ce").unwrap()),
+        Some(vec![64, 4])
+    );
 }

@@ -300,12 +300,16 @@ pub fn expr_op_name(code: u16) -> String {
 /// The simulator's graph library, as a compiler backend.
 pub struct GraphBuilder {
     builder: UniquePtr<ffi::GraphBuilder>,
+    ipu_memory_bytes: u64,
 }
 
 impl GraphBuilder {
+    /// A graph for `num_ipus` IPUs of the system `spec` describes.
     pub fn new(spec: &str, num_ipus: u32) -> Result<GraphBuilder> {
+        let system = describe_system(spec)?;
         Ok(GraphBuilder {
             builder: ffi::new_graph(spec, num_ipus).map_err(core_err)?,
+            ipu_memory_bytes: u64::from(system.tiles_per_ipu).saturating_mul(system.bytes_per_tile),
         })
     }
 
@@ -334,6 +338,9 @@ impl GraphBuilder {
 }
 
 impl Backend for GraphBuilder {
+    fn ipu_memory_bytes(&self) -> u64 {
+        self.ipu_memory_bytes
+    }
     fn compile(self: Box<Self>) -> Result<Box<dyn DeviceExecutable>> {
         Ok(Box::new(self.compile_graph()?))
     }

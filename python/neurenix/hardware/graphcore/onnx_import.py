@@ -50,6 +50,10 @@ def load(model: Any) -> "onnx.ModelProto":
     except onnx.checker.ValidationError as e:
         msg = str(e).strip().splitlines()
         raise ModelFormatError("the ONNX model is invalid: " + " ".join(m.strip() for m in msg[:6])) from None
+    except Exception as e:
+        # The checker itself can fail on corrupted data (its message quoting
+        # a name that is not UTF-8, say).
+        raise ModelFormatError(f"the ONNX model is invalid: {type(e).__name__}: {e}") from None
     return proto
 
 

@@ -4,11 +4,80 @@
 use std::collections::HashMap;
 
 use crate::dtype::ElemType;
-use crate::error::{Error, Result};
+use crate::error::{group_digits, Error, Result};
 use crate::ir::{Dim, Model};
 use crate::ops::{lookup, OpCx};
+use crate::tensor::checked_numel;
 
 pub mod fuse;
+
+/// The sizes one compile handles.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Bytes one tensor may occupy on the device: one IPU's tile memory, as
+    /// a tensor lives on one IPU. Larger tensors are refused as out of memory
+    /// before anything is built for them.
+    pub tensor_bytes: u64,
+    /// Bytes a float element takes on the device (2 where the precision
+    /// policy computes in half), for the check above.
+    pub float_bytes: u64,
+    /// Elements the host evaluates for one node at compile time (constant
+    /// folding, shape subgraphs): larger results are computed on the device.
+    pub host_eval_elements: usize,
+}
+
+/// Host evaluation budget per node: 64 Mi elements (512 MiB as the host's
+/// f64/i64 values).
+pub const HOST_EVAL_ELEMENTS: usize = 1 << 26;
+
+impl Default for Limits {
+    /// No device: only the host budget and counts that overflow limit.
+    fn default() -> Limits {
+        Limits {
+            tensor_bytes: u64::MAX,
+            float_bytes: 4,
+            host_eval_elements: HOST_EVAL_ELEMENTS,
+        }
+    }
+}
+
+impl Limits {
+    /// Checks that a tensor of `dtype` and `shape` can exist on one IPU:
+    /// `what` names it in the error.
+    pub fn check_tensor(&self, what: &str, dtype: ElemType, shape: &[usize]) -> Result<()> {
+        let elem = if dtype.is_float() {
+            self.float_bytes
+        } else {
+            dtype.device_default().size() as u64
+        };
+        let numel = checked_numel(shape).ok_or_else(|| {
+            Error::model(format!(
+                "{what} would have shape {shape:?}: more elements than can be counted"
+            ))
+        })?;
+        let bytes = (numel as u128) * (elem as u128);
+        if bytes > self.tensor_bytes as u128 {
+            return Err(Error::OutOfMemory {
+                tiles: Vec::new(),
+                message: format!(
+                    "{what} would be {dtype}{shape:?}: {} bytes on the device, but one IPU has {} bytes of tile \
+                     memory, and a tensor lives on one IPU; no number of IPUs can hold it. Use smaller inputs \
+                     or a smaller model.",
+                    group_digits_u128(bytes),
+                    group_digits(self.tensor_bytes)
+                ),
+            });
+        }
+        Ok(())
+    }
+}
+
+fn group_digits_u128(n: u128) -> String {
+    match u64::try_from(n) {
+        Ok(n) => group_digits(n),
+        Err(_) => n.to_string(),
+    }
+}
 
 /// A tensor's name, element type and concrete shape: an input the model is
 /// compiled for.
@@ -21,7 +90,7 @@ pub struct TensorSpec {
 
 /// Checks `specs` against the declared graph inputs and fixes every input
 /// shape. Named dimensions must bind consistently across inputs.
-pub fn bind_inputs(model: &mut Model, specs: &[TensorSpec]) -> Result<()> {
+pub fn bind_inputs(model: &mut Model, specs: &[TensorSpec], limits: &Limits) -> Result<()> {
     let g = &mut model.graph;
     let declared: Vec<usize> = g.inputs.clone();
     let mut bound: HashMap<String, (usize, String)> = HashMap::new();
@@ -102,6 +171,7 @@ pub fn bind_inputs(model: &mut Model, specs: &[TensorSpec]) -> Result<()> {
                 }
             }
         }
+        limits.check_tensor(&format!("input '{name}'"), spec.dtype, &spec.shape)?;
         let val = g.value_mut(v);
         val.dtype = Some(spec.dtype);
         val.shape = Some(spec.shape.iter().map(|&d| Dim::Fixed(d)).collect());
@@ -112,7 +182,7 @@ pub fn bind_inputs(model: &mut Model, specs: &[TensorSpec]) -> Result<()> {
 /// Shape inference and constant folding in one sweep (a node's shape can
 /// depend on folded values upstream, e.g. Shape -> Gather -> Reshape).
 /// Folded nodes are removed. Returns how many were folded.
-pub fn infer_and_fold(model: &mut Model) -> Result<usize> {
+pub fn infer_and_fold(model: &mut Model, limits: &Limits) -> Result<usize> {
     let opset = model.opset;
     // Name every unsupported operator at once.
     let mut unknown: Vec<usize> = Vec::new();
@@ -187,12 +257,33 @@ pub fn infer_and_fold(model: &mut Model) -> Result<usize> {
                     node.outputs.len()
                 )));
             }
+            // Nothing is built, on the host or the device, for a tensor that
+            // cannot exist.
+            let mut elements = 0usize;
+            for (k, ts) in outs.iter().enumerate().take(node.outputs.len()) {
+                let what = format!(
+                    "tensor '{}' (output {k} of node '{}', {})",
+                    g.value(node.outputs[k]).name,
+                    node.name,
+                    node.op_type
+                );
+                limits.check_tensor(&what, ts.dtype, &ts.shape)?;
+                elements = elements.saturating_add(checked_numel(&ts.shape).unwrap_or(usize::MAX));
+            }
             let all_const = node
                 .inputs
                 .iter()
                 .flatten()
                 .all(|&v| g.constant(v).is_some());
-            let values = if all_const || op.folds_without_values() {
+            let within_budget = elements <= limits.host_eval_elements;
+            if !within_budget && op.host_only() {
+                return Err(cx.err(format!(
+                    "produces {elements} elements, which are computed on the host at compile time, and the \
+                     host evaluates at most {} elements per node",
+                    limits.host_eval_elements
+                )));
+            }
+            let values = if within_budget && (all_const || op.folds_without_values()) {
                 let ins: Vec<_> = node
                     .inputs
                     .iter()
@@ -263,14 +354,14 @@ pub struct PassStats {
 
 /// Everything before lowering: order, bind inputs, infer and fold, fuse,
 /// drop dead nodes.
-pub fn prepare(model: &mut Model, specs: &[TensorSpec]) -> Result<PassStats> {
+pub fn prepare(model: &mut Model, specs: &[TensorSpec], limits: &Limits) -> Result<PassStats> {
     let mut st = PassStats {
         nodes_in: model.graph.nodes.len(),
         ..Default::default()
     };
     model.graph.toposort()?;
-    bind_inputs(model, specs)?;
-    st.folded = infer_and_fold(model)?;
+    bind_inputs(model, specs, limits)?;
+    st.folded = infer_and_fold(model, limits)?;
     st.dead = model.graph.remove_dead_nodes();
     st.fused = fuse::fuse(model)?;
     st.dead += model.graph.remove_dead_nodes();
