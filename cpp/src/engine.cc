@@ -175,19 +175,19 @@ size_t Engine::num_outputs() const { return exe_->graph().outputs().size(); }
 uint64_t Engine::input_bytes(uint32_t i) const {
   const Graph& g = exe_->graph();
   const Tensor& t = g.inputs().at(i).tensor;
-  return t.numel() * dtype_size(g.var(t.var).dtype);
+  return t.numel() * device_type_size(g.var(t.var).dtype);
 }
 
 uint64_t Engine::output_bytes(uint32_t i) const {
   const Graph& g = exe_->graph();
   const Tensor& t = g.outputs().at(i).tensor;
-  return t.numel() * dtype_size(g.var(t.var).dtype);
+  return t.numel() * device_type_size(g.var(t.var).dtype);
 }
 
 void Engine::scatter(const Tensor& t, const uint8_t* data) {
   const Graph& g = exe_->graph();
   const Variable& v = g.var(t.var);
-  const size_t es = dtype_size(v.dtype);
+  const size_t es = device_type_size(v.dtype);
   for (size_t si = 0; si < v.tiles.size(); ++si) {
     uint8_t* base = arenas_[v.tiles[si].tile] + exe_->var_offset(t.var, si);
     for (uint32_t ii : v.tiles[si].intervals) {
@@ -200,7 +200,7 @@ void Engine::scatter(const Tensor& t, const uint8_t* data) {
 void Engine::gather(const Tensor& t, uint8_t* data) const {
   const Graph& g = exe_->graph();
   const Variable& v = g.var(t.var);
-  const size_t es = dtype_size(v.dtype);
+  const size_t es = device_type_size(v.dtype);
   for (size_t si = 0; si < v.tiles.size(); ++si) {
     const uint8_t* base = arenas_[v.tiles[si].tile] + exe_->var_offset(t.var, si);
     for (uint32_t ii : v.tiles[si].intervals) {
