@@ -9,6 +9,7 @@
 #include <exception>
 #include <functional>
 #include <mutex>
+#include <string>
 #include <thread>
 
 #include "neurenix/error.h"
@@ -134,12 +135,21 @@ unsigned default_threads() {
   return hc ? hc : 1;
 }
 
+bool checked_from_environment() {
+  const char* s = std::getenv("NEURENIX_SIM_CHECKED");
+  return s && *s && std::string(s) != "0";
+}
+
 }  // namespace
 
-Engine::Engine(std::shared_ptr<const Executable> exe, unsigned threads) : exe_(std::move(exe)) {
+Engine::Engine(std::shared_ptr<const Executable> exe, unsigned threads) : Engine(std::move(exe), EngineOptions{threads}) {}
+
+Engine::Engine(std::shared_ptr<const Executable> exe, const EngineOptions& options)
+    : exe_(std::move(exe)), checked_(options.checked || checked_from_environment()) {
   if (!exe_->fits())
     fail(ErrorCode::kInvalidState, "this executable does not fit in tile memory and cannot be loaded");
-  pool_ = std::make_unique<ThreadPool>(threads ? threads : default_threads());
+  if (checked_) verify_memory_bounds(*exe_);
+  pool_ = std::make_unique<ThreadPool>(options.threads ? options.threads : default_threads());
   const auto& sizes = exe_->arena_bytes();
   arenas_.assign(sizes.size(), nullptr);
   for (size_t t = 0; t < sizes.size(); ++t) {

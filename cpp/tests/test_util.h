@@ -58,8 +58,9 @@ std::shared_ptr<const std::vector<uint8_t>> shared_bytes(const std::vector<T>& v
   return std::make_shared<const std::vector<uint8_t>>(to_bytes(v));
 }
 
-// Compiles `g`, loads it, writes `inputs` (in stream order), runs once and
-// returns every output's bytes. The executable is handed back when asked for.
+// Compiles `g`, loads it in checked mode (so every field and copy is verified
+// to stay in bounds), writes `inputs` (in stream order), runs once and returns
+// every output's bytes. The executable is handed back when asked for.
 inline std::vector<std::vector<uint8_t>> run_graph(std::unique_ptr<Graph> g,
                                                    const std::vector<std::vector<uint8_t>>& inputs,
                                                    unsigned threads = 1,
@@ -68,7 +69,7 @@ inline std::vector<std::vector<uint8_t>> run_graph(std::unique_ptr<Graph> g,
   if (exe_out) *exe_out = exe;
   EXPECT_TRUE(exe->fits());
   if (!exe->fits()) return {};
-  Engine e(exe, threads);
+  Engine e(exe, EngineOptions{threads, true});
   EXPECT_EQ(e.num_inputs(), inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) e.write_input(static_cast<uint32_t>(i), inputs[i].data(), inputs[i].size());
   e.run();

@@ -76,7 +76,9 @@ class Executable {
   };
   const std::vector<std::vector<TileCopies>>& exchange_schedule() const { return exchange_schedule_; }
   // The same copies resolved to bytes, packed per destination tile for the
-  // engine's inner loop.
+  // engine's inner loop: byte_schedule()[e][i] serves the tile of
+  // exchange_schedule()[e][i], and its byte copies are that entry's copies, in
+  // the same order.
   struct ByteCopy {
     uint32_t src_tile;
     uint32_t elem;  // element size
