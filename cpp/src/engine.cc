@@ -232,7 +232,7 @@ void Engine::write_input(uint32_t i, const uint8_t* data, size_t bytes) {
 void Engine::read_output(uint32_t i, uint8_t* data, size_t bytes) const {
   if (i >= num_outputs()) fail(ErrorCode::kInvalidArgument, "output index " + std::to_string(i) + " out of range");
   if (bytes != out_buf_[i].size()) fail(ErrorCode::kShapeMismatch, "output buffer has the wrong size");
-  std::memcpy(data, out_buf_[i].data(), bytes);
+  if (bytes) std::memcpy(data, out_buf_[i].data(), bytes);  // an empty output has no buffer to copy from
 }
 
 void Engine::run() {

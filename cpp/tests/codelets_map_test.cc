@@ -376,7 +376,17 @@ TEST(MapCodelet, IntegerPowUnaryAndComparisons) {
     ex.push_back(y);
     want.push_back(w);
   }
+  // Powers past int32 and huge integer constants come out as the x86
+  // conversion gives them: INT32_MIN.
+  for (auto [x, y] : std::vector<std::pair<int, int>>{{10, 10}, {-3, 21}, {2, 31}, {2, 300}}) {
+    base.push_back(x);
+    ex.push_back(y);
+    want.push_back(INT_MIN);
+  }
   EXPECT_EQ(run_map({in(0), in(1), op(E::kPow)}, {{kI32, base}, {kI32, ex}}, kI32, base.size()), want);
+  EXPECT_EQ(run_map({in(0), ci(1), op(E::kAdd)}, {{kI32, {1, 2}}}, kI32, 2), (std::vector<double>{2, 3}));
+  EXPECT_EQ(run_map({in(0), opp(E::kConstI, 1e10), op(E::kAdd)}, {{kI32, {1, 2}}}, kI32, 2),
+            (std::vector<double>{INT_MIN + 1.0, INT_MIN + 2.0}));
 
   std::mt19937 rng(15);
   auto vals = interesting_ints(rng);
@@ -582,6 +592,8 @@ TEST(FillCodelet, EveryType) {
                                  {kF16, -INFINITY, -INFINITY},
                                  {kI32, -7, -7},
                                  {kI32, 2.9, 2},
+                                 {kI32, 1e20, INT_MIN},
+                                 {kI32, NAN, INT_MIN},
                                  {kBool, 0.5, 1},
                                  {kBool, 0, 0}}) {
     TileMem mem;

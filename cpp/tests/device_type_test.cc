@@ -2,6 +2,8 @@
 // DeviceType uses), and reading and writing elements.
 #include <gtest/gtest.h>
 
+#include <climits>
+#include <cmath>
 #include <cstring>
 #include <vector>
 
@@ -39,6 +41,15 @@ TEST(DeviceType, LoadAndStoreElementsOfEveryType) {
   EXPECT_EQ(load_element(buf, kF16, 3), 2048);
   store_element(buf, kI32, 2, -3.9);
   EXPECT_EQ(load_element(buf, kI32, 2), -3);
+  // Out of range and NaN: INT32_MIN, as the x86 conversion gives.
+  for (double v : {2147483648.0, -2147483649.0, 1e300, -HUGE_VAL, std::nan("")}) {
+    store_element(buf, kI32, 2, v);
+    EXPECT_EQ(load_element(buf, kI32, 2), INT32_MIN) << v;
+  }
+  store_element(buf, kI32, 2, 2147483647.9);
+  EXPECT_EQ(load_element(buf, kI32, 2), INT32_MAX);
+  store_element(buf, kI32, 2, -2147483648.9);
+  EXPECT_EQ(load_element(buf, kI32, 2), INT32_MIN);
   store_element(buf, kBool, 15, 0.25);
   EXPECT_EQ(buf[15], 1);
   EXPECT_EQ(load_element(buf, kBool, 15), 1.0);

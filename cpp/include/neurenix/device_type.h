@@ -18,6 +18,13 @@ inline size_t device_type_size(DeviceType t) {
   return 4;
 }
 
+// A number as int32, the way the x86 conversion makes it: truncated toward
+// zero, and INT32_MIN for NaN and values out of range (which C++ leaves
+// undefined).
+inline int32_t truncate_to_int32(double v) {
+  return (v > -2147483649.0 && v < 2147483648.0) ? static_cast<int32_t>(v) : INT32_MIN;
+}
+
 const char* device_type_name(DeviceType t);
 DeviceType device_type_from_code(int code);  // throws kInvalidArgument for unknown codes
 inline bool is_float(DeviceType t) { return t == DeviceType::kFloat32 || t == DeviceType::kFloat16; }

@@ -184,7 +184,7 @@ void MapVertex::compute(uint8_t* mem) const {
             for (size_t j = 0; j < n; ++j) s.f[j] = v;
           } else if (ins.op == ExprOpCode::kConstI) {
             s.kind = ValueKind::kInt;
-            int32_t v = static_cast<int32_t>(ins.imm);
+            const int32_t v = truncate_to_int32(ins.imm);
             for (size_t j = 0; j < n; ++j) s.i[j] = v;
           } else {
             const Operand& o = operands_[ins.arg];
@@ -274,7 +274,7 @@ void MapVertex::compute(uint8_t* mem) const {
               break;
             case ExprOpCode::kPow:
               if (fl) for (size_t j = 0; j < n; ++j) a.f[j] = std::pow(a.f[j], b.f[j]);
-              else for (size_t j = 0; j < n; ++j) a.i[j] = static_cast<int32_t>(std::pow(static_cast<double>(a.i[j]), static_cast<double>(b.i[j])));
+              else for (size_t j = 0; j < n; ++j) a.i[j] = truncate_to_int32(std::pow(static_cast<double>(a.i[j]), static_cast<double>(b.i[j])));
               break;
             case ExprOpCode::kMod:
               if (fl) for (size_t j = 0; j < n; ++j) a.f[j] = py_mod(a.f[j], b.f[j]);
@@ -351,7 +351,7 @@ void MapVertex::compute(uint8_t* mem) const {
       }
       case DeviceType::kInt32:
         if (r.kind == ValueKind::kFloat)
-          for (size_t j = 0; j < n; ++j) reinterpret_cast<int32_t*>(out)[base + j] = static_cast<int32_t>(r.f[j]);
+          for (size_t j = 0; j < n; ++j) reinterpret_cast<int32_t*>(out)[base + j] = truncate_to_int32(r.f[j]);
         else
           std::memcpy(out + base * 4, r.i, n * 4);
         break;
