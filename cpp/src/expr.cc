@@ -148,9 +148,4 @@ ValueKind check_expression(const std::vector<ExprInstr>& expr, const std::vector
   return stack.back();
 }
 
-std::vector<ExprInstr> in_half(std::vector<ExprInstr> expr) {
-  for (auto& i : expr) i.half = true;
-  return expr;
-}
-
 }  // namespace neurenix

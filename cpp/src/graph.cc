@@ -53,8 +53,6 @@ Graph::Graph(SystemSpec spec, uint32_t num_ipus)
   next_tile_.assign(num_ipus, 0);
 }
 
-std::string Graph::unique_name(const std::string& base) { return base + "#" + std::to_string(name_counter_++); }
-
 uint32_t Graph::reserve_tiles(uint32_t ipu, uint32_t count) {
   NX_CHECK(ipu < num_ipus_, "reserve_tiles on a missing IPU");
   uint32_t start = next_tile_[ipu];

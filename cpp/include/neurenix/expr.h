@@ -42,9 +42,6 @@ struct ExprInstr {
   bool half = false;     // round this instruction's float result to binary16
 };
 
-// Marks every instruction of `expr` as half precision (for graphs built by hand).
-std::vector<ExprInstr> in_half(std::vector<ExprInstr> expr);
-
 // Kinds of values inside an expression.
 enum class ValueKind : uint8_t { kFloat, kInt, kBool };
 

@@ -227,7 +227,6 @@ class Graph {
 
   // Program -------------------------------------------------------------------
   uint32_t add_compute_set(const std::string& name);
-  ComputeSet& compute_set(uint32_t cs) { return compute_sets_.at(cs); }
   void add_vertex(uint32_t cs, std::unique_ptr<Vertex> v);
   uint32_t add_exchange(const std::string& name);
   Exchange& exchange(uint32_t ex) { return exchanges_.at(ex); }
@@ -248,9 +247,6 @@ class Graph {
   const std::vector<Step>& program() const { return program_; }
   const std::vector<HostStream>& inputs() const { return inputs_; }
   const std::vector<HostStream>& outputs() const { return outputs_; }
-
-  // A name unique within the graph, for debugging and reports.
-  std::string unique_name(const std::string& base);
 
   // Hands out `count` consecutive tiles of `ipu` (wrapping around), rotating
   // the start so that successive small operations spread over the chip.
@@ -282,7 +278,6 @@ class Graph {
   std::vector<uint32_t> next_tile_;  // per IPU, for map_linearly's rotation
   std::vector<OpPlan> op_plans_;
   std::vector<std::string> warnings_;
-  uint64_t name_counter_ = 0;
 };
 
 }  // namespace neurenix

@@ -124,14 +124,7 @@ Tensor map(Graph& g, const std::vector<ExprInstr>& expr, const std::vector<Tenso
       const Variable& sv = g.var(src.var);
       Field f;
       if (src.scalar) {
-        uint64_t local = 0;
-        if (src.per_tile_scalar) {
-          uint32_t t;
-          size_t hint = 0;
-          g.locate(src.var, k, &t, &local, &hint);
-        } else {
-          local = 0;
-        }
+        const uint64_t local = src.per_tile_scalar ? g.locate(src.var, k).local : 0;
         f = Field{src.var, s.tile, local, 1};
       } else {
         f = Field{src.var, s.tile, 0, s.count};

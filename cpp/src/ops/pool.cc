@@ -97,16 +97,9 @@ Tensor pool(Graph& g, const Tensor& x, const PoolOptions& o) {
       segs.push_back(std::move(sg));
     }
   }
-  uint64_t total = 0;
-  std::vector<TileInterval> ivs;
-  for (Seg& sg : segs) {
-    sg.at = total;
-    const uint64_t sz = sg.planes * sg.in_rows.size() * static_cast<uint64_t>(sg.wi_hi - sg.wi_lo);
-    if (sz) ivs.push_back(TileInterval{total, total + sz, sg.tile, 0});
-    total += sz;
-  }
-  Tensor win = g.add_variable(o.name + "/input_window", dtype, {total}, VarKind::kTemporary, ipu);
-  g.set_mapping(win.var, std::move(ivs));
+  PackedBlocks windows;
+  for (Seg& sg : segs) sg.at = windows.add(sg.tile, sg.planes * sg.in_rows.size() * static_cast<uint64_t>(sg.wi_hi - sg.wi_lo));
+  Tensor win = windows.create(g, o.name + "/input_window", dtype, ipu);
   uint32_t ex = g.add_exchange(o.name + "/fetch");
   for (const Seg& sg : segs) {
     const uint64_t cols = static_cast<uint64_t>(sg.wi_hi - sg.wi_lo), nrows = sg.in_rows.size();
@@ -151,18 +144,11 @@ Tensor pool(Graph& g, const Tensor& x, const PoolOptions& o) {
     // Locally, a tile's output rows (and whole planes) are back to back.
     pw.ld_out_row = static_cast<uint32_t>(wo);
     pw.ld_out_plane = static_cast<uint32_t>(ho * wo);
-    uint32_t t;
-    uint64_t out_local, win_local = 0;
-    size_t hint = 0;
-    g.locate(out.var, (sg.plane0 * ho + sg.ho_lo) * wo + sg.wo_lo, &t, &out_local, &hint);
-    NX_CHECK(t == sg.tile, "pool output rows are not on their tile");
+    const auto [out_tile, out_local] = g.locate(out.var, (sg.plane0 * ho + sg.ho_lo) * wo + sg.wo_lo);
+    NX_CHECK(out_tile == sg.tile, "pool output rows are not on their tile");
     const uint64_t win_count = sg.planes * sg.in_rows.size() * pw.in_cols;
     Field fin{win.var, sg.tile, 0, 0};
-    if (win_count) {
-      hint = 0;
-      g.locate(win.var, sg.at, &t, &win_local, &hint);
-      fin = Field{win.var, sg.tile, win_local, win_count};
-    }
+    if (win_count) fin = Field{win.var, sg.tile, g.locate(win.var, sg.at).local, win_count};
     const uint64_t out_count =
         (sg.planes - 1) * pw.ld_out_plane + (pw.out_rows - 1) * static_cast<uint64_t>(pw.ld_out_row) + pw.out_cols;
     Field fout{out.var, sg.tile, out_local, out_count};

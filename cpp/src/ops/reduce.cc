@@ -149,16 +149,9 @@ Tensor reduce(Graph& g, const Tensor& x_in, const std::vector<uint32_t>& axes_in
       for (; i < order.size() && pieces[order[i]].tile == tile; ++i) {
         const Piece& pc = pieces[order[i]];
         if (slot[order[i]] < 0) {
-          uint32_t t;
-          uint64_t local;
-          size_t hint = 0;
-          g.locate(out.var, pc.row, &t, &local, &hint);
-          fin.push_back(ReduceSegment{pc.local, pc.len, 1, local});
+          fin.push_back(ReduceSegment{pc.local, pc.len, 1, g.locate(out.var, pc.row).local});
         } else {
-          uint32_t t;
-          uint64_t local;
-          size_t hint = 0;
-          g.locate(partial.var, static_cast<uint64_t>(slot[order[i]]), &t, &local, &hint);
+          const uint64_t local = g.locate(partial.var, static_cast<uint64_t>(slot[order[i]])).local;
           part.push_back(ReduceSegment{pc.local, pc.len, 1, local});
         }
       }
@@ -199,12 +192,9 @@ Tensor reduce(Graph& g, const Tensor& x_in, const std::vector<uint32_t>& axes_in
     for (uint64_t r : split_rows) {
       uint64_t n = row_first[r + 1] - row_first[r];
       uint64_t s0 = static_cast<uint64_t>(slot[row_first[r]]);
-      uint32_t t;
-      uint64_t in_local, out_local;
-      size_t h1 = 0, h2 = 0;
-      g.locate(gathered.var, s0, &t, &in_local, &h1);
-      g.locate(out.var, r, &t, &out_local, &h2);
-      segs.push_back({t, ReduceSegment{in_local, n, 1, out_local}});
+      const uint64_t in_local = g.locate(gathered.var, s0).local;
+      const TileLocation out_at = g.locate(out.var, r);
+      segs.push_back({out_at.tile, ReduceSegment{in_local, n, 1, out_at.local}});
     }
     std::stable_sort(segs.begin(), segs.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
     size_t i = 0;
