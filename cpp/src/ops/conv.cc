@@ -74,19 +74,19 @@ std::pair<int64_t, int64_t> input_rows(const ConvOptions& o, const Dims& d, uint
 }  // namespace
 
 Tensor conv(Graph& g, const Tensor& x, const Tensor& w, const Tensor* bias, const ConvOptions& o, ConvPlan* plan_out) {
+  const std::string what = "conv '" + o.name + "'";
   if (x.shape.size() != 4 || w.shape.size() != 4)
-    fail(ErrorCode::kShapeMismatch, "conv '" + o.name + "': input " + shape_str(x.shape) + " and weights " +
+    fail(ErrorCode::kShapeMismatch, what + ": input " + shape_str(x.shape) + " and weights " +
                                         shape_str(w.shape) + " must both be 4-D (NCHW, OIHW)");
   const DeviceType in = g.var(x.var).dtype;
   if (!is_float(in) || g.var(w.var).dtype != in)
-    fail(ErrorCode::kShapeMismatch, "conv '" + o.name + "': input and weights must share a float type");
+    fail(ErrorCode::kShapeMismatch, what + ": input and weights must share a float type");
   if (o.groups == 0 || x.shape[1] % o.groups || w.shape[0] % o.groups || w.shape[1] * o.groups != x.shape[1])
-    fail(ErrorCode::kShapeMismatch, "conv '" + o.name + "': " + std::to_string(o.groups) + " groups do not fit input " +
+    fail(ErrorCode::kShapeMismatch, what + ": " + std::to_string(o.groups) + " groups do not fit input " +
                                         shape_str(x.shape) + " and weights " + shape_str(w.shape));
   if (w.shape[2] != o.kh || w.shape[3] != o.kw)
-    fail(ErrorCode::kShapeMismatch, "conv '" + o.name + "': kernel shape disagrees with the weights");
-  if (!o.sh || !o.sw || !o.dh || !o.dw) fail(ErrorCode::kInvalidArgument, "conv '" + o.name + "': zero stride or dilation");
-  const std::string what = "conv '" + o.name + "'";
+    fail(ErrorCode::kShapeMismatch, what + ": kernel shape disagrees with the weights");
+  if (!o.sh || !o.sw || !o.dh || !o.dw) fail(ErrorCode::kInvalidArgument, what + ": zero stride or dilation");
   check_memory_proportion(what, o.memory_proportion);
   Dims d;
   d.n = x.shape[0];
@@ -100,14 +100,14 @@ Tensor conv(Graph& g, const Tensor& x, const Tensor& w, const Tensor* bias, cons
   const int64_t eff_h = static_cast<int64_t>(d.h) + o.pad_top + o.pad_bottom - static_cast<int64_t>((o.kh - 1) * o.dh) - 1;
   const int64_t eff_w = static_cast<int64_t>(d.w) + o.pad_left + o.pad_right - static_cast<int64_t>((o.kw - 1) * o.dw) - 1;
   if (eff_h < 0 || eff_w < 0)
-    fail(ErrorCode::kShapeMismatch, "conv '" + o.name + "': the (dilated) kernel is larger than the padded input");
+    fail(ErrorCode::kShapeMismatch, what + ": the (dilated) kernel is larger than the padded input");
   d.ho = static_cast<uint64_t>(eff_h) / o.sh + 1;
   d.wo = static_cast<uint64_t>(eff_w) / o.sw + 1;
   if (bias && (bias->numel() != d.co || g.var(bias->var).dtype != in))
-    fail(ErrorCode::kShapeMismatch, "conv '" + o.name + "': bias must hold one value per output channel");
+    fail(ErrorCode::kShapeMismatch, what + ": bias must hold one value per output channel");
   for (const Tensor* t : {&x, &w})
     if (g.var(t->var).ipu != o.ipu)
-      fail(ErrorCode::kInvalidArgument, "conv '" + o.name + "': operand '" + g.var(t->var).name + "' is on IPU " +
+      fail(ErrorCode::kInvalidArgument, what + ": operand '" + g.var(t->var).name + "' is on IPU " +
                                             std::to_string(g.var(t->var).ipu) + ", not " + std::to_string(o.ipu));
   const DeviceType partials = in == DeviceType::kFloat32 ? DeviceType::kFloat32 : o.partials;
   const uint32_t ipu = o.ipu;

@@ -105,18 +105,18 @@ struct OperandBlock {
 }  // namespace
 
 Tensor matmul(Graph& g, const Tensor& a, const Tensor& b, const MatMulOptions& o, MatMulPlan* plan_out) {
+  const std::string what = "matmul '" + o.name + "'";
   if (a.shape.size() != 3 || b.shape.size() != 3 || a.shape[0] != b.shape[0] || a.shape[2] != b.shape[1])
-    fail(ErrorCode::kShapeMismatch, "matmul '" + o.name + "': shapes " + shape_str(a.shape) + " and " + shape_str(b.shape) +
+    fail(ErrorCode::kShapeMismatch, what + ": shapes " + shape_str(a.shape) + " and " + shape_str(b.shape) +
                                         " are not [G, M, K] x [G, K, N]");
   const DeviceType in = g.var(a.var).dtype;
   if (g.var(b.var).dtype != in || !is_float(in))
-    fail(ErrorCode::kShapeMismatch, "matmul '" + o.name + "': operands must share a float type, got " +
+    fail(ErrorCode::kShapeMismatch, what + ": operands must share a float type, got " +
                                         std::string(device_type_name(in)) + " and " + device_type_name(g.var(b.var).dtype));
-  const std::string what = "matmul '" + o.name + "'";
   check_memory_proportion(what, o.memory_proportion);
   for (const Tensor* t : {&a, &b})
     if (g.var(t->var).ipu != o.ipu)
-      fail(ErrorCode::kInvalidArgument, "matmul '" + o.name + "': operand '" + g.var(t->var).name + "' is on IPU " +
+      fail(ErrorCode::kInvalidArgument, what + ": operand '" + g.var(t->var).name + "' is on IPU " +
                                             std::to_string(g.var(t->var).ipu) + ", not " + std::to_string(o.ipu));
   const DeviceType partials = (in == DeviceType::kFloat32) ? DeviceType::kFloat32 : o.partials;
   const uint64_t G = a.shape[0], M = a.shape[1], K = a.shape[2], N = b.shape[2];
