@@ -165,14 +165,14 @@ std::unique_ptr<Executable> compile(std::unique_ptr<Graph> gp) {
     if (items.empty()) continue;
     std::stable_sort(items.begin(), items.end(), [&](const auto& a, const auto& b) {
       if (live[a.first].first != live[b.first].first) return live[a.first].first < live[b.first].first;
-      return g.var(a.first).tiles[a.second].count * dtype_size(g.var(a.first).dtype) >
-             g.var(b.first).tiles[b.second].count * dtype_size(g.var(b.first).dtype);
+      return g.var(a.first).tiles[a.second].count * device_type_size(g.var(a.first).dtype) >
+             g.var(b.first).tiles[b.second].count * device_type_size(g.var(b.first).dtype);
     });
     TileAllocator alloc;
     for (const auto& [v, si] : items) {
       const Variable& var = g.var(v);
       alloc.release_before(live[v].first);
-      uint64_t size = align_up(var.tiles[si].count * dtype_size(var.dtype));
+      uint64_t size = align_up(var.tiles[si].count * device_type_size(var.dtype));
       exe->var_offsets_[v][si] = alloc.place(v, size, live[v].last);
     }
     exe->arena_bytes_[tile] = alloc.hwm;
@@ -182,7 +182,9 @@ std::unique_ptr<Executable> compile(std::unique_ptr<Graph> gp) {
   // Fixed overheads per tile.
   std::vector<TileMemory> mem(ntiles);
   for (uint32_t tile = 0; tile < ntiles; ++tile) {
-    mem[tile].tile = tile;
+    mem[tile].ipu = g.ipu_of_tile(tile);
+    mem[tile].tile = tile % g.tiles_per_ipu();
+    mem[tile].global_tile = tile;
     mem[tile].variables = exe->arena_bytes_[tile];
   }
   std::vector<std::set<std::string>> codelets(ntiles);
@@ -217,7 +219,7 @@ std::unique_ptr<Executable> compile(std::unique_ptr<Graph> gp) {
     m.control_code += kWorkerStacks;
     exe->tile_memory_.push_back(m);
     if (m.total() > capacity) {
-      TileOverflow o{g.ipu_of_tile(tile), tile % g.tiles_per_ipu(), m.total(), capacity, {}};
+      TileOverflow o{m.ipu, m.tile, m.total(), capacity, {}};
       auto& peak = peaks[tile];
       std::sort(peak.begin(), peak.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
       for (size_t i = 0; i < peak.size() && i < 5; ++i) o.largest.push_back(MemoryConsumer{g.var(peak[i].first).name, peak[i].second});
@@ -246,11 +248,11 @@ std::unique_ptr<Executable> compile(std::unique_ptr<Graph> gp) {
     for (auto& v : cs.vertices)
       for (Field* f : v->all_fields()) {
         if (f->count == 0) continue;
-        f->byte_offset = tile_base(f->var, f->tile) + f->local * dtype_size(g.var(f->var).dtype);
+        f->byte_offset = tile_base(f->var, f->tile) + f->local * device_type_size(g.var(f->var).dtype);
       }
   for (auto& ex : g.exchanges())
     for (Copy& c : ex.copies) {
-      size_t es = dtype_size(g.var(c.src).dtype);
+      size_t es = device_type_size(g.var(c.src).dtype);
       c.src_byte = tile_base(c.src, c.src_tile) + c.src_local * es;
       c.dst_byte = tile_base(c.dst, c.dst_tile) + c.dst_local * es;
     }
@@ -278,7 +280,7 @@ std::unique_ptr<Executable> compile(std::unique_ptr<Graph> gp) {
     for (const auto& tc : exe->exchange_schedule_[ei]) {
       const uint32_t begin = static_cast<uint32_t>(bc.size());
       for (const Copy* c : tc.copies) {
-        const int64_t es = static_cast<int64_t>(dtype_size(g.var(c->src).dtype));
+        const int64_t es = static_cast<int64_t>(device_type_size(g.var(c->src).dtype));
         bc.push_back(Executable::ByteCopy{c->src_tile, static_cast<uint32_t>(es), c->src_byte, c->dst_byte, c->count,
                                           c->outer, c->src_stride * es, c->src_outer * es, c->dst_outer * es});
       }
@@ -324,7 +326,7 @@ std::unique_ptr<Executable> compile(std::unique_ptr<Graph> gp) {
         sent.reserve(g.exchanges()[st.index].copies.size());
         c.items = g.exchanges()[st.index].copies.size();
         for (const Copy& cp : g.exchanges()[st.index].copies) {
-          uint64_t bytes = cp.count * cp.outer * dtype_size(g.var(cp.src).dtype);
+          uint64_t bytes = cp.count * cp.outer * device_type_size(g.var(cp.src).dtype);
           c.bytes += bytes;
           if (cp.src_tile == cp.dst_tile) {
             in[cp.dst_tile] += bytes / 2;  // on-tile copy: memory bandwidth, not exchange
@@ -352,7 +354,7 @@ std::unique_ptr<Executable> compile(std::unique_ptr<Graph> gp) {
       case StepKind::kStreamIn:
       case StepKind::kStreamOut: {
         const Tensor& tt = st.kind == StepKind::kStreamIn ? g.inputs()[st.index].tensor : g.outputs()[st.index].tensor;
-        c.bytes = tt.numel() * dtype_size(g.var(tt.var).dtype);
+        c.bytes = tt.numel() * device_type_size(g.var(tt.var).dtype);
         c.cycles = t.host_transfer_latency_cycles + static_cast<uint64_t>(c.bytes / host_bytes_per_cycle);
         break;
       }

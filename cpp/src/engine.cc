@@ -9,6 +9,7 @@
 #include <exception>
 #include <functional>
 #include <mutex>
+#include <string>
 #include <thread>
 
 #include "neurenix/error.h"
@@ -134,12 +135,21 @@ unsigned default_threads() {
   return hc ? hc : 1;
 }
 
+bool checked_from_environment() {
+  const char* s = std::getenv("NEURENIX_SIM_CHECKED");
+  return s && *s && std::string(s) != "0";
+}
+
 }  // namespace
 
-Engine::Engine(std::shared_ptr<const Executable> exe, unsigned threads) : exe_(std::move(exe)) {
+Engine::Engine(std::shared_ptr<const Executable> exe, unsigned threads) : Engine(std::move(exe), EngineOptions{threads}) {}
+
+Engine::Engine(std::shared_ptr<const Executable> exe, const EngineOptions& options)
+    : exe_(std::move(exe)), checked_(options.checked || checked_from_environment()) {
   if (!exe_->fits())
     fail(ErrorCode::kInvalidState, "this executable does not fit in tile memory and cannot be loaded");
-  pool_ = std::make_unique<ThreadPool>(threads ? threads : default_threads());
+  if (checked_) verify_memory_bounds(*exe_);
+  pool_ = std::make_unique<ThreadPool>(options.threads ? options.threads : default_threads());
   const auto& sizes = exe_->arena_bytes();
   arenas_.assign(sizes.size(), nullptr);
   for (size_t t = 0; t < sizes.size(); ++t) {
@@ -175,19 +185,19 @@ size_t Engine::num_outputs() const { return exe_->graph().outputs().size(); }
 uint64_t Engine::input_bytes(uint32_t i) const {
   const Graph& g = exe_->graph();
   const Tensor& t = g.inputs().at(i).tensor;
-  return t.numel() * dtype_size(g.var(t.var).dtype);
+  return t.numel() * device_type_size(g.var(t.var).dtype);
 }
 
 uint64_t Engine::output_bytes(uint32_t i) const {
   const Graph& g = exe_->graph();
   const Tensor& t = g.outputs().at(i).tensor;
-  return t.numel() * dtype_size(g.var(t.var).dtype);
+  return t.numel() * device_type_size(g.var(t.var).dtype);
 }
 
 void Engine::scatter(const Tensor& t, const uint8_t* data) {
   const Graph& g = exe_->graph();
   const Variable& v = g.var(t.var);
-  const size_t es = dtype_size(v.dtype);
+  const size_t es = device_type_size(v.dtype);
   for (size_t si = 0; si < v.tiles.size(); ++si) {
     uint8_t* base = arenas_[v.tiles[si].tile] + exe_->var_offset(t.var, si);
     for (uint32_t ii : v.tiles[si].intervals) {
@@ -200,7 +210,7 @@ void Engine::scatter(const Tensor& t, const uint8_t* data) {
 void Engine::gather(const Tensor& t, uint8_t* data) const {
   const Graph& g = exe_->graph();
   const Variable& v = g.var(t.var);
-  const size_t es = dtype_size(v.dtype);
+  const size_t es = device_type_size(v.dtype);
   for (size_t si = 0; si < v.tiles.size(); ++si) {
     const uint8_t* base = arenas_[v.tiles[si].tile] + exe_->var_offset(t.var, si);
     for (uint32_t ii : v.tiles[si].intervals) {
@@ -222,7 +232,7 @@ void Engine::write_input(uint32_t i, const uint8_t* data, size_t bytes) {
 void Engine::read_output(uint32_t i, uint8_t* data, size_t bytes) const {
   if (i >= num_outputs()) fail(ErrorCode::kInvalidArgument, "output index " + std::to_string(i) + " out of range");
   if (bytes != out_buf_[i].size()) fail(ErrorCode::kShapeMismatch, "output buffer has the wrong size");
-  std::memcpy(data, out_buf_[i].data(), bytes);
+  if (bytes) std::memcpy(data, out_buf_[i].data(), bytes);  // an empty output has no buffer to copy from
 }
 
 void Engine::run() {

@@ -163,7 +163,7 @@ View broadcast_view(const Tensor& t, const Shape& shape) {
   return v;
 }
 
-Tensor gather_like(Graph& g, uint32_t ex, const View& src, DType dtype, const Tensor& like, const std::string& name) {
+Tensor gather_like(Graph& g, uint32_t ex, const View& src, DeviceType dtype, const Tensor& like, const std::string& name) {
   NX_CHECK(src.numel() == like.numel(), "gather_like with a different element count");
   uint32_t ipu = g.var(like.var).ipu;
   Tensor tmp = g.add_variable(name, dtype, src.shape, VarKind::kTemporary, ipu);

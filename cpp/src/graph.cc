@@ -30,7 +30,7 @@ const TileShare* Variable::share(uint32_t tile) const {
 
 uint64_t Variable::bytes_on(uint32_t tile) const {
   const TileShare* s = share(tile);
-  return s ? s->count * dtype_size(dtype) : 0;
+  return s ? s->count * device_type_size(dtype) : 0;
 }
 
 View View::of(const Tensor& t) {
@@ -53,8 +53,6 @@ Graph::Graph(SystemSpec spec, uint32_t num_ipus)
   next_tile_.assign(num_ipus, 0);
 }
 
-std::string Graph::unique_name(const std::string& base) { return base + "#" + std::to_string(name_counter_++); }
-
 uint32_t Graph::reserve_tiles(uint32_t ipu, uint32_t count) {
   NX_CHECK(ipu < num_ipus_, "reserve_tiles on a missing IPU");
   uint32_t start = next_tile_[ipu];
@@ -62,7 +60,7 @@ uint32_t Graph::reserve_tiles(uint32_t ipu, uint32_t count) {
   return start;
 }
 
-Tensor Graph::add_variable(const std::string& name, DType dtype, const Shape& shape, VarKind kind, uint32_t ipu) {
+Tensor Graph::add_variable(const std::string& name, DeviceType dtype, const Shape& shape, VarKind kind, uint32_t ipu) {
   if (ipu >= num_ipus_)
     fail(ErrorCode::kInvalidArgument, "variable '" + name + "' placed on IPU " + std::to_string(ipu) + " but the graph has " +
                                           std::to_string(num_ipus_) + " IPU(s)");
@@ -78,12 +76,12 @@ Tensor Graph::add_variable(const std::string& name, DType dtype, const Shape& sh
   return Tensor{static_cast<VarId>(vars_.size() - 1), shape};
 }
 
-Tensor Graph::add_constant(const std::string& name, DType dtype, const Shape& shape, uint32_t ipu,
+Tensor Graph::add_constant(const std::string& name, DeviceType dtype, const Shape& shape, uint32_t ipu,
                            std::shared_ptr<const std::vector<uint8_t>> data) {
-  uint64_t expect = shape_numel(shape) * dtype_size(dtype);
+  uint64_t expect = shape_numel(shape) * device_type_size(dtype);
   if (!data || data->size() != expect)
     fail(ErrorCode::kInvalidArgument, "constant '" + name + "' has " + std::to_string(data ? data->size() : 0) +
-                                          " bytes of data but shape " + shape_str(shape) + " of " + dtype_name(dtype) +
+                                          " bytes of data but shape " + shape_str(shape) + " of " + device_type_name(dtype) +
                                           " needs " + std::to_string(expect));
   Tensor t = add_variable(name, dtype, shape, VarKind::kConstant, ipu);
   vars_[t.var].data = std::move(data);
@@ -137,7 +135,7 @@ void Graph::map_linearly(VarId id, uint64_t grain) {
     v.mapped = true;
     return;
   }
-  uint64_t esize = dtype_size(v.dtype);
+  uint64_t esize = device_type_size(v.dtype);
   if (grain == 0) grain = std::max<uint64_t>(1, 32 / esize);  // at least 32 bytes a tile
   uint64_t chunks = (v.numel + grain - 1) / grain;
   uint64_t ntiles = std::min<uint64_t>(tiles_per_ipu_, chunks);
@@ -196,6 +194,13 @@ void Graph::locate(VarId id, uint64_t flat, uint32_t* tile, uint64_t* local, siz
   }
   *tile = m[i].tile;
   *local = m[i].local + (flat - m[i].begin);
+}
+
+TileLocation Graph::locate(VarId id, uint64_t flat) const {
+  TileLocation at{0, 0};
+  size_t hint = 0;
+  locate(id, flat, &at.tile, &at.local, &hint);
+  return at;
 }
 
 uint32_t Graph::add_compute_set(const std::string& name) {

@@ -7,20 +7,19 @@
 #include <random>
 #include <set>
 
-#include "neurenix/codelets.h"
+#include "expr_util.h"
+#include "neurenix/codelets/map.h"
 #include "neurenix/exchange.h"
-#include "neurenix/ops.h"
+#include "neurenix/ops/map.h"
+#include "neurenix/ops/matmul.h"
+#include "neurenix/ops/rearrange.h"
+#include "neurenix/ops/reduce.h"
 #include "test_util.h"
 
 namespace {
 
 using namespace neurenix;
 using namespace nxtest;
-using E = ExprOpCode;
-
-ExprInstr in(uint32_t i) { return ExprInstr{E::kInput, i, 0, 0, false}; }
-ExprInstr op(E o) { return ExprInstr{o, 0, 0, 0, false}; }
-ExprInstr cf(double v) { return ExprInstr{E::kConstF, 0, v, 0, false}; }
 
 // Every block lies inside its tile's arena, and blocks of variables that
 // are live at the same time never overlap.
@@ -37,7 +36,7 @@ void check_allocation(const Executable& exe) {
     if (live[v].first < 0) continue;
     for (size_t si = 0; si < var.tiles.size(); ++si) {
       const uint64_t off = exe.var_offset(static_cast<VarId>(v), si);
-      const uint64_t len = var.tiles[si].count * dtype_size(var.dtype);
+      const uint64_t len = var.tiles[si].count * device_type_size(var.dtype);
       EXPECT_EQ(off % 8, 0u) << var.name << ": blocks are 8-byte aligned";
       EXPECT_LE(off + len, exe.arena_bytes()[var.tiles[si].tile]) << var.name << " past the arena";
       by_tile[var.tiles[si].tile].push_back({static_cast<VarId>(v), off, off + len});
@@ -64,7 +63,7 @@ void check_addresses(const Executable& exe) {
     const TileShare* s = var.share(tile);
     ASSERT_NE(s, nullptr);
     *begin = exe.var_offset(v, static_cast<size_t>(s - var.tiles.data()));
-    *end = *begin + s->count * dtype_size(var.dtype);
+    *end = *begin + s->count * device_type_size(var.dtype);
   };
   for (const ComputeSet& cs : g.compute_sets())
     for (const auto& v : cs.vertices)
@@ -72,14 +71,14 @@ void check_addresses(const Executable& exe) {
         if (f->count == 0) continue;
         uint64_t b = 0, e = 0;
         block(f->var, f->tile, &b, &e);
-        const uint64_t es = dtype_size(g.var(f->var).dtype);
+        const uint64_t es = device_type_size(g.var(f->var).dtype);
         EXPECT_EQ(f->byte_offset, b + f->local * es) << cs.name;
         EXPECT_LE(f->byte_offset + f->count * es, e) << cs.name;
         EXPECT_LE(e, exe.arena_bytes()[f->tile]);
       }
   for (const Exchange& ex : g.exchanges())
     for (const Copy& c : ex.copies) {
-      const uint64_t es = dtype_size(g.var(c.src).dtype);
+      const uint64_t es = device_type_size(g.var(c.src).dtype);
       uint64_t sb = 0, se = 0, db = 0, de = 0;
       block(c.src, c.src_tile, &sb, &se);
       block(c.dst, c.dst_tile, &db, &de);
@@ -98,11 +97,11 @@ void check_addresses(const Executable& exe) {
 
 std::unique_ptr<Graph> chain_graph(uint32_t tiles, uint64_t n) {
   auto g = std::make_unique<Graph>(tiny(tiles), 1);
-  Tensor x = g->add_variable("x", DType::kFloat32, {n}, VarKind::kInput, 0);
+  Tensor x = g->add_variable("x", kF32, {n}, VarKind::kInput, 0);
   g->add_input_stream("x", x);
-  Tensor a = ops::map(*g, {in(0), cf(1), op(E::kAdd)}, {x}, DType::kFloat32, {n}, 0, "a");
-  Tensor b = ops::map(*g, {in(0), cf(2), op(E::kMul)}, {a}, DType::kFloat32, {n}, 0, "b");
-  Tensor c = ops::map(*g, {in(0), cf(3), op(E::kSub)}, {b}, DType::kFloat32, {n}, 0, "c");
+  Tensor a = ops::map(*g, {in(0), cf(1), op(E::kAdd)}, {x}, kF32, {n}, 0, "a");
+  Tensor b = ops::map(*g, {in(0), cf(2), op(E::kMul)}, {a}, kF32, {n}, 0, "b");
+  Tensor c = ops::map(*g, {in(0), cf(3), op(E::kSub)}, {b}, kF32, {n}, 0, "c");
   g->add_output_stream("c", c);
   return g;
 }
@@ -130,21 +129,21 @@ TEST(Compiler, DisjointLifetimesShareMemory) {
 TEST(Compiler, TemporariesWithDisjointLifetimesReuseOneBlock) {
   auto g = std::make_unique<Graph>(tiny(1), 1);
   const uint64_t n = 64;
-  Tensor t1 = g->add_variable("t1", DType::kFloat32, {n}, VarKind::kTemporary, 0);
-  Tensor t2 = g->add_variable("t2", DType::kFloat32, {n}, VarKind::kTemporary, 0);
-  Tensor o1 = g->add_variable("o1", DType::kFloat32, {n}, VarKind::kIntermediate, 0);
-  Tensor o2 = g->add_variable("o2", DType::kFloat32, {n}, VarKind::kIntermediate, 0);
+  Tensor t1 = g->add_variable("t1", kF32, {n}, VarKind::kTemporary, 0);
+  Tensor t2 = g->add_variable("t2", kF32, {n}, VarKind::kTemporary, 0);
+  Tensor o1 = g->add_variable("o1", kF32, {n}, VarKind::kIntermediate, 0);
+  Tensor o2 = g->add_variable("o2", kF32, {n}, VarKind::kIntermediate, 0);
   for (const Tensor& t : {t1, t2, o1, o2}) g->map_to_tile(t.var, 0);
   auto fill = [&](const Tensor& t, double v) {
     uint32_t cs = g->add_compute_set("fill");
-    g->add_vertex(cs, std::make_unique<FillVertex>(0, Field{t.var, 0, 0, n}, DType::kFloat32, v));
+    g->add_vertex(cs, std::make_unique<FillVertex>(0, Field{t.var, 0, 0, n}, kF32, v));
     g->execute(cs);
   };
   auto neg = [&](const Tensor& src, const Tensor& dst) {
     uint32_t cs = g->add_compute_set("neg");
     auto expr = std::make_shared<const std::vector<ExprInstr>>(std::vector<ExprInstr>{in(0), op(E::kNeg)});
-    g->add_vertex(cs, std::make_unique<MapVertex>(0, expr, std::vector<MapVertex::Operand>{{Field{src.var, 0, 0, n}, DType::kFloat32, false}},
-                                                  Field{dst.var, 0, 0, n}, DType::kFloat32));
+    g->add_vertex(cs, std::make_unique<MapVertex>(0, expr, std::vector<MapVertex::Operand>{{Field{src.var, 0, 0, n}, kF32, false}},
+                                                  Field{dst.var, 0, 0, n}, kF32));
     g->execute(cs);
   };
   fill(t1, 1.5);
@@ -169,15 +168,15 @@ TEST(Compiler, AllocationInvariantsOnRealGraphs) {
     const uint32_t tiles = 1 + rng() % 6;
     auto g = std::make_unique<Graph>(tiny(tiles, 2), 2);
     const uint64_t M = 1 + rng() % 9, K = 1 + rng() % 40, N = 1 + rng() % 9;
-    Tensor x = g->add_variable("x", DType::kFloat32, {1, M, K}, VarKind::kInput, 0);
+    Tensor x = g->add_variable("x", kF32, {1, M, K}, VarKind::kInput, 0);
     g->add_input_stream("x", x);
     std::vector<float> wv(K * N, 0.5f);
-    Tensor w = g->add_constant("w", DType::kFloat32, {1, K, N}, 0, shared_bytes(wv));
+    Tensor w = g->add_constant("w", kF32, {1, K, N}, 0, shared_bytes(wv));
     ops::MatMulOptions o;
-    o.available_memory_proportion = trial % 2 ? 0.001 : 0.6;
+    o.memory_proportion = trial % 2 ? 0.001 : 0.6;
     Tensor y = ops::matmul(*g, x, w, o);
-    Tensor r = ops::map(*g, {in(0), op(E::kRelu)}, {y}, DType::kFloat32, y.shape, 0, "relu");
-    Tensor s = ops::reduce(*g, r, {2}, ReduceOp::kSum, ReduceFinal::kNone, 1, DType::kFloat32, 0, "sum");
+    Tensor r = ops::map(*g, {in(0), op(E::kRelu)}, {y}, kF32, y.shape, 0, "relu");
+    Tensor s = ops::reduce(*g, r, {2}, ReduceOp::kSum, ReduceFinal::kNone, 1, kF32, 0, "sum");
     Tensor t = ops::rearrange(*g, View{r.var, 0, {N, M}, {1, static_cast<int64_t>(N)}}, 0, "t");
     Tensor c = ops::concat(*g, {t, t}, 0, 0, "cat");
     Tensor moved = ops::copy_to_ipu(*g, c, 1, "moved");
@@ -212,11 +211,11 @@ TEST(Compiler, AllocationInvariantsOnRealGraphs) {
 
 TEST(Compiler, OutOfMemoryNamesTheTileAndTheLargestConsumers) {
   auto g = std::make_unique<Graph>(tiny(4, 2, 4096), 2);
-  Tensor x = g->add_variable("big_input", DType::kFloat32, {2000}, VarKind::kInput, 1);
+  Tensor x = g->add_variable("big_input", kF32, {2000}, VarKind::kInput, 1);
   g->map_to_tile(x.var, g->first_tile(1) + 2);
   g->add_input_stream("x", x);
-  Tensor y = ops::map(*g, {in(0), op(E::kNeg)}, {x}, DType::kFloat32, {2000}, 1, "negated");
-  Tensor z = g->add_variable("small", DType::kFloat32, {10}, VarKind::kInput, 0);
+  Tensor y = ops::map(*g, {in(0), op(E::kNeg)}, {x}, kF32, {2000}, 1, "negated");
+  Tensor z = g->add_variable("small", kF32, {10}, VarKind::kInput, 0);
   g->map_to_tile(z.var, 0);
   g->add_input_stream("z", z);
   g->add_output_stream("y", y);
@@ -244,7 +243,8 @@ TEST(Compiler, OutOfMemoryNamesTheTileAndTheLargestConsumers) {
   // The tile's memory report agrees with the overflow.
   bool reported = false;
   for (const TileMemory& m : exe->tile_memory())
-    if (m.tile == 4 + 2) {
+    if (m.ipu == 1 && m.tile == 2) {
+      EXPECT_EQ(m.global_tile, 4u + 2u);
       EXPECT_EQ(m.total(), o.used);
       EXPECT_EQ(m.total(), m.variables + m.vertex_state + m.code + m.exchange_code + m.control_code);
       reported = true;
@@ -257,9 +257,9 @@ TEST(Compiler, TightBudgetFitsWhenLarger) {
   // The same graph fits once the tiles are big enough for what it reported.
   auto build = [](uint64_t bytes) {
     auto g = std::make_unique<Graph>(tiny(2, 1, bytes), 1);
-    Tensor x = g->add_variable("x", DType::kFloat32, {500}, VarKind::kInput, 0);
+    Tensor x = g->add_variable("x", kF32, {500}, VarKind::kInput, 0);
     g->add_input_stream("x", x);
-    Tensor y = ops::map(*g, {in(0), op(E::kExp)}, {x}, DType::kFloat32, {500}, 0, "exp");
+    Tensor y = ops::map(*g, {in(0), op(E::kExp)}, {x}, kF32, {500}, 0, "exp");
     g->add_output_stream("y", y);
     return compile(std::move(g));
   };
@@ -276,12 +276,12 @@ TEST(Compiler, TightBudgetFitsWhenLarger) {
 TEST(Compiler, StepCostsArePositiveAndGrowWithWork) {
   auto costs = [](uint64_t n, bool exchange) {
     auto g = std::make_unique<Graph>(tiny(2), 1);
-    Tensor x = g->add_variable("x", DType::kFloat32, {n}, VarKind::kInput, 0);
+    Tensor x = g->add_variable("x", kF32, {n}, VarKind::kInput, 0);
     g->map_to_tile(x.var, 0);
     g->add_input_stream("x", x);
-    Tensor y = g->add_variable("y", DType::kFloat32, {n}, VarKind::kIntermediate, 0);
+    Tensor y = g->add_variable("y", kF32, {n}, VarKind::kIntermediate, 0);
     g->map_to_tile(y.var, exchange ? 1 : 0);
-    Tensor z = ops::map(*g, {in(0), op(E::kTanh)}, {x}, DType::kFloat32, {n}, 0, "tanh");
+    Tensor z = ops::map(*g, {in(0), op(E::kTanh)}, {x}, kF32, {n}, 0, "tanh");
     uint32_t ex = g->add_exchange("move");
     copy_view(*g, ex, View::of(z), View::of(y));
     g->execute_exchange(ex);
@@ -332,7 +332,7 @@ TEST(Compiler, UnusedVariablesTakeNoMemory) {
   auto build = [](bool extra) {
     auto g = chain_graph(1, 100);
     if (extra) {
-      Tensor u = g->add_variable("unused", DType::kFloat32, {5000}, VarKind::kIntermediate, 0);
+      Tensor u = g->add_variable("unused", kF32, {5000}, VarKind::kIntermediate, 0);
       g->map_to_tile(u.var, 0);
     }
     return compile(std::move(g));
@@ -343,12 +343,12 @@ TEST(Compiler, UnusedVariablesTakeNoMemory) {
 TEST(Compiler, ConstantsStayLiveForTheWholeProgram) {
   auto g = std::make_unique<Graph>(tiny(1), 1);
   std::vector<float> kv(50, 3.0f);
-  Tensor k = g->add_constant("k", DType::kFloat32, {50}, 0, shared_bytes(kv));
-  Tensor x = g->add_variable("x", DType::kFloat32, {50}, VarKind::kInput, 0);
+  Tensor k = g->add_constant("k", kF32, {50}, 0, shared_bytes(kv));
+  Tensor x = g->add_variable("x", kF32, {50}, VarKind::kInput, 0);
   g->add_input_stream("x", x);
-  Tensor a = ops::map(*g, {in(0), in(1), op(E::kMul)}, {x, k}, DType::kFloat32, {50}, 0, "a");
-  Tensor b = ops::map(*g, {in(0), op(E::kNeg)}, {a}, DType::kFloat32, {50}, 0, "b");
-  Tensor c = ops::map(*g, {in(0), op(E::kNeg)}, {b}, DType::kFloat32, {50}, 0, "c");
+  Tensor a = ops::map(*g, {in(0), in(1), op(E::kMul)}, {x, k}, kF32, {50}, 0, "a");
+  Tensor b = ops::map(*g, {in(0), op(E::kNeg)}, {a}, kF32, {50}, 0, "b");
+  Tensor c = ops::map(*g, {in(0), op(E::kNeg)}, {b}, kF32, {50}, 0, "c");
   g->add_output_stream("c", c);
   std::shared_ptr<Executable> exe;
   std::vector<float> xs(50, 2.0f);
@@ -368,22 +368,22 @@ TEST(Compiler, ConstantsStayLiveForTheWholeProgram) {
 TEST(Compiler, RejectsReadsOfUnwrittenData) {
   {
     auto g = std::make_unique<Graph>(tiny(1), 1);
-    Tensor t = g->add_variable("garbage", DType::kFloat32, {4}, VarKind::kIntermediate, 0);
-    Tensor o = g->add_variable("o", DType::kFloat32, {4}, VarKind::kIntermediate, 0);
+    Tensor t = g->add_variable("garbage", kF32, {4}, VarKind::kIntermediate, 0);
+    Tensor o = g->add_variable("o", kF32, {4}, VarKind::kIntermediate, 0);
     g->map_to_tile(t.var, 0);
     g->map_to_tile(o.var, 0);
     uint32_t cs = g->add_compute_set("reader");
     auto expr = std::make_shared<const std::vector<ExprInstr>>(std::vector<ExprInstr>{in(0)});
-    g->add_vertex(cs, std::make_unique<MapVertex>(0, expr, std::vector<MapVertex::Operand>{{Field{t.var, 0, 0, 4}, DType::kFloat32, false}},
-                                                  Field{o.var, 0, 0, 4}, DType::kFloat32));
+    g->add_vertex(cs, std::make_unique<MapVertex>(0, expr, std::vector<MapVertex::Operand>{{Field{t.var, 0, 0, 4}, kF32, false}},
+                                                  Field{o.var, 0, 0, 4}, kF32));
     g->execute(cs);
     g->add_output_stream("o", o);
     EXPECT_NX_ERROR(kInternal, compile(std::move(g)), "'reader'", "'garbage'");
   }
   {
     auto g = std::make_unique<Graph>(tiny(2), 1);
-    Tensor t = g->add_variable("garbage", DType::kFloat32, {4}, VarKind::kIntermediate, 0);
-    Tensor o = g->add_variable("o", DType::kFloat32, {4}, VarKind::kIntermediate, 0);
+    Tensor t = g->add_variable("garbage", kF32, {4}, VarKind::kIntermediate, 0);
+    Tensor o = g->add_variable("o", kF32, {4}, VarKind::kIntermediate, 0);
     g->map_to_tile(t.var, 0);
     g->map_to_tile(o.var, 1);
     uint32_t ex = g->add_exchange("mover");
@@ -394,7 +394,7 @@ TEST(Compiler, RejectsReadsOfUnwrittenData) {
   }
   {
     auto g = std::make_unique<Graph>(tiny(1), 1);
-    Tensor o = g->add_variable("never", DType::kFloat32, {4}, VarKind::kIntermediate, 0);
+    Tensor o = g->add_variable("never", kF32, {4}, VarKind::kIntermediate, 0);
     g->add_output_stream("out", o);
     EXPECT_NX_ERROR(kInternal, compile(std::move(g)), "'out'", "never written");
   }
@@ -404,7 +404,8 @@ TEST(Compiler, FixedOverheadsPerTile) {
   std::shared_ptr<Executable> exe = compile(chain_graph(3, 300));
   ASSERT_FALSE(exe->tile_memory().empty());
   for (const TileMemory& m : exe->tile_memory()) {
-    EXPECT_EQ(m.variables, exe->arena_bytes()[m.tile]);
+    EXPECT_EQ(m.global_tile, m.ipu * exe->graph().tiles_per_ipu() + m.tile);
+    EXPECT_EQ(m.variables, exe->arena_bytes()[m.global_tile]);
     EXPECT_GT(m.code, 0u) << "map codelets live on every tile that runs them";
     EXPECT_GT(m.vertex_state, 0u);
     EXPECT_GE(m.control_code, 6u * 64) << "worker stacks";
@@ -413,18 +414,18 @@ TEST(Compiler, FixedOverheadsPerTile) {
   // same codelet is stored once however often it runs.
   auto longer_graph = [] {
     auto g = std::make_unique<Graph>(tiny(1), 1);
-    Tensor x = g->add_variable("x", DType::kFloat32, {16}, VarKind::kInput, 0);
+    Tensor x = g->add_variable("x", kF32, {16}, VarKind::kInput, 0);
     g->add_input_stream("x", x);
     Tensor t = x;
-    for (int i = 0; i < 6; ++i) t = ops::map(*g, {in(0), op(E::kNeg)}, {t}, DType::kFloat32, {16}, 0, "neg");
+    for (int i = 0; i < 6; ++i) t = ops::map(*g, {in(0), op(E::kNeg)}, {t}, kF32, {16}, 0, "neg");
     g->add_output_stream("t", t);
     return compile(std::move(g));
   };
   auto shorter_graph = [] {
     auto g = std::make_unique<Graph>(tiny(1), 1);
-    Tensor x = g->add_variable("x", DType::kFloat32, {16}, VarKind::kInput, 0);
+    Tensor x = g->add_variable("x", kF32, {16}, VarKind::kInput, 0);
     g->add_input_stream("x", x);
-    Tensor t = ops::map(*g, {in(0), op(E::kNeg)}, {x}, DType::kFloat32, {16}, 0, "neg");
+    Tensor t = ops::map(*g, {in(0), op(E::kNeg)}, {x}, kF32, {16}, 0, "neg");
     g->add_output_stream("t", t);
     return compile(std::move(g));
   };

@@ -5,18 +5,18 @@
 #include <cstdlib>
 #include <random>
 
+#include "expr_util.h"
 #include "neurenix/exchange.h"
-#include "neurenix/ops.h"
+#include "neurenix/ops/map.h"
+#include "neurenix/ops/matmul.h"
+#include "neurenix/ops/rearrange.h"
+#include "neurenix/ops/reduce.h"
 #include "test_util.h"
 
 namespace {
 
 using namespace neurenix;
 using namespace nxtest;
-using E = ExprOpCode;
-
-ExprInstr in(uint32_t i, bool half = false) { return ExprInstr{E::kInput, i, 0, 0, half}; }
-ExprInstr op(E o, bool half = false) { return ExprInstr{o, 0, 0, 0, half}; }
 
 // A small model over two IPUs that touches every kind of step: matmul with a
 // K split, element-wise ops in float and half, a two-stage reduction, a
@@ -28,19 +28,19 @@ std::shared_ptr<Executable> model() {
   std::normal_distribution<float> nd;
   std::vector<float> w(G * K * N);
   for (auto& v : w) v = nd(rng);
-  Tensor x = g->add_variable("x", DType::kFloat32, {G, M, K}, VarKind::kInput, 0);
+  Tensor x = g->add_variable("x", kF32, {G, M, K}, VarKind::kInput, 0);
   g->add_input_stream("x", x);
-  Tensor wt = g->add_constant("w", DType::kFloat32, {G, K, N}, 0, shared_bytes(w));
+  Tensor wt = g->add_constant("w", kF32, {G, K, N}, 0, shared_bytes(w));
   ops::MatMulOptions o;
-  o.available_memory_proportion = 0.002;
+  o.memory_proportion = 0.002;
   Tensor y = ops::matmul(*g, x, wt, o);
-  Tensor e = ops::map(*g, {in(0), op(E::kTanh), op(E::kExp)}, {y}, DType::kFloat32, y.shape, 0, "act");
-  Tensor h = ops::map(*g, {in(0), op(E::kCastF16), in(0), op(E::kCastF16), op(E::kMul, true)}, {e}, DType::kFloat16, y.shape,
+  Tensor e = ops::map(*g, {in(0), op(E::kTanh), op(E::kExp)}, {y}, kF32, y.shape, 0, "act");
+  Tensor h = ops::map(*g, {in(0), op(E::kCastF16), in(0), op(E::kCastF16), op(E::kMul, true)}, {e}, kF16, y.shape,
                       0, "half");
-  Tensor s = ops::reduce(*g, e, {1, 2}, ReduceOp::kSum, ReduceFinal::kLog, 1, DType::kFloat32, 0, "lse");
+  Tensor s = ops::reduce(*g, e, {1, 2}, ReduceOp::kSum, ReduceFinal::kLog, 1, kF32, 0, "lse");
   Tensor t = ops::rearrange(*g, View{h.var, 0, {N, M, G}, {1, static_cast<int64_t>(N), static_cast<int64_t>(M * N)}}, 0, "t");
   Tensor moved = ops::copy_to_ipu(*g, t, 1, "moved");
-  Tensor z = ops::map(*g, {in(0), op(E::kNeg, true)}, {moved}, DType::kFloat16, moved.shape, 1, "neg");
+  Tensor z = ops::map(*g, {in(0), op(E::kNeg, true)}, {moved}, kF16, moved.shape, 1, "neg");
   g->add_output_stream("s", s);
   g->add_output_stream("z", z);
   g->add_output_stream("y", y);
@@ -108,7 +108,7 @@ TEST(Engine, DeterministicAcrossRunsAndThreadCounts) {
   ASSERT_EQ(s.size(), 2u);
   for (int gi = 0; gi < 2; ++gi) EXPECT_NEAR(s[gi], std::log(lse[gi]), 1e-5);
   // z = -(half(e) * half(e)) transposed, in half precision.
-  auto z = decode(DType::kFloat16, first[1]);
+  auto z = decode(kF16, first[1]);
   ASSERT_EQ(z.size(), 108u);
   for (int j = 0; j < 6; ++j)
     for (int i = 0; i < 9; ++i)
@@ -180,11 +180,11 @@ TEST(Engine, RejectsMisuse) {
 
 TEST(Engine, RunRequiresEveryInput) {
   auto g = std::make_unique<Graph>(tiny(2), 1);
-  Tensor a = g->add_variable("first", DType::kInt32, {3}, VarKind::kInput, 0);
-  Tensor b = g->add_variable("second", DType::kInt32, {3}, VarKind::kInput, 0);
+  Tensor a = g->add_variable("first", kI32, {3}, VarKind::kInput, 0);
+  Tensor b = g->add_variable("second", kI32, {3}, VarKind::kInput, 0);
   g->add_input_stream("first", a);
   g->add_input_stream("second", b);
-  Tensor c = ops::map(*g, {in(0), in(1), op(E::kSub)}, {a, b}, DType::kInt32, {3}, 0, "sub");
+  Tensor c = ops::map(*g, {in(0), in(1), op(E::kSub)}, {a, b}, kI32, {3}, 0, "sub");
   g->add_output_stream("c", c);
   std::shared_ptr<Executable> exe = compile(std::move(g));
   Engine e(exe, 1);
@@ -200,7 +200,7 @@ TEST(Engine, RunRequiresEveryInput) {
 
 TEST(Engine, NonFittingExecutableCannotBeLoaded) {
   auto g = std::make_unique<Graph>(tiny(1, 1, 1024), 1);
-  Tensor x = g->add_variable("x", DType::kFloat32, {1000}, VarKind::kInput, 0);
+  Tensor x = g->add_variable("x", kF32, {1000}, VarKind::kInput, 0);
   g->add_input_stream("x", x);
   g->add_output_stream("x", x);
   std::shared_ptr<Executable> exe = compile(std::move(g));
@@ -213,8 +213,8 @@ TEST(Engine, ConstantOnlyProgramAndThreadEnvironment) {
     auto g = std::make_unique<Graph>(tiny(3), 1);
     std::vector<float> kv(40);
     for (int i = 0; i < 40; ++i) kv[i] = static_cast<float>(i);
-    Tensor k = g->add_constant("k", DType::kFloat32, {40}, 0, shared_bytes(kv));
-    Tensor y = ops::map(*g, {in(0), in(0), op(E::kMul)}, {k}, DType::kFloat32, {40}, 0, "sq");
+    Tensor k = g->add_constant("k", kF32, {40}, 0, shared_bytes(kv));
+    Tensor y = ops::map(*g, {in(0), in(0), op(E::kMul)}, {k}, kF32, {40}, 0, "sq");
     g->add_output_stream("y", y);
     g->add_output_stream("k", k);
     return std::shared_ptr<Executable>(compile(std::move(g)));
@@ -247,8 +247,8 @@ TEST(Engine, ConstantOnlyProgramAndThreadEnvironment) {
 TEST(Engine, ExchangeReadsThePreExchangeState) {
   for (unsigned threads : {1u, 2u}) {
     auto g = std::make_unique<Graph>(tiny(2), 1);
-    Tensor a = g->add_variable("a", DType::kInt32, {4}, VarKind::kInput, 0);
-    Tensor b = g->add_variable("b", DType::kInt32, {4}, VarKind::kInput, 0);
+    Tensor a = g->add_variable("a", kI32, {4}, VarKind::kInput, 0);
+    Tensor b = g->add_variable("b", kI32, {4}, VarKind::kInput, 0);
     g->map_to_tile(a.var, 0);
     g->map_to_tile(b.var, 1);
     g->add_input_stream("a", a);
@@ -271,11 +271,11 @@ TEST(Engine, ManyTilesRunInParallelCorrectly) {
   // 16 tiles x 2 IPUs of independent work with 4 threads: every tile's result
   // must land, whichever thread computed it.
   auto g = std::make_unique<Graph>(tiny(16, 2), 2);
-  Tensor x = g->add_variable("x", DType::kFloat32, {32, 100}, VarKind::kInput, 1);
+  Tensor x = g->add_variable("x", kF32, {32, 100}, VarKind::kInput, 1);
   g->map_linearly(x.var, 100);
   g->add_input_stream("x", x);
-  Tensor y = ops::map(*g, {in(0), op(E::kSqrt)}, {x}, DType::kFloat32, {32, 100}, 1, "sqrt");
-  Tensor s = ops::reduce(*g, y, {1}, ReduceOp::kMax, ReduceFinal::kNone, 1, DType::kFloat32, 1, "max");
+  Tensor y = ops::map(*g, {in(0), op(E::kSqrt)}, {x}, kF32, {32, 100}, 1, "sqrt");
+  Tensor s = ops::reduce(*g, y, {1}, ReduceOp::kMax, ReduceFinal::kNone, 1, kF32, 1, "max");
   g->add_output_stream("s", s);
   std::vector<float> xs(3200);
   for (int i = 0; i < 3200; ++i) xs[i] = static_cast<float>(i);

@@ -80,10 +80,10 @@ struct ViewCase {
 std::vector<int32_t> run_view(const ViewCase& vc, Layout src_layout, Layout dst_layout, uint32_t tiles, std::mt19937& rng,
                               size_t* ncopies = nullptr, uint32_t src_ipu = 0, uint32_t dst_ipu = 0) {
   auto g = std::make_unique<Graph>(tiny(tiles, 2), 2);
-  Tensor x = g->add_variable("x", DType::kInt32, vc.base, VarKind::kInput, src_ipu);
+  Tensor x = g->add_variable("x", kI32, vc.base, VarKind::kInput, src_ipu);
   lay_out(*g, x.var, src_layout, rng);
   g->add_input_stream("x", x);
-  Tensor y = g->add_variable("y", DType::kInt32, vc.view.shape, VarKind::kIntermediate, dst_ipu);
+  Tensor y = g->add_variable("y", kI32, vc.view.shape, VarKind::kIntermediate, dst_ipu);
   lay_out(*g, y.var, dst_layout, rng);
   View v = vc.view;
   v.var = x.var;
@@ -296,7 +296,7 @@ TEST(Exchange, RandomDestinationViews) {
     const bool transposed_src = dv.shape.size() >= 2 && rng() % 2;
     Shape xshape = dv.shape;
     if (transposed_src) std::swap(xshape[0], xshape[1]);
-    Tensor x = g->add_variable("x", DType::kInt32, xshape, VarKind::kInput, 0);
+    Tensor x = g->add_variable("x", kI32, xshape, VarKind::kInput, 0);
     lay_out(*g, x.var, rng() % 2 ? Layout::kRandom : Layout::kLinear, rng);
     g->add_input_stream("x", x);
     View sv = View::of(x);
@@ -304,7 +304,7 @@ TEST(Exchange, RandomDestinationViews) {
       std::swap(sv.shape[0], sv.shape[1]);
       std::swap(sv.strides[0], sv.strides[1]);
     }
-    Tensor y = g->add_variable("y", DType::kInt32, ybase, VarKind::kIntermediate, 0);
+    Tensor y = g->add_variable("y", kI32, ybase, VarKind::kIntermediate, 0);
     lay_out(*g, y.var, rng() % 2 ? Layout::kRandom : Layout::kLinear, rng);
     dv.var = y.var;
     uint32_t ex = g->add_exchange("scatter");
@@ -356,9 +356,9 @@ TEST(Exchange, ContiguousDataCoalescesIntoFewCopies) {
   // Same mapping on both sides: one copy per interval.
   {
     Graph g(tiny(4), 1);
-    Tensor x = g.add_variable("x", DType::kFloat32, {1000}, VarKind::kInput, 0);
+    Tensor x = g.add_variable("x", kF32, {1000}, VarKind::kInput, 0);
     g.map_linearly(x.var);
-    Tensor y = g.add_variable("y", DType::kFloat32, {1000}, VarKind::kIntermediate, 0);
+    Tensor y = g.add_variable("y", kF32, {1000}, VarKind::kIntermediate, 0);
     g.clone_mapping(y.var, x.var);
     uint32_t ex = g.add_exchange("e");
     copy_view(g, ex, View::of(x), View::of(y));
@@ -376,9 +376,9 @@ TEST(Exchange, ContiguousDataCoalescesIntoFewCopies) {
   // Different mappings: at most one copy per piece of the overlay of the two.
   for (int trial = 0; trial < 20; ++trial) {
     Graph g(tiny(5), 1);
-    Tensor x = g.add_variable("x", DType::kInt32, {300}, VarKind::kInput, 0);
+    Tensor x = g.add_variable("x", kI32, {300}, VarKind::kInput, 0);
     lay_out(g, x.var, Layout::kRandom, rng);
-    Tensor y = g.add_variable("y", DType::kInt32, {300}, VarKind::kIntermediate, 0);
+    Tensor y = g.add_variable("y", kI32, {300}, VarKind::kIntermediate, 0);
     g.map_linearly(y.var, 1 + rng() % 50);
     uint32_t ex = g.add_exchange("e");
     copy_view(g, ex, View::of(x), View::of(y));
@@ -393,9 +393,9 @@ TEST(Exchange, ContiguousDataCoalescesIntoFewCopies) {
   // A transpose on one tile: one strided copy per output row.
   {
     Graph g(tiny(1), 1);
-    Tensor x = g.add_variable("x", DType::kFloat32, {7, 9}, VarKind::kInput, 0);
+    Tensor x = g.add_variable("x", kF32, {7, 9}, VarKind::kInput, 0);
     g.map_to_tile(x.var, 0);
-    Tensor y = g.add_variable("y", DType::kFloat32, {9, 7}, VarKind::kIntermediate, 0);
+    Tensor y = g.add_variable("y", kF32, {9, 7}, VarKind::kIntermediate, 0);
     g.map_to_tile(y.var, 0);
     uint32_t ex = g.add_exchange("e");
     copy_view(g, ex, View{x.var, 0, {9, 7}, {1, 9}}, View::of(y));
@@ -413,9 +413,9 @@ TEST(Exchange, ContiguousDataCoalescesIntoFewCopies) {
   // Broadcasting a column: one stride-0 copy per row.
   {
     Graph g(tiny(1), 1);
-    Tensor x = g.add_variable("x", DType::kFloat32, {6}, VarKind::kInput, 0);
+    Tensor x = g.add_variable("x", kF32, {6}, VarKind::kInput, 0);
     g.map_to_tile(x.var, 0);
-    Tensor y = g.add_variable("y", DType::kFloat32, {6, 10}, VarKind::kIntermediate, 0);
+    Tensor y = g.add_variable("y", kF32, {6, 10}, VarKind::kIntermediate, 0);
     g.map_to_tile(y.var, 0);
     uint32_t ex = g.add_exchange("e");
     copy_view(g, ex, View{x.var, 0, {6, 10}, {1, 0}}, View::of(y));
@@ -437,7 +437,7 @@ TEST(Exchange, InterleavedSourceRowsMergeIntoTwoDimensionalCopies) {
   for (uint32_t sources : {2u, 3u, 4u, 8u}) {
     Graph g(tiny(9), 1);
     const uint64_t rows = 6 * sources, cols = 5;
-    Tensor x = g.add_variable("x", DType::kFloat32, {rows, cols}, VarKind::kInput, 0);
+    Tensor x = g.add_variable("x", kF32, {rows, cols}, VarKind::kInput, 0);
     std::vector<TileInterval> ivs;
     std::vector<uint64_t> next(sources, 0);
     for (uint64_t r = 0; r < rows; ++r) {
@@ -446,7 +446,7 @@ TEST(Exchange, InterleavedSourceRowsMergeIntoTwoDimensionalCopies) {
       next[t] += cols;
     }
     g.set_mapping(x.var, ivs);
-    Tensor y = g.add_variable("y", DType::kFloat32, {rows, cols}, VarKind::kIntermediate, 0);
+    Tensor y = g.add_variable("y", kF32, {rows, cols}, VarKind::kIntermediate, 0);
     g.map_to_tile(y.var, 8);
     uint32_t ex = g.add_exchange("e");
     copy_view(g, ex, View::of(x), View::of(y));
@@ -464,17 +464,17 @@ TEST(Exchange, InterleavedSourceRowsMergeIntoTwoDimensionalCopies) {
 
 TEST(Exchange, CopyViewChecksShapesAndTypes) {
   Graph g(tiny(2), 1);
-  Tensor x = g.add_variable("x", DType::kFloat32, {4}, VarKind::kInput, 0);
-  Tensor y = g.add_variable("y", DType::kFloat32, {5}, VarKind::kIntermediate, 0);
-  Tensor z = g.add_variable("z", DType::kInt32, {4}, VarKind::kIntermediate, 0);
+  Tensor x = g.add_variable("x", kF32, {4}, VarKind::kInput, 0);
+  Tensor y = g.add_variable("y", kF32, {5}, VarKind::kIntermediate, 0);
+  Tensor z = g.add_variable("z", kI32, {4}, VarKind::kIntermediate, 0);
   g.map_linearly(x.var);
   g.map_linearly(y.var);
   g.map_linearly(z.var);
   uint32_t ex = g.add_exchange("e");
   EXPECT_NX_ERROR(kInternal, copy_view(g, ex, View::of(x), View::of(y)), "different shapes");
   EXPECT_NX_ERROR(kInternal, copy_view(g, ex, View::of(x), View::of(z)), "different element types");
-  Tensor e = g.add_variable("e", DType::kFloat32, {0, 3}, VarKind::kIntermediate, 0);
-  Tensor e2 = g.add_variable("e2", DType::kFloat32, {0, 3}, VarKind::kIntermediate, 0);
+  Tensor e = g.add_variable("e", kF32, {0, 3}, VarKind::kIntermediate, 0);
+  Tensor e2 = g.add_variable("e2", kF32, {0, 3}, VarKind::kIntermediate, 0);
   copy_view(g, ex, View::of(e), View::of(e2));
   EXPECT_TRUE(g.exchange(ex).copies.empty());
 }
@@ -482,16 +482,16 @@ TEST(Exchange, CopyViewChecksShapesAndTypes) {
 TEST(Exchange, GatherLikeTakesTheMappingOfItsModel) {
   std::mt19937 rng(6);
   auto g = std::make_unique<Graph>(tiny(4), 1);
-  Tensor x = g->add_variable("x", DType::kInt32, {4, 6}, VarKind::kInput, 0);
+  Tensor x = g->add_variable("x", kI32, {4, 6}, VarKind::kInput, 0);
   lay_out(*g, x.var, Layout::kRandom, rng);
   g->add_input_stream("x", x);
-  Tensor like = g->add_variable("like", DType::kFloat32, {6, 4}, VarKind::kIntermediate, 0);
+  Tensor like = g->add_variable("like", kF32, {6, 4}, VarKind::kIntermediate, 0);
   lay_out(*g, like.var, Layout::kRandom, rng);
   uint32_t ex = g->add_exchange("e");
   View tr{x.var, 0, {6, 4}, {1, 6}};
-  Tensor t = gather_like(*g, ex, tr, DType::kInt32, like, "gathered");
+  Tensor t = gather_like(*g, ex, tr, kI32, like, "gathered");
   EXPECT_EQ(g->var(t.var).kind, VarKind::kTemporary);
-  EXPECT_EQ(g->var(t.var).dtype, DType::kInt32);
+  EXPECT_EQ(g->var(t.var).dtype, kI32);
   const auto& ml = g->var(like.var).mapping;
   const auto& mt = g->var(t.var).mapping;
   ASSERT_EQ(ml.size(), mt.size());
@@ -500,7 +500,7 @@ TEST(Exchange, GatherLikeTakesTheMappingOfItsModel) {
     EXPECT_EQ(ml[i].tile, mt[i].tile);
   }
   for (const TileShare& s : g->var(like.var).tiles) EXPECT_TRUE(same_layout_on_tile(*g, like.var, t.var, s.tile));
-  EXPECT_NX_ERROR(kInternal, gather_like(*g, ex, View{x.var, 0, {5}, {1}}, DType::kInt32, like, "bad"), "element count");
+  EXPECT_NX_ERROR(kInternal, gather_like(*g, ex, View{x.var, 0, {5}, {1}}, kI32, like, "bad"), "element count");
   g->execute_exchange(ex);
   g->add_output_stream("t", t);
   std::vector<int32_t> xs(24);
@@ -512,9 +512,9 @@ TEST(Exchange, GatherLikeTakesTheMappingOfItsModel) {
 
 TEST(Exchange, SameLayoutOnTile) {
   Graph g(tiny(3), 1);
-  Tensor a = g.add_variable("a", DType::kFloat32, {12}, VarKind::kIntermediate, 0);
-  Tensor b = g.add_variable("b", DType::kFloat16, {12}, VarKind::kIntermediate, 0);
-  Tensor c = g.add_variable("c", DType::kFloat32, {12}, VarKind::kIntermediate, 0);
+  Tensor a = g.add_variable("a", kF32, {12}, VarKind::kIntermediate, 0);
+  Tensor b = g.add_variable("b", kF16, {12}, VarKind::kIntermediate, 0);
+  Tensor c = g.add_variable("c", kF32, {12}, VarKind::kIntermediate, 0);
   g.set_mapping(a.var, {{0, 4, 0, 0}, {4, 8, 1, 0}, {8, 12, 0, 0}});
   g.set_mapping(b.var, {{0, 4, 0, 0}, {4, 8, 1, 0}, {8, 12, 0, 0}});
   g.set_mapping(c.var, {{0, 4, 0, 0}, {4, 6, 1, 0}, {6, 8, 2, 0}, {8, 12, 0, 0}});
@@ -528,7 +528,7 @@ TEST(Exchange, SameLayoutOnTile) {
 
 TEST(Exchange, FindLocalBlockHandPickedCases) {
   Graph g(tiny(3), 1);
-  Tensor x = g.add_variable("x", DType::kFloat32, {6, 8}, VarKind::kIntermediate, 0);
+  Tensor x = g.add_variable("x", kF32, {6, 8}, VarKind::kIntermediate, 0);
   // Rows 0-2 on tile 0, rows 3-5 on tile 1.
   g.set_mapping(x.var, {{0, 24, 0, 0}, {24, 48, 1, 0}});
   LocalBlock lb{};
@@ -549,13 +549,13 @@ TEST(Exchange, FindLocalBlockHandPickedCases) {
   EXPECT_FALSE(find_local_block(g, x.var, 0, 0, 0, 8, 8, &lb));
   EXPECT_FALSE(find_local_block(g, x.var, 0, 0, 2, 0, 8, &lb));
   // Column blocks stored packed: the top-left 2x4 of a [4, 8] on tile 2.
-  Tensor y = g.add_variable("y", DType::kFloat32, {4, 8}, VarKind::kIntermediate, 0);
+  Tensor y = g.add_variable("y", kF32, {4, 8}, VarKind::kIntermediate, 0);
   g.set_mapping(y.var, {{0, 4, 2, 0}, {4, 8, 0, 0}, {8, 12, 2, 0}, {12, 32, 1, 0}});
   ASSERT_TRUE(find_local_block(g, y.var, 2, 0, 2, 4, 8, &lb));
   EXPECT_EQ(lb.local, 0u);
   EXPECT_EQ(lb.ld, 4u);
   EXPECT_FALSE(find_local_block(g, y.var, 2, 0, 2, 5, 8, &lb));
-  Tensor u = g.add_variable("u", DType::kFloat32, {4}, VarKind::kIntermediate, 0);
+  Tensor u = g.add_variable("u", kF32, {4}, VarKind::kIntermediate, 0);
   EXPECT_FALSE(find_local_block(g, u.var, 0, 0, 1, 1, 1, &lb)) << "unmapped";
 }
 
@@ -566,7 +566,7 @@ TEST(Exchange, FindLocalBlockExhaustive) {
   for (int trial = 0; trial < 8; ++trial) {
     Graph g(tiny(3), 1);
     const uint64_t R = 2 + rng() % 4, C = 2 + rng() % 5;
-    Tensor x = g.add_variable("x", DType::kFloat32, {R, C}, VarKind::kIntermediate, 0);
+    Tensor x = g.add_variable("x", kF32, {R, C}, VarKind::kIntermediate, 0);
     // Pieces of whole or partial rows, so regular blocks exist.
     std::vector<TileInterval> ivs;
     for (uint64_t pos = 0; pos < R * C;) {

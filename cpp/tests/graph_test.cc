@@ -8,7 +8,7 @@
 #include <random>
 #include <set>
 
-#include "neurenix/codelets.h"
+#include "neurenix/codelets/map.h"
 #include "neurenix/graph.h"
 #include "test_util.h"
 
@@ -54,7 +54,7 @@ void check_mapping(const Graph& g, VarId id) {
       last_begin = iv.begin;
     }
     ASSERT_EQ(v.share(s.tile), &s);
-    ASSERT_EQ(v.bytes_on(s.tile), s.count * dtype_size(v.dtype));
+    ASSERT_EQ(v.bytes_on(s.tile), s.count * device_type_size(v.dtype));
   }
 }
 
@@ -68,7 +68,7 @@ std::vector<std::pair<uint32_t, uint64_t>> reference_locations(const Variable& v
 
 TEST(Graph, VariablesAndConstants) {
   Graph g(tiny(4, 2), 2);
-  Tensor a = g.add_variable("a", DType::kFloat16, {2, 3, 4}, VarKind::kInput, 1);
+  Tensor a = g.add_variable("a", kF16, {2, 3, 4}, VarKind::kInput, 1);
   EXPECT_EQ(a.var, 0u);
   EXPECT_EQ(a.numel(), 24u);
   const Variable& va = g.var(a.var);
@@ -77,21 +77,20 @@ TEST(Graph, VariablesAndConstants) {
   EXPECT_EQ(va.ipu, 1u);
   EXPECT_EQ(va.kind, VarKind::kInput);
   EXPECT_FALSE(va.mapped);
-  Tensor z = g.add_variable("z", DType::kFloat32, {3, 0}, VarKind::kIntermediate, 0);
+  Tensor z = g.add_variable("z", kF32, {3, 0}, VarKind::kIntermediate, 0);
   EXPECT_TRUE(g.var(z.var).mapped) << "an empty variable has nothing to place";
-  EXPECT_NX_ERROR(kInvalidArgument, g.add_variable("far", DType::kFloat32, {1}, VarKind::kInput, 2), "'far'", "IPU 2");
+  EXPECT_NX_ERROR(kInvalidArgument, g.add_variable("far", kF32, {1}, VarKind::kInput, 2), "'far'", "IPU 2");
   auto data = shared_bytes(std::vector<int32_t>{1, 2, 3});
-  Tensor c = g.add_constant("c", DType::kInt32, {3}, 0, data);
+  Tensor c = g.add_constant("c", kI32, {3}, 0, data);
   EXPECT_EQ(g.var(c.var).kind, VarKind::kConstant);
   EXPECT_EQ(g.var(c.var).data, data);
-  EXPECT_NX_ERROR(kInvalidArgument, g.add_constant("bad", DType::kInt32, {4}, 0, data), "'bad'", "12", "16");
-  EXPECT_NX_ERROR(kInvalidArgument, g.add_constant("null", DType::kInt32, {4}, 0, nullptr), "'null'");
+  EXPECT_NX_ERROR(kInvalidArgument, g.add_constant("bad", kI32, {4}, 0, data), "'bad'", "12", "16");
+  EXPECT_NX_ERROR(kInvalidArgument, g.add_constant("null", kI32, {4}, 0, nullptr), "'null'");
   EXPECT_EQ(g.num_vars(), 3u);
   EXPECT_EQ(shape_numel({}), 1u);
   EXPECT_EQ(shape_numel({2, 0, 5}), 0u);
   EXPECT_EQ(shape_str({2, 3}), "[2, 3]");
   EXPECT_EQ(shape_str({}), "[]");
-  EXPECT_NE(g.unique_name("x"), g.unique_name("x"));
 }
 
 TEST(Graph, ViewOfIsRowMajor) {
@@ -107,7 +106,7 @@ TEST(Graph, ViewOfIsRowMajor) {
 
 TEST(Graph, SetMappingAcceptsAnyOrderAndMerges) {
   Graph g(tiny(4), 1);
-  Tensor t = g.add_variable("t", DType::kFloat32, {10}, VarKind::kIntermediate, 0);
+  Tensor t = g.add_variable("t", kF32, {10}, VarKind::kIntermediate, 0);
   // Out of order, with an empty interval and two touching pieces on tile 2.
   g.set_mapping(t.var, {{6, 10, 1, 0}, {0, 3, 2, 0}, {3, 3, 0, 0}, {3, 6, 2, 0}});
   check_mapping(g, t.var);
@@ -120,7 +119,7 @@ TEST(Graph, SetMappingAcceptsAnyOrderAndMerges) {
   EXPECT_EQ(v.bytes_on(0), 0u);
   EXPECT_EQ(v.bytes_on(2), 24u);
   // Interleaved pieces on one tile are numbered in flat order.
-  Tensor u = g.add_variable("u", DType::kInt32, {8}, VarKind::kIntermediate, 0);
+  Tensor u = g.add_variable("u", kI32, {8}, VarKind::kIntermediate, 0);
   g.set_mapping(u.var, {{4, 6, 3, 0}, {0, 2, 3, 0}, {2, 4, 1, 0}, {6, 8, 1, 0}});
   check_mapping(g, u.var);
   const Variable& vu = g.var(u.var);
@@ -131,7 +130,7 @@ TEST(Graph, SetMappingAcceptsAnyOrderAndMerges) {
 
 TEST(Graph, SetMappingRejectsBadCover) {
   Graph g(tiny(4, 2), 2);
-  Tensor t = g.add_variable("t", DType::kFloat32, {10}, VarKind::kIntermediate, 0);
+  Tensor t = g.add_variable("t", kF32, {10}, VarKind::kIntermediate, 0);
   EXPECT_NX_ERROR(kInternal, g.set_mapping(t.var, {{0, 6, 0, 0}, {5, 10, 1, 0}}), "'t'", "exactly once");  // overlap
   EXPECT_NX_ERROR(kInternal, g.set_mapping(t.var, {{0, 5, 0, 0}, {0, 5, 1, 0}, {5, 10, 1, 0}}), "'t'");   // duplicate
   EXPECT_NX_ERROR(kInternal, g.set_mapping(t.var, {{0, 4, 0, 0}, {5, 10, 1, 0}}), "'t'");                 // gap
@@ -142,7 +141,7 @@ TEST(Graph, SetMappingRejectsBadCover) {
   // Tile 4 belongs to IPU 1; the variable lives on IPU 0.
   EXPECT_NX_ERROR(kInternal, g.set_mapping(t.var, {{0, 10, 4, 0}}), "'t'", "outside its IPU");
   EXPECT_FALSE(g.var(t.var).mapped) << "a rejected mapping must not stick";
-  Tensor u = g.add_variable("u", DType::kFloat32, {3}, VarKind::kIntermediate, 1);
+  Tensor u = g.add_variable("u", kF32, {3}, VarKind::kIntermediate, 1);
   EXPECT_NX_ERROR(kInternal, g.set_mapping(u.var, {{0, 3, 3, 0}}), "outside its IPU");
   EXPECT_NO_THROW(g.set_mapping(u.var, {{0, 3, 7, 0}}));
   check_mapping(g, u.var);
@@ -150,10 +149,10 @@ TEST(Graph, SetMappingRejectsBadCover) {
 
 TEST(Graph, MapLinearlyCoversEveryElementOnceWithinTheIpu) {
   for (uint32_t tiles : {1u, 3u, 4u, 7u, 16u}) {
-    for (DType dt : {DType::kFloat32, DType::kFloat16, DType::kBool}) {
+    for (DeviceType dt : {kF32, kF16, kBool}) {
       for (uint64_t n : {1ull, 2ull, 7ull, 8ull, 9ull, 31ull, 100ull, 1000ull, 4099ull}) {
         for (uint64_t grain : {0ull, 1ull, 5ull, 64ull}) {
-          SCOPED_TRACE(testing::Message() << tiles << " tiles, " << dtype_name(dt) << ", n=" << n << ", grain=" << grain);
+          SCOPED_TRACE(testing::Message() << tiles << " tiles, " << device_type_name(dt) << ", n=" << n << ", grain=" << grain);
           Graph g(tiny(tiles, 2), 2);
           Tensor t = g.add_variable("t", dt, {n}, VarKind::kIntermediate, 1);
           g.map_linearly(t.var, grain);
@@ -169,7 +168,7 @@ TEST(Graph, MapLinearlyCoversEveryElementOnceWithinTheIpu) {
             hits[f]++;
           }
           for (int h : hits) ASSERT_EQ(h, 1);
-          const uint64_t eff = grain ? grain : std::max<uint64_t>(1, 32 / dtype_size(dt));
+          const uint64_t eff = grain ? grain : std::max<uint64_t>(1, 32 / device_type_size(dt));
           // Contiguous chunks, one per tile, each a multiple of the grain but
           // the last; no more tiles than the IPU has, balanced to one grain.
           ASSERT_LE(v.tiles.size(), tiles);
@@ -195,14 +194,14 @@ TEST(Graph, MapLinearlyRotatesSoSmallTensorsSpread) {
   Graph g(tiny(4), 1);
   std::vector<uint32_t> first;
   for (int i = 0; i < 6; ++i) {
-    Tensor t = g.add_variable("s", DType::kFloat32, {3}, VarKind::kIntermediate, 0);
+    Tensor t = g.add_variable("s", kF32, {3}, VarKind::kIntermediate, 0);
     g.map_linearly(t.var);
     ASSERT_EQ(g.var(t.var).tiles.size(), 1u);
     first.push_back(g.var(t.var).tiles[0].tile);
   }
   EXPECT_EQ(first, (std::vector<uint32_t>{0, 1, 2, 3, 0, 1}));
   // A tensor spanning three tiles starting at tile 2 wraps to tiles 2, 3, 0.
-  Tensor w = g.add_variable("w", DType::kFloat32, {24}, VarKind::kIntermediate, 0);
+  Tensor w = g.add_variable("w", kF32, {24}, VarKind::kIntermediate, 0);
   g.map_linearly(w.var, 8);
   std::vector<uint32_t> order;
   for (const auto& iv : g.var(w.var).mapping) order.push_back(iv.tile);
@@ -233,7 +232,7 @@ TEST(Graph, LocateFindsEveryElementInAnyOrder) {
     Graph g(tiny(5, 2), 2);
     const uint64_t n = 1 + rng() % 200;
     const uint32_t ipu = rng() % 2;
-    Tensor t = g.add_variable("t", DType::kFloat32, {n}, VarKind::kIntermediate, ipu);
+    Tensor t = g.add_variable("t", kF32, {n}, VarKind::kIntermediate, ipu);
     // Random cut points, random tiles.
     std::vector<TileInterval> ivs;
     uint64_t pos = 0;
@@ -277,12 +276,12 @@ TEST(Graph, LocateFindsEveryElementInAnyOrder) {
 
 TEST(Graph, CloneMappingWithinAndAcrossIpus) {
   Graph g(tiny(4, 2), 2);
-  Tensor a = g.add_variable("a", DType::kFloat32, {2, 5}, VarKind::kIntermediate, 0);
+  Tensor a = g.add_variable("a", kF32, {2, 5}, VarKind::kIntermediate, 0);
   g.set_mapping(a.var, {{0, 3, 2, 0}, {3, 7, 0, 0}, {7, 10, 2, 0}});
-  Tensor b = g.add_variable("b", DType::kFloat16, {10}, VarKind::kIntermediate, 0);
+  Tensor b = g.add_variable("b", kF16, {10}, VarKind::kIntermediate, 0);
   g.clone_mapping(b.var, a.var);
   check_mapping(g, b.var);
-  Tensor c = g.add_variable("c", DType::kInt32, {5, 2}, VarKind::kIntermediate, 1);
+  Tensor c = g.add_variable("c", kI32, {5, 2}, VarKind::kIntermediate, 1);
   g.clone_mapping(c.var, a.var);
   check_mapping(g, c.var);
   const auto& ma = g.var(a.var).mapping;
@@ -295,9 +294,9 @@ TEST(Graph, CloneMappingWithinAndAcrossIpus) {
     EXPECT_EQ(mc[i].begin, ma[i].begin);
     EXPECT_EQ(mc[i].local, ma[i].local);
   }
-  Tensor wrong = g.add_variable("wrong", DType::kFloat32, {11}, VarKind::kIntermediate, 0);
+  Tensor wrong = g.add_variable("wrong", kF32, {11}, VarKind::kIntermediate, 0);
   EXPECT_NX_ERROR(kInternal, g.clone_mapping(wrong.var, a.var), "different sizes");
-  Tensor unmapped = g.add_variable("unmapped", DType::kFloat32, {10}, VarKind::kIntermediate, 0);
+  Tensor unmapped = g.add_variable("unmapped", kF32, {10}, VarKind::kIntermediate, 0);
   EXPECT_NX_ERROR(kInternal, g.clone_mapping(b.var, unmapped.var), "unmapped");
   g.map_to_tile(unmapped.var, 3);
   check_mapping(g, unmapped.var);
@@ -310,27 +309,27 @@ TEST(Graph, CloneMappingWithinAndAcrossIpus) {
 
 TEST(Graph, VerticesMayOnlyNameTheirOwnTilesMemory) {
   Graph g(tiny(4), 1);
-  Tensor t = g.add_variable("t", DType::kFloat32, {8}, VarKind::kIntermediate, 0);
+  Tensor t = g.add_variable("t", kF32, {8}, VarKind::kIntermediate, 0);
   g.set_mapping(t.var, {{0, 5, 1, 0}, {5, 8, 2, 0}});
   uint32_t cs = g.add_compute_set("cs");
-  EXPECT_NO_THROW(g.add_vertex(cs, std::make_unique<FillVertex>(1, Field{t.var, 1, 0, 5}, DType::kFloat32, 1.0)));
-  EXPECT_NO_THROW(g.add_vertex(cs, std::make_unique<FillVertex>(2, Field{t.var, 2, 1, 2}, DType::kFloat32, 1.0)));
+  EXPECT_NO_THROW(g.add_vertex(cs, std::make_unique<FillVertex>(1, Field{t.var, 1, 0, 5}, kF32, 1.0)));
+  EXPECT_NO_THROW(g.add_vertex(cs, std::make_unique<FillVertex>(2, Field{t.var, 2, 1, 2}, kF32, 1.0)));
   // Past the end of the tile's block.
-  EXPECT_NX_ERROR(kInternal, g.add_vertex(cs, std::make_unique<FillVertex>(2, Field{t.var, 2, 1, 3}, DType::kFloat32, 1.0)),
+  EXPECT_NX_ERROR(kInternal, g.add_vertex(cs, std::make_unique<FillVertex>(2, Field{t.var, 2, 1, 3}, kF32, 1.0)),
                   "outside 't'");
   // On a tile that holds none of the variable.
-  EXPECT_NX_ERROR(kInternal, g.add_vertex(cs, std::make_unique<FillVertex>(0, Field{t.var, 0, 0, 1}, DType::kFloat32, 1.0)),
+  EXPECT_NX_ERROR(kInternal, g.add_vertex(cs, std::make_unique<FillVertex>(0, Field{t.var, 0, 0, 1}, kF32, 1.0)),
                   "outside 't'");
   // A vertex on tile 3 naming tile 1's memory.
-  EXPECT_NX_ERROR(kInternal, g.add_vertex(cs, std::make_unique<FillVertex>(3, Field{t.var, 1, 0, 1}, DType::kFloat32, 1.0)),
+  EXPECT_NX_ERROR(kInternal, g.add_vertex(cs, std::make_unique<FillVertex>(3, Field{t.var, 1, 0, 1}, kF32, 1.0)),
                   "another tile");
   EXPECT_EQ(g.compute_sets()[cs].vertices.size(), 2u);
 }
 
 TEST(Graph, ProgramSkipsEmptyStepsAndPutsInputsFirst) {
   Graph g(tiny(2), 1);
-  Tensor x = g.add_variable("x", DType::kFloat32, {4}, VarKind::kInput, 0);
-  Tensor y = g.add_variable("y", DType::kFloat32, {4}, VarKind::kIntermediate, 0);
+  Tensor x = g.add_variable("x", kF32, {4}, VarKind::kInput, 0);
+  Tensor y = g.add_variable("y", kF32, {4}, VarKind::kIntermediate, 0);
   g.map_to_tile(x.var, 0);
   g.map_to_tile(y.var, 0);
   uint32_t empty_cs = g.add_compute_set("empty");
@@ -339,14 +338,14 @@ TEST(Graph, ProgramSkipsEmptyStepsAndPutsInputsFirst) {
   g.execute_exchange(empty_ex);
   EXPECT_TRUE(g.program().empty());
   uint32_t cs = g.add_compute_set("fill");
-  g.add_vertex(cs, std::make_unique<FillVertex>(0, Field{y.var, 0, 0, 4}, DType::kFloat32, 2.0));
+  g.add_vertex(cs, std::make_unique<FillVertex>(0, Field{y.var, 0, 0, 4}, kF32, 2.0));
   g.execute(cs);
   uint32_t ex = g.add_exchange("copy");
   g.exchange(ex).copies.push_back(Copy{x.var, 0, 0, 1, y.var, 0, 0, 4});
   g.execute_exchange(ex);
   // Input streams come first, in the order they were added, whenever added.
   EXPECT_EQ(g.add_input_stream("x", x), 0u);
-  Tensor x2 = g.add_variable("x2", DType::kFloat32, {1}, VarKind::kInput, 0);
+  Tensor x2 = g.add_variable("x2", kF32, {1}, VarKind::kInput, 0);
   EXPECT_EQ(g.add_input_stream("x2", x2), 1u);
   ASSERT_EQ(g.program().size(), 4u);
   EXPECT_EQ(g.program()[0].kind, StepKind::kStreamIn);

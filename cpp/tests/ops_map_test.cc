@@ -5,22 +5,18 @@
 
 #include <random>
 
-#include "neurenix/ops.h"
+#include "expr_util.h"
+#include "neurenix/ops/map.h"
 #include "test_util.h"
 
 namespace {
 
 using namespace neurenix;
 using namespace nxtest;
-using E = ExprOpCode;
-
-ExprInstr in(uint32_t i, bool half = false) { return ExprInstr{E::kInput, i, 0, 0, half}; }
-ExprInstr op(E o, bool half = false) { return ExprInstr{o, 0, 0, 0, half}; }
-ExprInstr cf(double v) { return ExprInstr{E::kConstF, 0, v, 0, false}; }
 
 struct Input {
   Shape shape;
-  DType dtype;
+  DeviceType dtype;
   std::vector<double> values;
   int layout = 0;  // 0: left to the op, 1: linear, 2: random intervals, 3: one tile
 };
@@ -44,7 +40,7 @@ void lay_out(Graph& g, VarId v, int how, std::mt19937& rng) {
 }
 
 std::vector<double> run_map_op(const SystemSpec& spec, const std::vector<ExprInstr>& expr, const std::vector<Input>& inputs,
-                               DType out_dtype, const Shape& out_shape, std::mt19937& rng, uint32_t ipu = 0,
+                               DeviceType out_dtype, const Shape& out_shape, std::mt19937& rng, uint32_t ipu = 0,
                                std::shared_ptr<Executable>* exe_out = nullptr) {
   auto g = std::make_unique<Graph>(spec, spec.num_ipus);
   std::vector<Tensor> ts;
@@ -82,10 +78,10 @@ TEST(OpsMap, BroadcastingOfEveryOperandShape) {
   for (const Shape& sa : shapes)
     for (const Shape& sb : shapes) {
       const uint32_t tiles = 1 + rng() % 7;
-      Input a{sa, DType::kFloat32, iota_values(shape_numel(sa), 1, 1), static_cast<int>(rng() % 4)};
-      Input b{sb, DType::kFloat32, iota_values(shape_numel(sb), -0.5, -0.25), static_cast<int>(rng() % 4)};
+      Input a{sa, kF32, iota_values(shape_numel(sa), 1, 1), static_cast<int>(rng() % 4)};
+      Input b{sb, kF32, iota_values(shape_numel(sb), -0.5, -0.25), static_cast<int>(rng() % 4)};
       SCOPED_TRACE(testing::Message() << shape_str(sa) << " with " << shape_str(sb) << " on " << tiles << " tiles");
-      auto got = run_map_op(tiny(tiles), {in(0), cf(100), op(E::kMul), in(1), op(E::kAdd)}, {a, b}, DType::kFloat32,
+      auto got = run_map_op(tiny(tiles), {in(0), cf(100), op(E::kMul), in(1), op(E::kAdd)}, {a, b}, kF32,
                             out_shape, rng);
       ASSERT_EQ(got.size(), shape_numel(out_shape));
       for (uint64_t e = 0; e < got.size(); ++e) {
@@ -101,11 +97,11 @@ TEST(OpsMap, BroadcastingOfEveryOperandShape) {
 TEST(OpsMap, ThreeOperandsWithSelectAndMixedTypes) {
   std::mt19937 rng(2);
   const Shape out_shape = {6, 7};
-  Input cond{{6, 1}, DType::kBool, {1, 0, 1, 1, 0, 0}, 2};
-  Input x{{6, 7}, DType::kInt32, iota_values(42, -20, 1), 1};
-  Input y{{7}, DType::kInt32, iota_values(7, 1000, 7), 0};
+  Input cond{{6, 1}, kBool, {1, 0, 1, 1, 0, 0}, 2};
+  Input x{{6, 7}, kI32, iota_values(42, -20, 1), 1};
+  Input y{{7}, kI32, iota_values(7, 1000, 7), 0};
   for (uint32_t tiles : {1u, 2u, 5u, 16u}) {
-    auto got = run_map_op(tiny(tiles), {in(0), in(1), in(2), op(E::kSelect)}, {cond, x, y}, DType::kInt32, out_shape, rng);
+    auto got = run_map_op(tiny(tiles), {in(0), in(1), in(2), op(E::kSelect)}, {cond, x, y}, kI32, out_shape, rng);
     ASSERT_EQ(got.size(), 42u);
     for (uint64_t e = 0; e < 42; ++e) {
       const uint64_t r = e / 7, c = e % 7;
@@ -113,9 +109,9 @@ TEST(OpsMap, ThreeOperandsWithSelectAndMixedTypes) {
     }
   }
   // A comparison into bool, then into int.
-  auto lt = run_map_op(tiny(3), {in(0), in(1), op(E::kLt)}, {x, y}, DType::kBool, out_shape, rng);
+  auto lt = run_map_op(tiny(3), {in(0), in(1), op(E::kLt)}, {x, y}, kBool, out_shape, rng);
   for (uint64_t e = 0; e < 42; ++e) ASSERT_EQ(lt[e], x.values[e] < y.values[e % 7] ? 1 : 0);
-  auto li = run_map_op(tiny(3), {in(0), in(1), op(E::kLt)}, {x, y}, DType::kInt32, out_shape, rng);
+  auto li = run_map_op(tiny(3), {in(0), in(1), op(E::kLt)}, {x, y}, kI32, out_shape, rng);
   EXPECT_EQ(li, lt);
 }
 
@@ -123,10 +119,10 @@ TEST(OpsMap, HalfPrecisionEndToEnd) {
   std::mt19937 rng(3);
   std::uniform_real_distribution<double> u(-100, 100);
   const Shape shape = {5, 37};
-  Input a{shape, DType::kFloat16, {}, 1}, b{{37}, DType::kFloat16, {}, 0};
+  Input a{shape, kF16, {}, 1}, b{{37}, kF16, {}, 0};
   for (int i = 0; i < 185; ++i) a.values.push_back(ref_round_half(u(rng)));
   for (int i = 0; i < 37; ++i) b.values.push_back(ref_round_half(u(rng)));
-  auto got = run_map_op(tiny(4), in_half({in(0), in(1), op(E::kMul), in(0), op(E::kAdd)}), {a, b}, DType::kFloat16, shape, rng);
+  auto got = run_map_op(tiny(4), in_half({in(0), in(1), op(E::kMul), in(0), op(E::kAdd)}), {a, b}, kF16, shape, rng);
   ASSERT_EQ(got.size(), 185u);
   for (uint64_t e = 0; e < 185; ++e) {
     const double want = ref_round_half(ref_round_half(a.values[e] * b.values[e % 37]) + a.values[e]);
@@ -137,13 +133,13 @@ TEST(OpsMap, HalfPrecisionEndToEnd) {
 TEST(OpsMap, ResultTakesTheLayoutOfAFullSizeOperand) {
   std::mt19937 rng(4);
   auto g = std::make_unique<Graph>(tiny(5), 1);
-  Tensor x = g->add_variable("x", DType::kFloat32, {10, 3}, VarKind::kInput, 0);
+  Tensor x = g->add_variable("x", kF32, {10, 3}, VarKind::kInput, 0);
   lay_out(*g, x.var, 2, rng);
-  Tensor s = g->add_variable("s", DType::kFloat32, {}, VarKind::kInput, 0);
+  Tensor s = g->add_variable("s", kF32, {}, VarKind::kInput, 0);
   g->map_to_tile(s.var, 4);
   g->add_input_stream("x", x);
   g->add_input_stream("s", s);
-  Tensor y = ops::map(*g, {in(0), in(1), op(E::kSub)}, {s, x}, DType::kFloat32, {10, 3}, 0, "sub");
+  Tensor y = ops::map(*g, {in(0), in(1), op(E::kSub)}, {s, x}, kF32, {10, 3}, 0, "sub");
   const auto& mx = g->var(x.var).mapping;
   const auto& my = g->var(y.var).mapping;
   ASSERT_EQ(mx.size(), my.size());
@@ -171,17 +167,17 @@ TEST(OpsMap, ResultTakesTheLayoutOfAFullSizeOperand) {
 TEST(OpsMap, ChainsAndIpuPlacement) {
   std::mt19937 rng(5);
   auto g = std::make_unique<Graph>(tiny(3, 2), 2);
-  Tensor x = g->add_variable("x", DType::kFloat32, {50}, VarKind::kInput, 1);
+  Tensor x = g->add_variable("x", kF32, {50}, VarKind::kInput, 1);
   g->add_input_stream("x", x);
-  Tensor r = ops::map(*g, {in(0), op(E::kRelu)}, {x}, DType::kFloat32, {50}, 1, "relu");
-  Tensor sq = ops::map(*g, {in(0), in(0), op(E::kMul)}, {r}, DType::kFloat32, {50}, 1, "sq");
-  Tensor b = ops::map(*g, {in(0), in(1), op(E::kGt)}, {sq, x}, DType::kBool, {50}, 1, "gt");
+  Tensor r = ops::map(*g, {in(0), op(E::kRelu)}, {x}, kF32, {50}, 1, "relu");
+  Tensor sq = ops::map(*g, {in(0), in(0), op(E::kMul)}, {r}, kF32, {50}, 1, "sq");
+  Tensor b = ops::map(*g, {in(0), in(1), op(E::kGt)}, {sq, x}, kBool, {50}, 1, "gt");
   for (const Tensor& t : {r, sq, b})
     for (const TileShare& s : g->var(t.var).tiles) EXPECT_EQ(g->ipu_of_tile(s.tile), 1u);
   g->add_output_stream("sq", sq);
   g->add_output_stream("gt", b);
-  EXPECT_EQ(g->op_records().size(), 3u);
-  EXPECT_EQ(g->op_records()[0].kind, "map");
+  EXPECT_EQ(g->op_plans().size(), 3u);
+  EXPECT_EQ(g->op_plans()[0].kind, "map");
   std::vector<float> xs(50);
   for (int i = 0; i < 50; ++i) xs[i] = (i - 25) * 0.2f;
   auto out = run_graph(std::move(g), {to_bytes(xs)});
@@ -196,44 +192,44 @@ TEST(OpsMap, ChainsAndIpuPlacement) {
 
 TEST(OpsMap, Errors) {
   Graph g(tiny(2, 2), 2);
-  Tensor x = g.add_variable("x", DType::kFloat32, {3, 4}, VarKind::kInput, 0);
-  Tensor far = g.add_variable("far", DType::kFloat32, {4}, VarKind::kInput, 1);
-  Tensor i = g.add_variable("i", DType::kInt32, {4}, VarKind::kInput, 0);
-  EXPECT_NX_ERROR(kShapeMismatch, ops::map(g, {in(0), op(E::kNeg)}, {x}, DType::kFloat32, {4, 3}, 0, "bad"), "'bad'", "[3, 4]",
+  Tensor x = g.add_variable("x", kF32, {3, 4}, VarKind::kInput, 0);
+  Tensor far = g.add_variable("far", kF32, {4}, VarKind::kInput, 1);
+  Tensor i = g.add_variable("i", kI32, {4}, VarKind::kInput, 0);
+  EXPECT_NX_ERROR(kShapeMismatch, ops::map(g, {in(0), op(E::kNeg)}, {x}, kF32, {4, 3}, 0, "bad"), "'bad'", "[3, 4]",
                   "[4, 3]");
-  EXPECT_NX_ERROR(kShapeMismatch, ops::map(g, {in(0), op(E::kNeg)}, {x}, DType::kFloat32, {4}, 0, "lower"), "'lower'");
-  EXPECT_NX_ERROR(kInvalidArgument, ops::map(g, {in(0), in(1), op(E::kAdd)}, {x, far}, DType::kFloat32, {3, 4}, 0, "ipus"),
+  EXPECT_NX_ERROR(kShapeMismatch, ops::map(g, {in(0), op(E::kNeg)}, {x}, kF32, {4}, 0, "lower"), "'lower'");
+  EXPECT_NX_ERROR(kInvalidArgument, ops::map(g, {in(0), in(1), op(E::kAdd)}, {x, far}, kF32, {3, 4}, 0, "ipus"),
                   "'far'", "IPU 1");
-  EXPECT_NX_ERROR(kInvalidArgument, ops::map(g, {in(0), op(E::kNeg)}, {x}, DType::kInt32, {3, 4}, 0, "type"), "'type'", "int32");
-  EXPECT_NX_ERROR(kInvalidArgument, ops::map(g, {in(0), in(1), op(E::kAdd)}, {x, i}, DType::kFloat32, {3, 4}, 0, "mixed"), "add");
-  EXPECT_NX_ERROR(kInvalidArgument, ops::map(g, {in(0), op(E::kNeg)}, {x}, DType::kFloat32, {3, 4}, 2, "noipu"));
+  EXPECT_NX_ERROR(kInvalidArgument, ops::map(g, {in(0), op(E::kNeg)}, {x}, kI32, {3, 4}, 0, "type"), "'type'", "int32");
+  EXPECT_NX_ERROR(kInvalidArgument, ops::map(g, {in(0), in(1), op(E::kAdd)}, {x, i}, kF32, {3, 4}, 0, "mixed"), "add");
+  EXPECT_NX_ERROR(kInvalidArgument, ops::map(g, {in(0), op(E::kNeg)}, {x}, kF32, {3, 4}, 2, "noipu"));
   // Nothing to compute for an empty result.
   const size_t steps = g.program().size();
-  Tensor e = ops::map(g, {cf(1)}, {}, DType::kFloat32, {0, 4}, 0, "empty");
+  Tensor e = ops::map(g, {cf(1)}, {}, kF32, {0, 4}, 0, "empty");
   EXPECT_EQ(e.numel(), 0u);
   EXPECT_EQ(g.program().size(), steps);
 }
 
 TEST(OpsMap, ConstantOnlyExpressionFillsTheShape) {
   std::mt19937 rng(6);
-  auto got = run_map_op(tiny(3), {cf(2.5), cf(4), op(E::kMul)}, {}, DType::kFloat32, {4, 9}, rng);
+  auto got = run_map_op(tiny(3), {cf(2.5), cf(4), op(E::kMul)}, {}, kF32, {4, 9}, rng);
   EXPECT_EQ(got, std::vector<double>(36, 10.0));
 }
 
 TEST(OpsFill, EveryTypeOnEveryTile) {
-  for (auto [dt, value, want] : std::vector<std::tuple<DType, double, double>>{
-           {DType::kFloat32, -1.75, -1.75}, {DType::kFloat16, 0.1, ref_round_half(0.1)}, {DType::kInt32, 42, 42},
-           {DType::kBool, 1, 1}}) {
+  for (auto [dt, value, want] : std::vector<std::tuple<DeviceType, double, double>>{
+           {kF32, -1.75, -1.75}, {kF16, 0.1, ref_round_half(0.1)}, {kI32, 42, 42},
+           {kBool, 1, 1}}) {
     auto g = std::make_unique<Graph>(tiny(4), 1);
     Tensor t = ops::fill(*g, dt, {7, 11}, value, 0, "fill");
     EXPECT_GE(g->var(t.var).tiles.size(), 2u) << "77 elements spread over several tiles";
     g->add_output_stream("t", t);
     auto out = run_graph(std::move(g), {});
     ASSERT_EQ(out.size(), 1u);
-    EXPECT_EQ(decode(dt, out[0]), std::vector<double>(77, want)) << dtype_name(dt);
+    EXPECT_EQ(decode(dt, out[0]), std::vector<double>(77, want)) << device_type_name(dt);
   }
   Graph g(tiny(2), 1);
-  Tensor e = ops::fill(g, DType::kFloat32, {0}, 1, 0, "empty");
+  Tensor e = ops::fill(g, kF32, {0}, 1, 0, "empty");
   EXPECT_EQ(e.numel(), 0u);
   EXPECT_TRUE(g.program().empty());
 }
@@ -245,14 +241,14 @@ namespace {
 TEST(OpsMap, ScalarResultsAndRankZeroOperands) {
   std::mt19937 rng(7);
   for (uint32_t tiles : {1u, 4u}) {
-    Input a{{}, DType::kFloat32, {2.5}, 0}, b{{1}, DType::kFloat32, {-4}, 3}, c{{1, 1}, DType::kFloat32, {0.5}, 1};
+    Input a{{}, kF32, {2.5}, 0}, b{{1}, kF32, {-4}, 3}, c{{1, 1}, kF32, {0.5}, 1};
     // Only rank-0 operands broadcast to a rank-0 result (numpy: [1] with [] gives [1]).
-    Input d{{}, DType::kFloat32, {-4}, 3};
-    auto s = run_map_op(tiny(tiles), {in(0), in(1), op(E::kMul), cf(0.5), op(E::kAdd)}, {a, d}, DType::kFloat32, {}, rng);
+    Input d{{}, kF32, {-4}, 3};
+    auto s = run_map_op(tiny(tiles), {in(0), in(1), op(E::kMul), cf(0.5), op(E::kAdd)}, {a, d}, kF32, {}, rng);
     EXPECT_EQ(s, std::vector<double>{-9.5});
-    auto r1 = run_map_op(tiny(tiles), {in(0), in(1), op(E::kMul)}, {a, b}, DType::kFloat32, {1}, rng);
+    auto r1 = run_map_op(tiny(tiles), {in(0), in(1), op(E::kMul)}, {a, b}, kF32, {1}, rng);
     EXPECT_EQ(r1, std::vector<double>{-10});
-    auto v = run_map_op(tiny(tiles), {in(0), in(1), op(E::kMul), in(2), op(E::kAdd)}, {a, b, c}, DType::kFloat32, {1, 1, 3},
+    auto v = run_map_op(tiny(tiles), {in(0), in(1), op(E::kMul), in(2), op(E::kAdd)}, {a, b, c}, kF32, {1, 1, 3},
                         rng);
     EXPECT_EQ(v, std::vector<double>(3, -9.5));
   }

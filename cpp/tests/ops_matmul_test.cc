@@ -6,7 +6,8 @@
 #include <random>
 #include <sstream>
 
-#include "neurenix/ops.h"
+#include "neurenix/ops/map.h"
+#include "neurenix/ops/matmul.h"
 #include "test_util.h"
 
 namespace {
@@ -19,9 +20,9 @@ struct MMCase {
   uint32_t tiles = 4;
   double proportion = 0.6;
   uint64_t bytes_per_tile = 0;
-  DType in = DType::kFloat32;
-  DType partials = DType::kFloat32;
-  DType out = DType::kFloat32;
+  DeviceType in = kF32;
+  DeviceType partials = kF32;
+  DeviceType out = kF32;
   int a_mode = 0;  // 0: input left to the matmul, 1: mapped linearly, 2: random intervals, 3: made by a map
   int b_mode = 0;  // same, and 4: a constant
 };
@@ -29,8 +30,8 @@ struct MMCase {
 std::string describe(const MMCase& c) {
   std::ostringstream os;
   os << "[" << c.G << "," << c.M << "," << c.K << "]x[" << c.G << "," << c.K << "," << c.N << "] tiles=" << c.tiles
-     << " prop=" << c.proportion << " bytes=" << c.bytes_per_tile << " in=" << dtype_name(c.in)
-     << " partials=" << dtype_name(c.partials) << " out=" << dtype_name(c.out) << " a_mode=" << c.a_mode
+     << " prop=" << c.proportion << " bytes=" << c.bytes_per_tile << " in=" << device_type_name(c.in)
+     << " partials=" << device_type_name(c.partials) << " out=" << device_type_name(c.out) << " a_mode=" << c.a_mode
      << " b_mode=" << c.b_mode;
   return os.str();
 }
@@ -46,7 +47,7 @@ void random_layout(Graph& g, VarId v, std::mt19937& rng) {
   g.set_mapping(v, ivs);
 }
 
-Tensor make_operand(Graph& g, const std::string& name, DType dt, const Shape& shape, int mode, const std::vector<double>& v,
+Tensor make_operand(Graph& g, const std::string& name, DeviceType dt, const Shape& shape, int mode, const std::vector<double>& v,
                     std::vector<std::vector<uint8_t>>& inputs, std::mt19937& rng) {
   if (mode == 4) return g.add_constant(name, dt, shape, 0, std::make_shared<const std::vector<uint8_t>>(encode(dt, v)));
   Tensor t = g.add_variable(name, dt, shape, VarKind::kInput, 0);
@@ -76,7 +77,7 @@ MMResult run_matmul(const MMCase& c, const std::vector<double>& a, const std::ve
   Tensor ta = make_operand(*g, "a", c.in, {c.G, c.M, c.K}, c.a_mode, a, inputs, rng);
   Tensor tb = make_operand(*g, "b", c.in, {c.G, c.K, c.N}, c.b_mode, b, inputs, rng);
   ops::MatMulOptions o;
-  o.available_memory_proportion = c.proportion;
+  o.memory_proportion = c.proportion;
   o.partials = c.partials;
   o.out_dtype = c.out;
   o.name = "mm";
@@ -171,7 +172,7 @@ TEST(OpsMatMul, Float32ManyShapesTilesAndProportions) {
     max_split[2] = std::max(max_split[2], p.n_split);
     max_split[3] = std::max(max_split[3], p.k_split);
     max_split[4] = std::max(max_split[4], p.serial_split);
-    const auto& rec = r.exe->graph().op_records();
+    const auto& rec = r.exe->graph().op_plans();
     ASSERT_FALSE(rec.empty());
     EXPECT_EQ(rec.back().kind, "matmul");
     EXPECT_EQ(rec.back().tiles_used, p.tiles_used());
@@ -214,7 +215,7 @@ TEST(OpsMatMul, SplitsForcedBySmallTiles) {
 TEST(OpsMatMul, DegenerateShapes) {
   std::mt19937 rng(3);
   // K = 0: the product is all zeros.
-  for (DType out : {DType::kFloat32, DType::kFloat16}) {
+  for (DeviceType out : {kF32, kF16}) {
     MMCase c{2, 3, 4, 0};
     c.out = out;
     MMResult r = run_matmul(c, {}, {}, rng);
@@ -222,8 +223,8 @@ TEST(OpsMatMul, DegenerateShapes) {
   }
   // An empty result needs no work at all.
   Graph g(tiny(2), 1);
-  Tensor a = g.add_variable("a", DType::kFloat32, {1, 0, 3}, VarKind::kInput, 0);
-  Tensor b = g.add_variable("b", DType::kFloat32, {1, 3, 5}, VarKind::kInput, 0);
+  Tensor a = g.add_variable("a", kF32, {1, 0, 3}, VarKind::kInput, 0);
+  Tensor b = g.add_variable("b", kF32, {1, 3, 5}, VarKind::kInput, 0);
   Tensor c = ops::matmul(g, a, b, ops::MatMulOptions{});
   EXPECT_EQ(c.shape, (Shape{1, 0, 5}));
   EXPECT_TRUE(g.program().empty());
@@ -249,9 +250,9 @@ TEST(OpsMatMul, HalfInputsFloatPartialsRoundOnce) {
     MMCase c{1 + rng() % 2, 1 + rng() % 9, 1 + rng() % 9, 1 + rng() % 70};
     c.tiles = 1 + rng() % 16;
     c.proportion = trial % 2 ? 0.001 : 0.6;
-    c.in = DType::kFloat16;
-    c.partials = DType::kFloat32;
-    c.out = trial % 3 ? DType::kFloat16 : DType::kFloat32;
+    c.in = kF16;
+    c.partials = kF32;
+    c.out = trial % 3 ? kF16 : kF32;
     c.a_mode = static_cast<int>(rng() % 4);
     c.b_mode = static_cast<int>(rng() % 5);
     SCOPED_TRACE(describe(c));
@@ -265,7 +266,7 @@ TEST(OpsMatMul, HalfInputsFloatPartialsRoundOnce) {
         for (uint64_t j = 0; j < c.N; ++j) {
           double exact = 0;
           for (uint64_t p = 0; p < c.K; ++p) exact += a[(g * c.M + i) * c.K + p] * b[(g * c.K + p) * c.N + j];
-          const double want = c.out == DType::kFloat16 ? ref_round_half(exact) : exact;
+          const double want = c.out == kF16 ? ref_round_half(exact) : exact;
           ASSERT_EQ(r.c[(g * c.M + i) * c.N + j], want) << g << "," << i << "," << j;
         }
   }
@@ -282,9 +283,9 @@ TEST(OpsMatMul, HalfPartialsReplayTheRoundingSequence) {
     MMCase c{1 + rng() % 2, 1 + rng() % 6, 1 + rng() % 6, 1 + rng() % 90};
     c.tiles = 1 + rng() % 16;
     c.proportion = trial % 2 ? 0.0005 : 0.6;
-    c.in = DType::kFloat16;
-    c.partials = DType::kFloat16;
-    c.out = trial % 3 ? DType::kFloat16 : DType::kFloat32;
+    c.in = kF16;
+    c.partials = kF16;
+    c.out = trial % 3 ? kF16 : kF32;
     c.a_mode = static_cast<int>(rng() % 4);
     c.b_mode = static_cast<int>(rng() % 5);
     SCOPED_TRACE(describe(c));
@@ -330,9 +331,9 @@ TEST(OpsMatMul, PlannerInvariants) {
   const double props[] = {1.0, 0.8, 0.6, 0.4, 0.2, 0.1, 0.05, 0.01, 0.002, 0.0005};
   for (int trial = 0; trial < 150; ++trial) {
     ops::MatMulProblem p{1 + rng() % 4, 1 + rng() % 300, 1 + rng() % 300, 1 + rng() % 300,
-                         rng() % 2 ? DType::kFloat16 : DType::kFloat32, DType::kFloat32, DType::kFloat32,
+                         rng() % 2 ? kF16 : kF32, kF32, kF32,
                          static_cast<bool>(rng() % 2), static_cast<bool>(rng() % 2)};
-    if (p.in_dtype == DType::kFloat16 && rng() % 2) p.partials = DType::kFloat16;
+    if (p.in_dtype == kF16 && rng() % 2) p.partials = kF16;
     const uint32_t tiles = 1 + rng() % 64;
     const uint64_t bytes = 2048 + rng() % 100000;
     uint64_t prev = UINT64_MAX;
@@ -367,7 +368,7 @@ TEST(OpsMatMul, PlannerInvariants) {
   }
   // A big problem on a big chip uses many tiles and estimates fewer cycles
   // than running it on one.
-  ops::MatMulProblem big{1, 512, 512, 512, DType::kFloat16, DType::kFloat32, DType::kFloat32, true, true};
+  ops::MatMulProblem big{1, 512, 512, 512, kF16, kF32, kF32, true, true};
   ops::MatMulPlan full = ops::plan_matmul(t, 1472, t.bytes_per_tile, big, 0.6);
   ops::MatMulPlan one = ops::plan_matmul(t, 1, t.bytes_per_tile, big, 1.0);
   EXPECT_GT(full.tiles_used(), 256u);
@@ -377,14 +378,14 @@ TEST(OpsMatMul, PlannerInvariants) {
 
 TEST(OpsMatMul, Errors) {
   Graph g(tiny(2), 1);
-  Tensor a = g.add_variable("a", DType::kFloat32, {1, 3, 4}, VarKind::kInput, 0);
-  Tensor b = g.add_variable("b", DType::kFloat32, {1, 4, 5}, VarKind::kInput, 0);
-  Tensor b2 = g.add_variable("b2", DType::kFloat32, {1, 3, 5}, VarKind::kInput, 0);
-  Tensor bg = g.add_variable("bg", DType::kFloat32, {2, 4, 5}, VarKind::kInput, 0);
-  Tensor a2d = g.add_variable("a2d", DType::kFloat32, {3, 4}, VarKind::kInput, 0);
-  Tensor bh = g.add_variable("bh", DType::kFloat16, {1, 4, 5}, VarKind::kInput, 0);
-  Tensor ai = g.add_variable("ai", DType::kInt32, {1, 3, 4}, VarKind::kInput, 0);
-  Tensor bi = g.add_variable("bi", DType::kInt32, {1, 4, 5}, VarKind::kInput, 0);
+  Tensor a = g.add_variable("a", kF32, {1, 3, 4}, VarKind::kInput, 0);
+  Tensor b = g.add_variable("b", kF32, {1, 4, 5}, VarKind::kInput, 0);
+  Tensor b2 = g.add_variable("b2", kF32, {1, 3, 5}, VarKind::kInput, 0);
+  Tensor bg = g.add_variable("bg", kF32, {2, 4, 5}, VarKind::kInput, 0);
+  Tensor a2d = g.add_variable("a2d", kF32, {3, 4}, VarKind::kInput, 0);
+  Tensor bh = g.add_variable("bh", kF16, {1, 4, 5}, VarKind::kInput, 0);
+  Tensor ai = g.add_variable("ai", kI32, {1, 3, 4}, VarKind::kInput, 0);
+  Tensor bi = g.add_variable("bi", kI32, {1, 4, 5}, VarKind::kInput, 0);
   ops::MatMulOptions o;
   o.name = "mm";
   EXPECT_NX_ERROR(kShapeMismatch, ops::matmul(g, a, b2, o), "'mm'", "[1, 3, 4]", "[1, 3, 5]");
@@ -393,7 +394,7 @@ TEST(OpsMatMul, Errors) {
   EXPECT_NX_ERROR(kShapeMismatch, ops::matmul(g, a, bh, o), "float32", "float16");
   EXPECT_NX_ERROR(kShapeMismatch, ops::matmul(g, ai, bi, o), "int32");
   for (double bad : {0.0, -0.5, 1.01}) {
-    o.available_memory_proportion = bad;
+    o.memory_proportion = bad;
     EXPECT_NX_ERROR(kInvalidArgument, ops::matmul(g, a, b, o), "memory proportion");
   }
   EXPECT_EQ(g.num_vars(), 8u) << "a rejected matmul adds nothing";
@@ -408,11 +409,11 @@ TEST(OpsMatMul, MatMulThenRelu) {
   std::vector<float> w(K * N), x(M * K);
   for (auto& v : w) v = nd(rng);
   for (auto& v : x) v = nd(rng);
-  Tensor tx = g->add_variable("x", DType::kFloat32, {1, M, K}, VarKind::kInput, 0);
+  Tensor tx = g->add_variable("x", kF32, {1, M, K}, VarKind::kInput, 0);
   g->add_input_stream("x", tx);
-  Tensor tw = g->add_constant("w", DType::kFloat32, {1, K, N}, 0, shared_bytes(w));
+  Tensor tw = g->add_constant("w", kF32, {1, K, N}, 0, shared_bytes(w));
   Tensor y = ops::matmul(*g, tx, tw, ops::MatMulOptions{});
-  Tensor r = ops::map(*g, {{ExprOpCode::kInput, 0}, {ExprOpCode::kRelu}}, {y}, DType::kFloat32, y.shape, 0, "relu");
+  Tensor r = ops::map(*g, {{ExprOpCode::kInput, 0}, {ExprOpCode::kRelu}}, {y}, kF32, y.shape, 0, "relu");
   g->add_output_stream("y", r);
   std::shared_ptr<Executable> exe;
   auto out = run_graph(std::move(g), {to_bytes(x)}, 2, &exe);
@@ -439,9 +440,9 @@ TEST(OpsMatMul, RunsOnTheIpuItIsAskedFor) {
   std::vector<float> x(M * K), w(K * N);
   for (auto& v : x) v = nd(rng);
   for (auto& v : w) v = nd(rng);
-  Tensor tx = g->add_variable("x", DType::kFloat32, {1, M, K}, VarKind::kInput, 1);
+  Tensor tx = g->add_variable("x", kF32, {1, M, K}, VarKind::kInput, 1);
   g->add_input_stream("x", tx);
-  Tensor tw = g->add_constant("w", DType::kFloat32, {1, K, N}, 1, shared_bytes(w));
+  Tensor tw = g->add_constant("w", kF32, {1, K, N}, 1, shared_bytes(w));
   ops::MatMulOptions o;
   o.ipu = 1;
   Tensor y = ops::matmul(*g, tx, tw, o);
@@ -465,8 +466,8 @@ TEST(OpsMatMul, RunsOnTheIpuItIsAskedFor) {
 // not an internal invariant failure.
 TEST(OpsMatMul, OperandOnAnotherIpuIsACallerError) {
   Graph g(tiny(3, 2), 2);
-  Tensor a = g.add_variable("a", DType::kFloat32, {1, 4, 9}, VarKind::kInput, 0);
-  Tensor b = g.add_variable("b", DType::kFloat32, {1, 9, 5}, VarKind::kInput, 1);
+  Tensor a = g.add_variable("a", kF32, {1, 4, 9}, VarKind::kInput, 0);
+  Tensor b = g.add_variable("b", kF32, {1, 9, 5}, VarKind::kInput, 1);
   ops::MatMulOptions o;
   o.ipu = 1;
   o.name = "mm";
@@ -488,10 +489,10 @@ TEST(OpsMatMul, SameTensorAsBothOperands) {
       const uint64_t n = 11;
       std::vector<float> x(2 * n * n);
       for (auto& v : x) v = nd(rng);
-      Tensor tx = g->add_variable("x", DType::kFloat32, {2, n, n}, VarKind::kInput, 0);
+      Tensor tx = g->add_variable("x", kF32, {2, n, n}, VarKind::kInput, 0);
       g->add_input_stream("x", tx);
       ops::MatMulOptions o;
-      o.available_memory_proportion = prop;
+      o.memory_proportion = prop;
       Tensor y = ops::matmul(*g, tx, tx, o);
       g->add_output_stream("y", y);
       auto out = run_graph(std::move(g), {to_bytes(x)});

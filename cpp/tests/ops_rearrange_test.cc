@@ -5,7 +5,7 @@
 #include <numeric>
 #include <random>
 
-#include "neurenix/ops.h"
+#include "neurenix/ops/rearrange.h"
 #include "test_util.h"
 
 namespace {
@@ -44,7 +44,7 @@ TEST(OpsRearrange, TransposeSliceBroadcast) {
   for (uint32_t tiles : {1u, 3u, 8u})
     for (const View& vv : views) {
       auto g = std::make_unique<Graph>(tiny(tiles), 1);
-      Tensor x = g->add_variable("x", DType::kInt32, base, VarKind::kInput, 0);
+      Tensor x = g->add_variable("x", kI32, base, VarKind::kInput, 0);
       g->add_input_stream("x", x);
       View v = vv;
       v.var = x.var;
@@ -61,8 +61,8 @@ TEST(OpsRearrange, TransposeSliceBroadcast) {
 
 TEST(OpsRearrange, HalfAndBoolElementsMoveBitExactly) {
   auto g = std::make_unique<Graph>(tiny(3), 1);
-  Tensor h = g->add_variable("h", DType::kFloat16, {8, 3}, VarKind::kInput, 0);
-  Tensor b = g->add_variable("b", DType::kBool, {8, 3}, VarKind::kInput, 0);
+  Tensor h = g->add_variable("h", kF16, {8, 3}, VarKind::kInput, 0);
+  Tensor b = g->add_variable("b", kBool, {8, 3}, VarKind::kInput, 0);
   g->add_input_stream("h", h);
   g->add_input_stream("b", b);
   Tensor ht = ops::rearrange(*g, View{h.var, 0, {3, 8}, {1, 3}}, 0, "ht");
@@ -87,7 +87,7 @@ TEST(OpsRearrange, HalfAndBoolElementsMoveBitExactly) {
 
 TEST(OpsRearrange, RejectsViewsOutsideTheVariable) {
   Graph g(tiny(2, 2), 2);
-  Tensor x = g.add_variable("x", DType::kFloat32, {4, 5}, VarKind::kInput, 0);
+  Tensor x = g.add_variable("x", kF32, {4, 5}, VarKind::kInput, 0);
   EXPECT_NX_ERROR(kShapeMismatch, ops::rearrange(g, View{x.var, 0, {5, 5}, {5, 1}}, 0, "big"), "'big'", "outside 'x'");
   EXPECT_NX_ERROR(kShapeMismatch, ops::rearrange(g, View{x.var, 1, {4, 5}, {5, 1}}, 0, "shifted"), "outside");
   EXPECT_NX_ERROR(kShapeMismatch, ops::rearrange(g, View{x.var, 3, {5}, {-1}}, 0, "negative"), "outside");
@@ -116,7 +116,7 @@ TEST(OpsConcat, EveryAxisWithMixedLayouts) {
       std::vector<std::vector<uint8_t>> inputs;
       std::vector<std::vector<int32_t>> data;
       for (size_t i = 0; i < shapes.size(); ++i) {
-        Tensor t = g->add_variable("x" + std::to_string(i), DType::kInt32, shapes[i], VarKind::kInput, 0);
+        Tensor t = g->add_variable("x" + std::to_string(i), kI32, shapes[i], VarKind::kInput, 0);
         if (i % 2 == 0 && t.numel()) g->map_linearly(t.var, 1 + rng() % 5);
         g->add_input_stream("x" + std::to_string(i), t);
         data.push_back(iota_i32(t.numel(), static_cast<int32_t>(1000 * (i + 1))));
@@ -148,11 +148,11 @@ TEST(OpsConcat, EveryAxisWithMixedLayouts) {
 
 TEST(OpsConcat, Errors) {
   Graph g(tiny(2, 2), 2);
-  Tensor a = g.add_variable("a", DType::kFloat32, {2, 3}, VarKind::kInput, 0);
-  Tensor b = g.add_variable("b", DType::kFloat32, {2, 4}, VarKind::kInput, 0);
-  Tensor c = g.add_variable("c", DType::kInt32, {2, 3}, VarKind::kInput, 0);
-  Tensor d = g.add_variable("d", DType::kFloat32, {2, 3, 1}, VarKind::kInput, 0);
-  Tensor far = g.add_variable("far", DType::kFloat32, {2, 3}, VarKind::kInput, 1);
+  Tensor a = g.add_variable("a", kF32, {2, 3}, VarKind::kInput, 0);
+  Tensor b = g.add_variable("b", kF32, {2, 4}, VarKind::kInput, 0);
+  Tensor c = g.add_variable("c", kI32, {2, 3}, VarKind::kInput, 0);
+  Tensor d = g.add_variable("d", kF32, {2, 3, 1}, VarKind::kInput, 0);
+  Tensor far = g.add_variable("far", kF32, {2, 3}, VarKind::kInput, 1);
   EXPECT_NX_ERROR(kInvalidArgument, ops::concat(g, {}, 0, 0, "none"), "'none'");
   EXPECT_NX_ERROR(kShapeMismatch, ops::concat(g, {a, b}, 0, 0, "cat0"), "[2, 3]", "[2, 4]", "axis 0");
   EXPECT_NO_THROW(ops::concat(g, {a, b}, 1, 0, "cat1"));
@@ -165,7 +165,7 @@ TEST(OpsConcat, Errors) {
 TEST(OpsCopyToIpu, MovesDataAndCostsALinkTransfer) {
   std::mt19937 rng(2);
   auto g = std::make_unique<Graph>(tiny(3, 2), 2);
-  Tensor x = g->add_variable("x", DType::kFloat32, {5, 7}, VarKind::kInput, 0);
+  Tensor x = g->add_variable("x", kF32, {5, 7}, VarKind::kInput, 0);
   std::vector<TileInterval> ivs;
   for (uint64_t pos = 0; pos < 35;) {
     uint64_t end = std::min<uint64_t>(35, pos + 1 + rng() % 6);
@@ -205,7 +205,7 @@ TEST(OpsCopyToIpu, MovesDataAndCostsALinkTransfer) {
   EXPECT_EQ(crossings, 2);
   // Records of both copies.
   int records = 0;
-  for (const OpRecord& r : exe->graph().op_records())
+  for (const OpPlan& r : exe->graph().op_plans())
     if (r.kind == "ipu_copy") ++records;
   EXPECT_EQ(records, 2);
 }

@@ -5,7 +5,9 @@
 #include <climits>
 #include <random>
 
-#include "neurenix/ops.h"
+#include "neurenix/ops/map.h"
+#include "neurenix/ops/rearrange.h"
+#include "neurenix/ops/reduce.h"
 #include "test_util.h"
 
 namespace {
@@ -22,8 +24,8 @@ struct ReduceCase {
   ReduceOp op = ReduceOp::kSum;
   ReduceFinal fin = ReduceFinal::kNone;
   double scale = 1;
-  DType in = DType::kFloat32;
-  DType out = DType::kFloat32;
+  DeviceType in = kF32;
+  DeviceType out = kF32;
   uint32_t tiles = 4;
   int layout = 0;  // 0: left to the op, 1: linear with a large grain, 2: random intervals
   uint32_t ipu = 0;
@@ -124,8 +126,8 @@ void check(const ReduceCase& c, const Ref& ref, const std::vector<double>& got) 
         tol += std::fabs(want) * std::ldexp(1.0, -22);
         break;
     }
-    if (c.out == DType::kFloat16) tol += std::fabs(want) * std::ldexp(1.0, -11);
-    if (c.out == DType::kInt32 && is_float(c.in)) want = std::trunc(want);
+    if (c.out == kF16) tol += std::fabs(want) * std::ldexp(1.0, -11);
+    if (c.out == kI32 && is_float(c.in)) want = std::trunc(want);
     if (!is_float(c.out) && !is_float(c.in)) want = std::trunc(want);
     if (std::isinf(want) || std::isnan(want)) {
       if (std::isnan(want)) {
@@ -144,13 +146,13 @@ std::vector<double> data_for(const ReduceCase& c, uint64_t n, std::mt19937& rng)
   std::uniform_real_distribution<double> u(-3, 3), near1(0.6, 1.4), pos(0.1, 3);
   std::uniform_int_distribution<int> small(-5, 5);
   for (auto& v : x) {
-    if (c.in == DType::kInt32) v = small(rng);
-    else if (c.in == DType::kBool) v = rng() % 2;
+    if (c.in == kI32) v = small(rng);
+    else if (c.in == kBool) v = rng() % 2;
     else if (c.op == ReduceOp::kProd) v = near1(rng) * (rng() % 2 ? 1 : -1);
     else if (c.fin == ReduceFinal::kLog || c.fin == ReduceFinal::kSqrt) v = pos(rng);
     else v = u(rng);
-    if (c.in == DType::kFloat16) v = ref_round_half(v);
-    if (c.in == DType::kFloat32) v = static_cast<float>(v);
+    if (c.in == kF16) v = ref_round_half(v);
+    if (c.in == kF32) v = static_cast<float>(v);
   }
   return x;
 }
@@ -224,7 +226,7 @@ TEST(OpsReduce, RowsSplitAcrossTiles) {
         const auto x = data_for(c, shape_numel(shape), rng);
         ReduceRun r = run_reduce(c, x, rng);
         check(c, reference(c, x), r.out);
-        for (const OpRecord& rec : r.exe->graph().op_records())
+        for (const OpPlan& rec : r.exe->graph().op_plans())
           if (rec.kind == "reduce" && rec.plan.find("two stages") != std::string::npos) ++two_stage;
       }
     }
@@ -247,13 +249,13 @@ TEST(OpsReduce, FinalOperations) {
              {ReduceOp::kSum, ReduceFinal::kLog, 1},
              {ReduceOp::kSumAbs, ReduceFinal::kScale, 2.5},
              {ReduceOp::kMax, ReduceFinal::kScale, -1}}) {
-      for (DType out : {DType::kFloat32, DType::kFloat16}) {
+      for (DeviceType out : {kF32, kF16}) {
         ReduceCase c{shape, axes, op, fin, scale};
         c.out = out;
         c.layout = layout;
         c.tiles = tiles;
         SCOPED_TRACE(testing::Message() << reduce_op_name(op) << " final " << static_cast<int>(fin) << " "
-                                        << shape_str(shape) << " out " << dtype_name(out));
+                                        << shape_str(shape) << " out " << device_type_name(out));
         run_and_check(c, rng);
       }
     }
@@ -263,10 +265,10 @@ TEST(OpsReduce, FinalOperations) {
 TEST(OpsReduce, HalfIntAndBoolInputs) {
   std::mt19937 rng(5);
   for (ReduceOp op : kOps) {
-    for (auto [in, out] : std::vector<std::pair<DType, DType>>{{DType::kFloat16, DType::kFloat32},
-                                                              {DType::kFloat16, DType::kFloat16},
-                                                              {DType::kInt32, DType::kInt32},
-                                                              {DType::kBool, DType::kInt32}}) {
+    for (auto [in, out] : std::vector<std::pair<DeviceType, DeviceType>>{{kF16, kF32},
+                                                              {kF16, kF16},
+                                                              {kI32, kI32},
+                                                              {kBool, kI32}}) {
       for (auto [shape, axes, layout] : std::vector<std::tuple<Shape, std::vector<uint32_t>, int>>{
                {{4, 5, 6}, {0, 2}, 2}, {{3, 120}, {1}, 1}}) {
         ReduceCase c{shape, axes, op};
@@ -274,7 +276,7 @@ TEST(OpsReduce, HalfIntAndBoolInputs) {
         c.out = out;
         c.tiles = 3;
         c.layout = layout;
-        SCOPED_TRACE(testing::Message() << reduce_op_name(op) << " " << dtype_name(in) << "->" << dtype_name(out) << " "
+        SCOPED_TRACE(testing::Message() << reduce_op_name(op) << " " << device_type_name(in) << "->" << device_type_name(out) << " "
                                         << shape_str(shape));
         run_and_check(c, rng);
       }
@@ -282,8 +284,8 @@ TEST(OpsReduce, HalfIntAndBoolInputs) {
   }
   // Integer sums wrap like the device's 32-bit arithmetic, across two stages too.
   ReduceCase c{{1, 64}, {1}, ReduceOp::kSum};
-  c.in = DType::kInt32;
-  c.out = DType::kInt32;
+  c.in = kI32;
+  c.out = kI32;
   c.tiles = 4;
   c.layout = 1;
   std::vector<double> x(64, 100000000.0);
@@ -340,8 +342,8 @@ TEST(OpsReduce, EmptyAndDegenerateAxes) {
   // Nothing left to reduce into: an empty result.
   {
     Graph g(tiny(2), 1);
-    Tensor t = g.add_variable("x", DType::kFloat32, {0, 3}, VarKind::kInput, 0);
-    Tensor y = ops::reduce(g, t, {1}, ReduceOp::kSum, ReduceFinal::kNone, 1, DType::kFloat32, 0, "red");
+    Tensor t = g.add_variable("x", kF32, {0, 3}, VarKind::kInput, 0);
+    Tensor y = ops::reduce(g, t, {1}, ReduceOp::kSum, ReduceFinal::kNone, 1, kF32, 0, "red");
     EXPECT_EQ(y.shape, (Shape{0}));
     EXPECT_TRUE(g.program().empty());
   }
@@ -378,15 +380,15 @@ TEST(OpsReduce, EmptyReductionAppliesTheFinalOperation) {
 // internal invariant failure.
 TEST(OpsReduce, InputOnAnotherIpuIsACallerError) {
   Graph g(tiny(2, 2), 2);
-  Tensor t = g.add_variable("x", DType::kFloat32, {3, 4}, VarKind::kInput, 0);
-  EXPECT_NX_ERROR(kInvalidArgument, ops::reduce(g, t, {1}, ReduceOp::kSum, ReduceFinal::kNone, 1, DType::kFloat32, 1, "red"),
+  Tensor t = g.add_variable("x", kF32, {3, 4}, VarKind::kInput, 0);
+  EXPECT_NX_ERROR(kInvalidArgument, ops::reduce(g, t, {1}, ReduceOp::kSum, ReduceFinal::kNone, 1, kF32, 1, "red"),
                   "'red'");
 }
 
 TEST(OpsReduce, Errors) {
   Graph g(tiny(2), 1);
-  Tensor t = g.add_variable("x", DType::kFloat32, {3, 4}, VarKind::kInput, 0);
-  EXPECT_NX_ERROR(kShapeMismatch, ops::reduce(g, t, {2}, ReduceOp::kSum, ReduceFinal::kNone, 1, DType::kFloat32, 0, "red"),
+  Tensor t = g.add_variable("x", kF32, {3, 4}, VarKind::kInput, 0);
+  EXPECT_NX_ERROR(kShapeMismatch, ops::reduce(g, t, {2}, ReduceOp::kSum, ReduceFinal::kNone, 1, kF32, 0, "red"),
                   "'red'", "axis 2", "[3, 4]");
 }
 

@@ -1,6 +1,9 @@
-// The target table and the system description parser. The numbers are the
-// ones DESIGN.md fixes (public specs); the cost model and the out-of-memory
-// checks are only as right as they are.
+// The target table and the system description parser. The numbers come from
+// public sources, each named in the table's comment in cpp/src/target.cc
+// (Graphcore's product briefs and Poplar's target constants for tiles, memory
+// and clocks; Jia et al., "Dissecting the Graphcore IPU Architecture via
+// Microbenchmarking", 2019, for per-tile rates); the cost model and the
+// out-of-memory checks are only as right as they are.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -29,7 +32,7 @@ const Expected kExpected[] = {
     {"ipu21", 1472, 638976, 1.5e9, 128, 32, 256},
 };
 
-TEST(Target, TableHasTheFourChipsOfTheDesign) {
+TEST(Target, TableHasTheFourSupportedChips) {
   ASSERT_EQ(all_targets().size(), 4u);
   std::set<std::string> names;
   for (const auto& t : all_targets()) names.insert(t.version);
@@ -45,7 +48,10 @@ TEST(Target, TableHasTheFourChipsOfTheDesign) {
     EXPECT_EQ(t.fp16_flops_per_cycle, e.fp16);
     EXPECT_EQ(t.fp32_flops_per_cycle, e.fp32);
     EXPECT_EQ(t.fp8_flops_per_cycle, e.fp8);
-    // Constants shared by every chip in DESIGN.md.
+    // Constants every chip shares: six worker contexts, exchange 4 B/cycle,
+    // local memory 16 B/cycle read and 8 B/cycle write (Jia et al. 2019);
+    // a 90-cycle sync (the value PopLibs' planners use); IPU-Links of 32 GB/s,
+    // 10 per chip (M2000 product brief).
     EXPECT_EQ(t.worker_threads, 6u);
     EXPECT_EQ(t.exchange_bytes_per_cycle, 4u);
     EXPECT_EQ(t.local_read_bytes_per_cycle, 16u);
@@ -225,29 +231,6 @@ TEST(SystemSpecTest, GraphUsesTheShrunkenSystem) {
   EXPECT_EQ(g.first_tile(1), 5u);
   EXPECT_NX_ERROR(kInvalidArgument, Graph(s, 5), "5");
   EXPECT_NX_ERROR(kInvalidArgument, Graph(s, 0), "0");
-}
-
-TEST(ErrorSpine, CodesAndMessages) {
-  const std::pair<ErrorCode, const char*> names[] = {
-      {ErrorCode::kInvalidArgument, "invalid_argument"}, {ErrorCode::kShapeMismatch, "shape_mismatch"},
-      {ErrorCode::kOutOfMemory, "out_of_memory"},         {ErrorCode::kDeviceUnavailable, "device_unavailable"},
-      {ErrorCode::kUnsupported, "unsupported"},           {ErrorCode::kInvalidState, "invalid_state"},
-      {ErrorCode::kInternal, "internal"}};
-  for (const auto& [code, name] : names) {
-    EXPECT_STREQ(error_code_name(code), name);
-    Error e(code, "what went wrong");
-    EXPECT_EQ(e.code(), code);
-    EXPECT_EQ(e.message(), "what went wrong");
-    EXPECT_EQ(std::string(e.what()), std::string("[") + name + "] what went wrong");
-  }
-  try {
-    NX_CHECK(1 + 1 == 3, "arithmetic");
-    FAIL() << "NX_CHECK did not throw";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::kInternal);
-    EXPECT_NE(e.message().find("arithmetic"), std::string::npos);
-    EXPECT_NE(e.message().find("target_test.cc"), std::string::npos);
-  }
 }
 
 }  // namespace

@@ -25,6 +25,10 @@ namespace nxtest {
 
 using namespace neurenix;
 
+// Short names of the element types, for test tables.
+constexpr DeviceType kF32 = DeviceType::kFloat32, kF16 = DeviceType::kFloat16, kI32 = DeviceType::kInt32,
+                     kBool = DeviceType::kBool;
+
 inline SystemSpec tiny(uint32_t tiles, uint32_t ipus = 1, uint64_t bytes_per_tile = 0) {
   SystemSpec s;
   s.version = "ipu2";
@@ -54,8 +58,9 @@ std::shared_ptr<const std::vector<uint8_t>> shared_bytes(const std::vector<T>& v
   return std::make_shared<const std::vector<uint8_t>>(to_bytes(v));
 }
 
-// Compiles `g`, loads it, writes `inputs` (in stream order), runs once and
-// returns every output's bytes. The executable is handed back when asked for.
+// Compiles `g`, loads it in checked mode (so every field and copy is verified
+// to stay in bounds), writes `inputs` (in stream order), runs once and returns
+// every output's bytes. The executable is handed back when asked for.
 inline std::vector<std::vector<uint8_t>> run_graph(std::unique_ptr<Graph> g,
                                                    const std::vector<std::vector<uint8_t>>& inputs,
                                                    unsigned threads = 1,
@@ -64,7 +69,7 @@ inline std::vector<std::vector<uint8_t>> run_graph(std::unique_ptr<Graph> g,
   if (exe_out) *exe_out = exe;
   EXPECT_TRUE(exe->fits());
   if (!exe->fits()) return {};
-  Engine e(exe, threads);
+  Engine e(exe, EngineOptions{threads, true});
   EXPECT_EQ(e.num_inputs(), inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) e.write_input(static_cast<uint32_t>(i), inputs[i].data(), inputs[i].size());
   e.run();
@@ -158,29 +163,29 @@ inline int64_t ulp_distance(float a, float b) {
 
 // Host data in a device element type, from and to doubles (binary16 through
 // the reference rounding above, never through the core's converters).
-inline std::vector<uint8_t> encode(DType dt, const std::vector<double>& v) {
-  std::vector<uint8_t> out(v.size() * dtype_size(dt));
+inline std::vector<uint8_t> encode(DeviceType dt, const std::vector<double>& v) {
+  std::vector<uint8_t> out(v.size() * device_type_size(dt));
   for (size_t i = 0; i < v.size(); ++i) {
-    uint8_t* p = out.data() + i * dtype_size(dt);
+    uint8_t* p = out.data() + i * device_type_size(dt);
     switch (dt) {
-      case DType::kFloat32: { float x = static_cast<float>(v[i]); std::memcpy(p, &x, 4); break; }
-      case DType::kFloat16: { uint16_t h = ref_double_to_half(v[i]); std::memcpy(p, &h, 2); break; }
-      case DType::kInt32: { int32_t x = static_cast<int32_t>(v[i]); std::memcpy(p, &x, 4); break; }
-      case DType::kBool: *p = v[i] != 0; break;
+      case DeviceType::kFloat32: { float x = static_cast<float>(v[i]); std::memcpy(p, &x, 4); break; }
+      case DeviceType::kFloat16: { uint16_t h = ref_double_to_half(v[i]); std::memcpy(p, &h, 2); break; }
+      case DeviceType::kInt32: { int32_t x = static_cast<int32_t>(v[i]); std::memcpy(p, &x, 4); break; }
+      case DeviceType::kBool: *p = v[i] != 0; break;
     }
   }
   return out;
 }
 
-inline std::vector<double> decode(DType dt, const std::vector<uint8_t>& b) {
-  std::vector<double> out(b.size() / dtype_size(dt));
+inline std::vector<double> decode(DeviceType dt, const std::vector<uint8_t>& b) {
+  std::vector<double> out(b.size() / device_type_size(dt));
   for (size_t i = 0; i < out.size(); ++i) {
-    const uint8_t* p = b.data() + i * dtype_size(dt);
+    const uint8_t* p = b.data() + i * device_type_size(dt);
     switch (dt) {
-      case DType::kFloat32: { float x; std::memcpy(&x, p, 4); out[i] = x; break; }
-      case DType::kFloat16: { uint16_t h; std::memcpy(&h, p, 2); out[i] = ref_half_to_double(h); break; }
-      case DType::kInt32: { int32_t x; std::memcpy(&x, p, 4); out[i] = x; break; }
-      case DType::kBool: out[i] = *p; break;
+      case DeviceType::kFloat32: { float x; std::memcpy(&x, p, 4); out[i] = x; break; }
+      case DeviceType::kFloat16: { uint16_t h; std::memcpy(&h, p, 2); out[i] = ref_half_to_double(h); break; }
+      case DeviceType::kInt32: { int32_t x; std::memcpy(&x, p, 4); out[i] = x; break; }
+      case DeviceType::kBool: out[i] = *p; break;
     }
   }
   return out;

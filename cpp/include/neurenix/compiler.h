@@ -18,7 +18,9 @@ struct MemoryConsumer {
 
 // Memory of one tile at its peak.
 struct TileMemory {
-  uint32_t tile;              // global tile id
+  uint32_t ipu = 0;
+  uint32_t tile = 0;          // tile index within its IPU
+  uint32_t global_tile = 0;   // ipu * tiles_per_ipu + tile: the tile id of the graph and the engine
   uint64_t variables = 0;     // high-water mark of the variable arena
   uint64_t vertex_state = 0;  // vertex fields and parameters
   uint64_t code = 0;          // codelet code
@@ -74,7 +76,9 @@ class Executable {
   };
   const std::vector<std::vector<TileCopies>>& exchange_schedule() const { return exchange_schedule_; }
   // The same copies resolved to bytes, packed per destination tile for the
-  // engine's inner loop.
+  // engine's inner loop: byte_schedule()[e][i] serves the tile of
+  // exchange_schedule()[e][i], and its byte copies are that entry's copies, in
+  // the same order.
   struct ByteCopy {
     uint32_t src_tile;
     uint32_t elem;  // element size

@@ -32,10 +32,35 @@ struct RunStats {
   double host_io_seconds = 0;
 };
 
+struct EngineOptions {
+  // Host threads; 0 takes $NEURENIX_SIM_THREADS or the host's core count.
+  unsigned threads = 0;
+  // Checked mode (see Engine); $NEURENIX_SIM_CHECKED turns it on as well.
+  bool checked = false;
+};
+
+// Checked mode (memory safety of the executable). When an Engine is
+// constructed with NEURENIX_SIM_CHECKED=1 in the environment (any value but
+// "0" or empty), or with EngineOptions::checked, it verifies before loading
+// that
+//  - every vertex field lies inside its tile's arena and inside its
+//    variable's slice on that tile: elements [local, local + count) of the
+//    variable's share of the tile, at the byte offset the compiler assigned;
+//  - every exchange copy, over every row and element of its strided or 2-D
+//    pattern, reads only inside the source tile's arena and the source
+//    variable's slice there, and writes only inside the destination tile's
+//    arena and the destination variable's slice;
+//  - the slices that host streams and constants fill lie inside the arenas.
+// Fields and copies are fixed once compiled (an Executable does not change
+// after compile()), so this verification at load covers every run. A
+// violation throws Error(kInternal) naming the vertex or copy, the tile, the
+// variable and the byte ranges. An unchecked engine does none of this and
+// runs exactly as fast.
 class Engine {
  public:
   // `threads` = 0 takes $NEURENIX_SIM_THREADS or the host's core count.
   Engine(std::shared_ptr<const Executable> exe, unsigned threads = 0);
+  Engine(std::shared_ptr<const Executable> exe, const EngineOptions& options);
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
@@ -52,6 +77,8 @@ class Engine {
   const Executable& executable() const { return *exe_; }
   // Bytes of host memory the tile arenas occupy.
   uint64_t arena_bytes() const { return arena_total_; }
+  // True if the executable was verified in checked mode when loaded.
+  bool checked() const { return checked_; }
 
  private:
   void scatter(const Tensor& t, const uint8_t* data);
@@ -64,6 +91,11 @@ class Engine {
   std::vector<std::vector<uint8_t>> in_buf_, out_buf_;
   std::vector<bool> in_set_;
   RunStats stats_;
+  bool checked_ = false;
 };
+
+// What checked mode runs at load: throws Error(kInternal) for the first field,
+// copy or stream slice outside its bounds (see Engine).
+void verify_memory_bounds(const Executable& exe);
 
 }  // namespace neurenix

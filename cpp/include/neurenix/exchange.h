@@ -16,7 +16,7 @@ View broadcast_view(const Tensor& t, const Shape& shape);
 // A temporary variable with the same tile mapping as `like`, holding `src`
 // (a view with like's element count) laid out in like's element order, filled
 // by copies appended to `ex`.
-Tensor gather_like(Graph& g, uint32_t ex, const View& src, DType dtype, const Tensor& like, const std::string& name);
+Tensor gather_like(Graph& g, uint32_t ex, const View& src, DeviceType dtype, const Tensor& like, const std::string& name);
 
 // True if `a` and `b` are identical views of the same variable's tile blocks on
 // `tile`, so a vertex can read one in place of the other.

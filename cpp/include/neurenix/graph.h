@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "neurenix/dtype.h"
+#include "neurenix/device_type.h"
 #include "neurenix/target.h"
 
 namespace neurenix {
@@ -39,6 +39,12 @@ struct TileInterval {
   uint64_t local;  // element index within the tile's block of this variable
 };
 
+// Where one element lives: its tile and its tile-local index.
+struct TileLocation {
+  uint32_t tile;
+  uint64_t local;
+};
+
 struct TileShare {
   uint32_t tile;
   uint64_t count;                  // elements of the variable on this tile
@@ -47,7 +53,7 @@ struct TileShare {
 
 struct Variable {
   std::string name;
-  DType dtype;
+  DeviceType dtype;
   Shape shape;
   uint64_t numel = 0;
   VarKind kind = VarKind::kIntermediate;
@@ -169,14 +175,14 @@ struct HostStream {
 };
 
 // What the op library decided for one operation, for reports.
-struct OpRecord {
+struct OpPlan {
   std::string name;   // the model node it lowers
   std::string kind;   // "matmul", "map", "reduce", ...
   uint32_t ipu = 0;
   std::string plan;   // planner decision, human readable
   uint32_t tiles_used = 0;
   uint64_t temp_bytes_per_tile = 0;  // planner temporaries on the busiest tile
-  uint64_t est_cycles = 0;           // planner estimate
+  uint64_t estimated_cycles = 0;     // planner estimate
 };
 
 class Graph {
@@ -194,8 +200,8 @@ class Graph {
   uint32_t first_tile(uint32_t ipu) const { return ipu * tiles_per_ipu_; }
 
   // Variables ---------------------------------------------------------------
-  Tensor add_variable(const std::string& name, DType dtype, const Shape& shape, VarKind kind, uint32_t ipu);
-  Tensor add_constant(const std::string& name, DType dtype, const Shape& shape, uint32_t ipu,
+  Tensor add_variable(const std::string& name, DeviceType dtype, const Shape& shape, VarKind kind, uint32_t ipu);
+  Tensor add_constant(const std::string& name, DeviceType dtype, const Shape& shape, uint32_t ipu,
                       std::shared_ptr<const std::vector<uint8_t>> data);
   Variable& var(VarId id) { return vars_.at(id); }
   const Variable& var(VarId id) const { return vars_.at(id); }
@@ -217,10 +223,10 @@ class Graph {
   // Locates a flat element: its tile and tile-local index. `hint` caches the
   // interval found last (sequential scans are O(1)).
   void locate(VarId id, uint64_t flat, uint32_t* tile, uint64_t* local, size_t* hint) const;
+  TileLocation locate(VarId id, uint64_t flat) const;
 
   // Program -------------------------------------------------------------------
   uint32_t add_compute_set(const std::string& name);
-  ComputeSet& compute_set(uint32_t cs) { return compute_sets_.at(cs); }
   void add_vertex(uint32_t cs, std::unique_ptr<Vertex> v);
   uint32_t add_exchange(const std::string& name);
   Exchange& exchange(uint32_t ex) { return exchanges_.at(ex); }
@@ -242,9 +248,6 @@ class Graph {
   const std::vector<HostStream>& inputs() const { return inputs_; }
   const std::vector<HostStream>& outputs() const { return outputs_; }
 
-  // A name unique within the graph, for debugging and reports.
-  std::string unique_name(const std::string& base);
-
   // Hands out `count` consecutive tiles of `ipu` (wrapping around), rotating
   // the start so that successive small operations spread over the chip.
   // Returns the local index of the first; tile i of the window is
@@ -254,8 +257,8 @@ class Graph {
     return first_tile(ipu) + (first + i) % tiles_per_ipu_;
   }
 
-  void record_op(OpRecord r) { op_records_.push_back(std::move(r)); }
-  const std::vector<OpRecord>& op_records() const { return op_records_; }
+  void record_plan(OpPlan p) { op_plans_.push_back(std::move(p)); }
+  const std::vector<OpPlan>& op_plans() const { return op_plans_; }
   void warn(const std::string& w) { warnings_.push_back(w); }
   const std::vector<std::string>& warnings() const { return warnings_; }
 
@@ -273,9 +276,8 @@ class Graph {
   std::vector<HostStream> inputs_;
   std::vector<HostStream> outputs_;
   std::vector<uint32_t> next_tile_;  // per IPU, for map_linearly's rotation
-  std::vector<OpRecord> op_records_;
+  std::vector<OpPlan> op_plans_;
   std::vector<std::string> warnings_;
-  uint64_t name_counter_ = 0;
 };
 
 }  // namespace neurenix

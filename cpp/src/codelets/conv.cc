@@ -2,33 +2,20 @@
 // product as the matrix-product vertex, with the same accumulator rules (float
 // partials: exact products summed in float; half partials: chunks of 16
 // products rounded to half and accumulated in half).
+#include "neurenix/codelets/conv.h"
+
 #include <algorithm>
 #include <cstring>
 
-#include "neurenix/codelets.h"
+#include "neurenix/codelets/gemm.h"
 #include "neurenix/error.h"
+#include "neurenix/half.h"
+#include "amp.h"
 
 namespace neurenix {
-namespace {
 
-constexpr uint32_t kHalfPartialsDepth = 16;
-
-void to_float(const uint8_t* p, DType dtype, size_t n, float* dst) {
-  if (dtype == DType::kFloat32) std::memcpy(dst, p, n * 4);
-  else half_to_float_n(reinterpret_cast<const half_bits*>(p), dst, n);
-}
-
-void round_half(float* x, size_t n) {
-  thread_local std::vector<half_bits> tmp;
-  if (tmp.size() < n) tmp.resize(n);
-  float_to_half_n(x, tmp.data(), n);
-  half_to_float_n(tmp.data(), x, n);
-}
-
-}  // namespace
-
-ConvVertex::ConvVertex(uint32_t tile_, Field in, Field weights, Field out, ConvWindow shape, DType in_dtype,
-                       DType partials_dtype, DType out_dtype)
+ConvVertex::ConvVertex(uint32_t tile_, Field in, Field weights, Field out, ConvWindow shape, DeviceType in_dtype,
+                       DeviceType partials_dtype, DeviceType out_dtype)
     : in_(in), w_(weights), out_(out), s_(shape), in_dtype_(in_dtype), partials_(partials_dtype), out_dtype_(out_dtype) {
   tile = tile_;
   in_.access = Access::kRead;
@@ -39,10 +26,10 @@ ConvVertex::ConvVertex(uint32_t tile_, Field in, Field weights, Field out, ConvW
   NX_CHECK(s_.cout == 0 || (s_.cout - 1) * static_cast<uint64_t>(s_.ldw) + k <= w_.count, "conv weights exceed their field");
   NX_CHECK(s_.cout == 0 || (s_.cout - 1) * static_cast<uint64_t>(s_.ld_out) + static_cast<uint64_t>(s_.rows) * s_.out_w <= out_.count,
            "conv output exceeds its field");
-  NX_CHECK(!(partials_ == DType::kFloat16 && in_dtype_ == DType::kFloat32), "half partials need half inputs");
+  NX_CHECK(!(partials_ == DeviceType::kFloat16 && in_dtype_ == DeviceType::kFloat32), "half partials need half inputs");
 }
 
-void ConvVertex::set_bias(Field bias, DType dtype) {
+void ConvVertex::set_bias(Field bias, DeviceType dtype) {
   NX_CHECK(bias.count >= s_.cout, "conv bias shorter than the output channels");
   bias_ = bias;
   bias_.access = Access::kRead;
@@ -58,13 +45,13 @@ void ConvVertex::list_fields(std::vector<Field*>& out) {
 }
 
 uint64_t ConvVertex::cycles(const TargetSpec& t) const {
-  const bool half = in_dtype_ == DType::kFloat16;
+  const bool half = in_dtype_ == DeviceType::kFloat16;
   const uint64_t rate = half ? t.fp16_flops_per_cycle : t.fp32_flops_per_cycle;
   const uint64_t depth = half ? 16 : 8;
   const uint64_t k = static_cast<uint64_t>(s_.cin) * s_.kh * s_.kw;
   const uint64_t p = static_cast<uint64_t>(s_.rows) * s_.out_w;
   uint64_t compute = 2 * s_.cout * p * ((k + depth - 1) / depth * depth) / rate;
-  if (partials_ == DType::kFloat16) compute = compute * 9 / 10;
+  if (partials_ == DeviceType::kFloat16) compute = compute * 9 / 10;
   return t.vertex_overhead_cycles + compute + 4ull * s_.rows * s_.cout * s_.kh;
 }
 
@@ -77,22 +64,22 @@ void ConvVertex::compute(uint8_t* mem) const {
   // Input window as float.
   const size_t win_n = static_cast<size_t>(s.cin) * s.in_rows * s.in_w;
   const float* in_f;
-  if (in_dtype_ == DType::kFloat32) {
+  if (in_dtype_ == DeviceType::kFloat32) {
     in_f = reinterpret_cast<const float*>(mem + in_.byte_offset);
   } else {
     win.resize(win_n);
-    to_float(mem + in_.byte_offset, in_dtype_, win_n, win.data());
+    load_floats(mem + in_.byte_offset, in_dtype_, win.data(), win_n);
     in_f = win.data();
   }
   // Weights as float [cout][k].
   const float* w_f;
   uint32_t ldw = s.ldw;
-  if (in_dtype_ == DType::kFloat32) {
+  if (in_dtype_ == DeviceType::kFloat32) {
     w_f = reinterpret_cast<const float*>(mem + w_.byte_offset);
   } else {
     wts.resize(static_cast<size_t>(s.cout) * k);
     for (uint32_t co = 0; co < s.cout; ++co)
-      to_float(mem + w_.byte_offset + static_cast<size_t>(co) * s.ldw * 2, in_dtype_, k, wts.data() + static_cast<size_t>(co) * k);
+      load_floats(mem + w_.byte_offset + static_cast<size_t>(co) * s.ldw * 2, in_dtype_, wts.data() + static_cast<size_t>(co) * k, k);
     w_f = wts.data();
     ldw = k;
   }
@@ -106,7 +93,7 @@ void ConvVertex::compute(uint8_t* mem) const {
   // with that view, accumulated over taps; columns wo >= out_w of each row are
   // computed and dropped.
   // (Few input channels make each tap's product too thin: im2col then.)
-  if (partials_ == DType::kFloat32 && (s.cin >= 8 || s.kh * s.kw == 1)) {
+  if (partials_ == DeviceType::kFloat32 && (s.cin >= 8 || s.kh * s.kw == 1)) {
     const uint32_t wq = s.out_w + (s.kw - 1) * s.dw / s.sw + 1;  // phase row width
     const uint32_t rq = s.rows + (s.kh - 1) * s.dh / s.sh + 1;   // phase rows
     const uint32_t plane = rq * wq;
@@ -119,7 +106,7 @@ void ConvVertex::compute(uint8_t* mem) const {
     const int32_t first_col = -s.pad_left;
     // A 1x1 stride-1 window without padding is its own (only) phase plane.
     const bool in_place = phases == 1 && s.kh == 1 && s.kw == 1 && first_row == s.hi0 && s.in_rows == s.rows &&
-                          s.out_w == s.in_w && first_col == 0 && in_dtype_ == DType::kFloat32;
+                          s.out_w == s.in_w && first_col == 0 && in_dtype_ == DeviceType::kFloat32;
     const uint32_t in_plane = in_place ? s.in_rows * s.in_w : plane;
     if (!in_place) {
       ph.resize(static_cast<size_t>(phases) * s.cin * plane + slack);
@@ -161,7 +148,7 @@ void ConvVertex::compute(uint8_t* mem) const {
     }
     const uint32_t row_w = in_place ? s.in_w : wq;
     const uint32_t n = s.rows * row_w;
-    if (in_place && out_dtype_ == DType::kFloat32) {
+    if (in_place && out_dtype_ == DeviceType::kFloat32) {
       // Rows hold no dropped columns: the product goes straight to the output.
       float* out = reinterpret_cast<float*>(mem + out_.byte_offset);
       gemm_f32_strided(w_f, ldw, 1, in_f, in_plane, out, s.cout, n, s.cin, s.ld_out, false, false);
@@ -238,25 +225,18 @@ void ConvVertex::compute(uint8_t* mem) const {
   }
   // C[cout][p] = W . B, then bias and conversion.
   acc.resize(static_cast<size_t>(s.cout) * p);
-  if (partials_ == DType::kFloat32) {
+  if (partials_ == DeviceType::kFloat32) {
     gemm_f32_packed(panel, w_f, ldw, packed, k, acc.data(), s.cout, p, k, p, false);
   } else {
-    std::fill(acc.begin(), acc.end(), 0.0f);
-    tmp.resize(acc.size());
-    for (uint32_t k0 = 0; k0 < k; k0 += kHalfPartialsDepth) {
-      const uint32_t kc = std::min(kHalfPartialsDepth, k - k0);
-      gemm_f32_packed(panel, w_f + k0, ldw, packed + static_cast<size_t>(k0) * panel, k, tmp.data(), s.cout, p, kc, p,
-                      false);
-      round_half(tmp.data(), tmp.size());
-      for (size_t i = 0; i < acc.size(); ++i) acc[i] += tmp[i];
-      round_half(acc.data(), acc.size());
-    }
+    sum_in_half_partials(acc, tmp, k, [&](uint32_t k0, uint32_t kc, float* out) {
+      gemm_f32_packed(panel, w_f + k0, ldw, packed + static_cast<size_t>(k0) * panel, k, out, s.cout, p, kc, p, false);
+    });
   }
   }
   // Store rows of out_w valid outputs (plus the bias), converting to the
   // output type.
   uint8_t* out = mem + out_.byte_offset;
-  const size_t es = dtype_size(out_dtype_);
+  const size_t es = device_type_size(out_dtype_);
   thread_local std::vector<float> row_buf;
   row_buf.resize(s.out_w);
   for (uint32_t co = 0; co < s.cout; ++co) {
@@ -266,11 +246,10 @@ void ConvVertex::compute(uint8_t* mem) const {
       uint8_t* dst = out + (static_cast<size_t>(co) * s.ld_out + static_cast<size_t>(r) * s.out_w) * es;
       if (has_bias_) {
         for (uint32_t i = 0; i < s.out_w; ++i) row_buf[i] = src[i] + bv;
-        if (partials_ == DType::kFloat16) round_half(row_buf.data(), s.out_w);
+        if (partials_ == DeviceType::kFloat16) round_to_half_n(row_buf.data(), s.out_w);
         src = row_buf.data();
       }
-      if (out_dtype_ == DType::kFloat32) std::memcpy(dst, src, static_cast<size_t>(s.out_w) * 4);
-      else float_to_half_n(src, reinterpret_cast<half_bits*>(dst), s.out_w);
+      store_floats(src, out_dtype_, dst, s.out_w);
     }
   }
 }

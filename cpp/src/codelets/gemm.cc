@@ -4,11 +4,11 @@
 // AVX2/FMA, and 32-wide ones with AVX-512 for wide products, when the build
 // host has them). Only the simulator's speed depends on it: results are plain
 // float32 dot products.
+#include "neurenix/codelets/gemm.h"
+
 #include <algorithm>
 #include <cstring>
 #include <vector>
-
-#include "neurenix/codelets.h"
 
 namespace neurenix {
 namespace {

@@ -5,100 +5,23 @@
 // tight loop rather than an interpreter dispatch. An instruction flagged
 // `half` rounds its float result to binary16, as the chip's half-precision
 // pipeline would.
+#include "neurenix/codelets/map.h"
+
 #include <cmath>
 #include <cstring>
+#include <string>
 
-#include "neurenix/codelets.h"
 #include "neurenix/error.h"
+#include "neurenix/half.h"
 
 namespace neurenix {
 namespace {
 
 constexpr size_t kBlock = 256;
 
-enum Arity { kLeaf, kUnary, kBinary, kTernary };
-
-Arity arity(ExprOpCode op) {
-  switch (op) {
-    case ExprOpCode::kInput:
-    case ExprOpCode::kConstF:
-    case ExprOpCode::kConstI:
-      return kLeaf;
-    case ExprOpCode::kAdd: case ExprOpCode::kSub: case ExprOpCode::kMul: case ExprOpCode::kDiv:
-    case ExprOpCode::kPow: case ExprOpCode::kMin: case ExprOpCode::kMax: case ExprOpCode::kMod:
-    case ExprOpCode::kFmod: case ExprOpCode::kEq: case ExprOpCode::kLt: case ExprOpCode::kLe:
-    case ExprOpCode::kGt: case ExprOpCode::kGe: case ExprOpCode::kAnd: case ExprOpCode::kOr:
-    case ExprOpCode::kXor:
-      return kBinary;
-    case ExprOpCode::kSelect:
-      return kTernary;
-    default:
-      return kUnary;
-  }
-}
-
-ValueKind kind_of(DType t) {
-  switch (t) {
-    case DType::kFloat32:
-    case DType::kFloat16: return ValueKind::kFloat;
-    case DType::kInt32: return ValueKind::kInt;
-    case DType::kBool: return ValueKind::kBool;
-  }
-  return ValueKind::kFloat;
-}
-
-const char* kind_name(ValueKind k) {
-  return k == ValueKind::kFloat ? "float" : k == ValueKind::kInt ? "int" : "bool";
-}
-
-[[noreturn]] void bad(ExprOpCode op, const std::string& why) {
+// Only reachable when an expression that check_expression rejects gets here.
+[[noreturn]] void bad(ExprOpCode op, const char* why) {
   fail(ErrorCode::kInvalidArgument, std::string("malformed element-wise expression at ") + expr_op_name(op) + ": " + why);
-}
-
-// Result kind of one instruction given its operand kinds.
-ValueKind result_kind(const ExprInstr& ins, const ValueKind* in, size_t n) {
-  auto need = [&](ValueKind k, size_t i) {
-    if (in[i] != k) bad(ins.op, std::string("operand ") + std::to_string(i) + " is " + kind_name(in[i]) + ", needs " + kind_name(k));
-  };
-  auto numeric = [&](size_t i) {
-    if (in[i] == ValueKind::kBool) bad(ins.op, "operand is bool, needs a number");
-  };
-  (void)n;
-  switch (ins.op) {
-    case ExprOpCode::kNeg: case ExprOpCode::kAbs: case ExprOpCode::kSign: case ExprOpCode::kSquare:
-    case ExprOpCode::kRelu:
-      numeric(0);
-      return in[0];
-    case ExprOpCode::kNot:
-      need(ValueKind::kBool, 0);
-      return ValueKind::kBool;
-    case ExprOpCode::kIsNan: case ExprOpCode::kIsInf:
-      need(ValueKind::kFloat, 0);
-      return ValueKind::kBool;
-    case ExprOpCode::kCastF32: case ExprOpCode::kCastF16: return ValueKind::kFloat;
-    case ExprOpCode::kCastI32: return ValueKind::kInt;
-    case ExprOpCode::kCastBool: return ValueKind::kBool;
-    case ExprOpCode::kAdd: case ExprOpCode::kSub: case ExprOpCode::kMul: case ExprOpCode::kDiv:
-    case ExprOpCode::kPow: case ExprOpCode::kMin: case ExprOpCode::kMax: case ExprOpCode::kMod:
-    case ExprOpCode::kFmod:
-      numeric(0);
-      need(in[0], 1);
-      return in[0];
-    case ExprOpCode::kEq: case ExprOpCode::kLt: case ExprOpCode::kLe: case ExprOpCode::kGt: case ExprOpCode::kGe:
-      need(in[0], 1);
-      return ValueKind::kBool;
-    case ExprOpCode::kAnd: case ExprOpCode::kOr: case ExprOpCode::kXor:
-      need(ValueKind::kBool, 0);
-      need(ValueKind::kBool, 1);
-      return ValueKind::kBool;
-    case ExprOpCode::kSelect:
-      need(ValueKind::kBool, 0);
-      need(in[1], 2);
-      return in[1];
-    default:  // float-only unary ops
-      need(ValueKind::kFloat, 0);
-      return ValueKind::kFloat;
-  }
 }
 
 // A block of values; floats and ints share storage by kind.
@@ -107,12 +30,6 @@ struct Slot {
   alignas(32) float f[kBlock];
   alignas(32) int32_t i[kBlock];
 };
-
-void round_half_block(float* x, size_t n) {
-  alignas(32) half_bits tmp[kBlock];
-  float_to_half_n(x, tmp, n);
-  half_to_float_n(tmp, x, n);
-}
 
 inline float gelu_erf(float x) { return 0.5f * x * (1.0f + std::erf(x * 0.70710678118654752f)); }
 inline float gelu_tanh(float x) {
@@ -219,69 +136,8 @@ inline void binary_arith(ExprOpCode op, T* a, const T* b, size_t n) {
 
 }  // namespace
 
-const char* expr_op_name(ExprOpCode op) {
-  static const char* names[] = {
-      "input", "const_f", "const_i", "neg", "abs", "relu", "sigmoid", "tanh", "exp", "log", "sqrt", "rsqrt",
-      "reciprocal", "erf", "gelu_erf", "gelu_tanh", "floor", "ceil", "round", "sign", "sin", "cos", "not",
-      "isnan", "isinf", "square", "softplus", "softsign", "cast_f32", "cast_f16", "cast_i32", "cast_bool", "add",
-      "sub", "mul", "div", "pow", "min", "max", "mod", "fmod", "eq", "lt", "le", "gt", "ge", "and", "or", "xor",
-      "select", "clamp", "leaky_relu", "elu", "hard_sigmoid"};
-  static_assert(sizeof(names) / sizeof(names[0]) == static_cast<size_t>(ExprOpCode::kCount), "names out of sync");
-  size_t i = static_cast<size_t>(op);
-  return i < static_cast<size_t>(ExprOpCode::kCount) ? names[i] : "?";
-}
-
-double expr_op_cycles(ExprOpCode op, bool half) {
-  // Tile throughput with all six workers busy: 64-bit vector ALU (2 x f32 or
-  // 4 x f16 per instruction); transcendentals use the hardware's iterative
-  // units and cost several cycles per element.
-  double per = half ? 0.25 : 0.5;
-  switch (op) {
-    case ExprOpCode::kInput: case ExprOpCode::kConstF: case ExprOpCode::kConstI: return 0.0;
-    case ExprOpCode::kExp: case ExprOpCode::kLog: case ExprOpCode::kTanh: case ExprOpCode::kSigmoid:
-    case ExprOpCode::kSqrt: case ExprOpCode::kRsqrt: case ExprOpCode::kReciprocal: case ExprOpCode::kDiv:
-      return per * 4;
-    case ExprOpCode::kErf: case ExprOpCode::kGeluErf: case ExprOpCode::kGeluTanh: case ExprOpCode::kPow:
-    case ExprOpCode::kSin: case ExprOpCode::kCos: case ExprOpCode::kSoftplus: case ExprOpCode::kElu:
-      return per * 8;
-    default: return per;
-  }
-}
-
-ValueKind check_expression(const std::vector<ExprInstr>& expr, const std::vector<DType>& operand_types) {
-  std::vector<ValueKind> stack;
-  if (expr.empty()) fail(ErrorCode::kInvalidArgument, "empty element-wise expression");
-  for (const ExprInstr& ins : expr) {
-    if (static_cast<size_t>(ins.op) >= static_cast<size_t>(ExprOpCode::kCount))
-      fail(ErrorCode::kInvalidArgument, "unknown element-wise operation code " + std::to_string(static_cast<int>(ins.op)));
-    Arity a = arity(ins.op);
-    if (a == kLeaf) {
-      if (ins.op == ExprOpCode::kInput) {
-        if (ins.arg >= operand_types.size()) bad(ins.op, "operand index out of range");
-        stack.push_back(kind_of(operand_types[ins.arg]));
-      } else {
-        stack.push_back(ins.op == ExprOpCode::kConstF ? ValueKind::kFloat : ValueKind::kInt);
-      }
-      continue;
-    }
-    size_t n = a == kUnary ? 1 : a == kBinary ? 2 : 3;
-    if (stack.size() < n) bad(ins.op, "stack underflow");
-    ValueKind in[3];
-    for (size_t i = 0; i < n; ++i) in[i] = stack[stack.size() - n + i];
-    stack.resize(stack.size() - n);
-    stack.push_back(result_kind(ins, in, n));
-  }
-  if (stack.size() != 1) fail(ErrorCode::kInvalidArgument, "element-wise expression leaves " + std::to_string(stack.size()) + " values");
-  return stack.back();
-}
-
-std::vector<ExprInstr> in_half(std::vector<ExprInstr> expr) {
-  for (auto& i : expr) i.half = true;
-  return expr;
-}
-
 MapVertex::MapVertex(uint32_t tile_, std::shared_ptr<const std::vector<ExprInstr>> expr, std::vector<Operand> operands,
-                     Field out, DType out_dtype)
+                     Field out, DeviceType out_dtype)
     : expr_(std::move(expr)), operands_(std::move(operands)), out_(out), out_dtype_(out_dtype) {
   tile = tile_;
   out_.access = Access::kWrite;
@@ -300,9 +156,9 @@ uint64_t MapVertex::cycles(const TargetSpec& t) const {
   double per = 0;
   for (const auto& ins : *expr_) per += expr_op_cycles(ins.op, ins.half);
   // Loads and stores through the 64-bit memory path.
-  double bytes = static_cast<double>(dtype_size(out_dtype_));
+  double bytes = static_cast<double>(device_type_size(out_dtype_));
   for (const auto& o : operands_)
-    if (!o.scalar) bytes += static_cast<double>(dtype_size(o.dtype));
+    if (!o.scalar) bytes += static_cast<double>(device_type_size(o.dtype));
   per += bytes / t.local_read_bytes_per_cycle;
   return t.vertex_overhead_cycles + static_cast<uint64_t>(per * static_cast<double>(out_.count) + 0.5);
 }
@@ -318,8 +174,8 @@ void MapVertex::compute(uint8_t* mem) const {
     const size_t n = static_cast<size_t>(std::min<uint64_t>(kBlock, total - base));
     size_t sp = 0;
     for (const ExprInstr& ins : expr) {
-      switch (arity(ins.op)) {
-        case kLeaf: {
+      switch (expr_arity(ins.op)) {
+        case ExprArity::kLeaf: {
           Slot& s = slots[sp++];
           if (ins.op == ExprOpCode::kConstF) {
             s.kind = ValueKind::kFloat;
@@ -328,12 +184,12 @@ void MapVertex::compute(uint8_t* mem) const {
             for (size_t j = 0; j < n; ++j) s.f[j] = v;
           } else if (ins.op == ExprOpCode::kConstI) {
             s.kind = ValueKind::kInt;
-            int32_t v = static_cast<int32_t>(ins.imm);
+            const int32_t v = truncate_to_int32(ins.imm);
             for (size_t j = 0; j < n; ++j) s.i[j] = v;
           } else {
             const Operand& o = operands_[ins.arg];
             const uint8_t* p = mem + o.field.byte_offset;
-            s.kind = kind_of(o.dtype);
+            s.kind = value_kind(o.dtype);
             if (o.scalar) {
               double v = load_element(p, o.dtype, 0);
               if (s.kind == ValueKind::kFloat)
@@ -342,19 +198,19 @@ void MapVertex::compute(uint8_t* mem) const {
                 for (size_t j = 0; j < n; ++j) s.i[j] = static_cast<int32_t>(v);
             } else {
               switch (o.dtype) {
-                case DType::kFloat32: std::memcpy(s.f, p + base * 4, n * 4); break;
-                case DType::kFloat16: half_to_float_n(reinterpret_cast<const half_bits*>(p) + base, s.f, n); break;
-                case DType::kInt32: std::memcpy(s.i, p + base * 4, n * 4); break;
-                case DType::kBool:
+                case DeviceType::kFloat32: std::memcpy(s.f, p + base * 4, n * 4); break;
+                case DeviceType::kFloat16: half_to_float_n(reinterpret_cast<const half_bits*>(p) + base, s.f, n); break;
+                case DeviceType::kInt32: std::memcpy(s.i, p + base * 4, n * 4); break;
+                case DeviceType::kBool:
                   for (size_t j = 0; j < n; ++j) s.i[j] = p[base + j] ? 1 : 0;
                   break;
               }
             }
-            if (ins.half && s.kind == ValueKind::kFloat && o.dtype != DType::kFloat16) round_half_block(s.f, n);
+            if (ins.half && s.kind == ValueKind::kFloat && o.dtype != DeviceType::kFloat16) round_to_half_n(s.f, n);
           }
           break;
         }
-        case kUnary: {
+        case ExprArity::kUnary: {
           Slot& s = slots[sp - 1];
           switch (ins.op) {
             case ExprOpCode::kNot: for (size_t j = 0; j < n; ++j) s.i[j] = !s.i[j]; break;
@@ -371,7 +227,7 @@ void MapVertex::compute(uint8_t* mem) const {
               if (s.kind != ValueKind::kFloat)
                 for (size_t j = 0; j < n; ++j) s.f[j] = static_cast<float>(s.i[j]);
               s.kind = ValueKind::kFloat;
-              if (ins.op == ExprOpCode::kCastF16 || ins.half) round_half_block(s.f, n);
+              if (ins.op == ExprOpCode::kCastF16 || ins.half) round_to_half_n(s.f, n);
               break;
             case ExprOpCode::kCastI32:
               if (s.kind == ValueKind::kFloat)
@@ -394,14 +250,14 @@ void MapVertex::compute(uint8_t* mem) const {
             default:
               if (s.kind == ValueKind::kFloat) {
                 unary_float(ins.op, ins, s.f, n);
-                if (ins.half) round_half_block(s.f, n);
+                if (ins.half) round_to_half_n(s.f, n);
               } else {
                 unary_int(ins.op, s.i, n);
               }
           }
           break;
         }
-        case kBinary: {
+        case ExprArity::kBinary: {
           Slot& a = slots[sp - 2];
           const Slot& b = slots[sp - 1];
           --sp;
@@ -418,7 +274,7 @@ void MapVertex::compute(uint8_t* mem) const {
               break;
             case ExprOpCode::kPow:
               if (fl) for (size_t j = 0; j < n; ++j) a.f[j] = std::pow(a.f[j], b.f[j]);
-              else for (size_t j = 0; j < n; ++j) a.i[j] = static_cast<int32_t>(std::pow(static_cast<double>(a.i[j]), static_cast<double>(b.i[j])));
+              else for (size_t j = 0; j < n; ++j) a.i[j] = truncate_to_int32(std::pow(static_cast<double>(a.i[j]), static_cast<double>(b.i[j])));
               break;
             case ExprOpCode::kMod:
               if (fl) for (size_t j = 0; j < n; ++j) a.f[j] = py_mod(a.f[j], b.f[j]);
@@ -458,10 +314,10 @@ void MapVertex::compute(uint8_t* mem) const {
             case ExprOpCode::kXor: for (size_t j = 0; j < n; ++j) a.i[j] = (a.i[j] != 0) != (b.i[j] != 0); break;
             default: bad(ins.op, "not a binary operation");
           }
-          if (fl && a.kind == ValueKind::kFloat && ins.half) round_half_block(a.f, n);
+          if (fl && a.kind == ValueKind::kFloat && ins.half) round_to_half_n(a.f, n);
           break;
         }
-        case kTernary: {
+        case ExprArity::kTernary: {
           Slot& c = slots[sp - 3];
           const Slot& x = slots[sp - 2];
           const Slot& y = slots[sp - 1];
@@ -472,18 +328,18 @@ void MapVertex::compute(uint8_t* mem) const {
             for (size_t j = 0; j < n; ++j) c.i[j] = c.i[j] ? x.i[j] : y.i[j];
           }
           c.kind = x.kind;
-          if (c.kind == ValueKind::kFloat && ins.half) round_half_block(c.f, n);
+          if (c.kind == ValueKind::kFloat && ins.half) round_to_half_n(c.f, n);
           break;
         }
       }
     }
     const Slot& r = slots[0];
     switch (out_dtype_) {
-      case DType::kFloat32:
+      case DeviceType::kFloat32:
         if (r.kind == ValueKind::kFloat) std::memcpy(out + base * 4, r.f, n * 4);
         else for (size_t j = 0; j < n; ++j) reinterpret_cast<float*>(out)[base + j] = static_cast<float>(r.i[j]);
         break;
-      case DType::kFloat16: {
+      case DeviceType::kFloat16: {
         alignas(32) float tmp[kBlock];
         const float* src = r.f;
         if (r.kind != ValueKind::kFloat) {
@@ -493,13 +349,13 @@ void MapVertex::compute(uint8_t* mem) const {
         float_to_half_n(src, reinterpret_cast<half_bits*>(out) + base, n);
         break;
       }
-      case DType::kInt32:
+      case DeviceType::kInt32:
         if (r.kind == ValueKind::kFloat)
-          for (size_t j = 0; j < n; ++j) reinterpret_cast<int32_t*>(out)[base + j] = static_cast<int32_t>(r.f[j]);
+          for (size_t j = 0; j < n; ++j) reinterpret_cast<int32_t*>(out)[base + j] = truncate_to_int32(r.f[j]);
         else
           std::memcpy(out + base * 4, r.i, n * 4);
         break;
-      case DType::kBool:
+      case DeviceType::kBool:
         if (r.kind == ValueKind::kFloat)
           for (size_t j = 0; j < n; ++j) out[base + j] = r.f[j] != 0.0f;
         else
@@ -509,28 +365,7 @@ void MapVertex::compute(uint8_t* mem) const {
   }
 }
 
-// ---------------------------------------------------------------------------
-
-double load_element(const uint8_t* base, DType dtype, uint64_t i) {
-  switch (dtype) {
-    case DType::kFloat32: { float v; std::memcpy(&v, base + i * 4, 4); return v; }
-    case DType::kFloat16: { half_bits h; std::memcpy(&h, base + i * 2, 2); return half_to_float(h); }
-    case DType::kInt32: { int32_t v; std::memcpy(&v, base + i * 4, 4); return v; }
-    case DType::kBool: return base[i] ? 1.0 : 0.0;
-  }
-  return 0;
-}
-
-void store_element(uint8_t* base, DType dtype, uint64_t i, double v) {
-  switch (dtype) {
-    case DType::kFloat32: { float f = static_cast<float>(v); std::memcpy(base + i * 4, &f, 4); break; }
-    case DType::kFloat16: { half_bits h = float_to_half(static_cast<float>(v)); std::memcpy(base + i * 2, &h, 2); break; }
-    case DType::kInt32: { int32_t x = static_cast<int32_t>(v); std::memcpy(base + i * 4, &x, 4); break; }
-    case DType::kBool: base[i] = v != 0.0; break;
-  }
-}
-
-FillVertex::FillVertex(uint32_t tile_, Field out, DType dtype, double value) : out_(out), dtype_(dtype), value_(value) {
+FillVertex::FillVertex(uint32_t tile_, Field out, DeviceType dtype, double value) : out_(out), dtype_(dtype), value_(value) {
   tile = tile_;
   out_.access = Access::kWrite;
 }
@@ -539,12 +374,12 @@ void FillVertex::compute(uint8_t* mem) const {
   uint8_t* p = mem + out_.byte_offset;
   uint8_t pattern[4];
   store_element(pattern, dtype_, 0, value_);
-  size_t es = dtype_size(dtype_);
+  size_t es = device_type_size(dtype_);
   for (uint64_t i = 0; i < out_.count; ++i) std::memcpy(p + i * es, pattern, es);
 }
 
 uint64_t FillVertex::cycles(const TargetSpec& t) const {
-  return t.vertex_overhead_cycles + out_.count * dtype_size(dtype_) / t.local_write_bytes_per_cycle;
+  return t.vertex_overhead_cycles + out_.count * device_type_size(dtype_) / t.local_write_bytes_per_cycle;
 }
 
 }  // namespace neurenix

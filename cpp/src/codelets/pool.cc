@@ -1,15 +1,15 @@
-// Pooling and gather vertices.
+// Pooling vertex: max and average windows, computed in float.
+#include "neurenix/codelets/pool.h"
+
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <limits>
 
-#include "neurenix/codelets.h"
 #include "neurenix/error.h"
 
 namespace neurenix {
 
-PoolVertex::PoolVertex(uint32_t tile_, Field in, Field out, PoolWindow shape, PoolMode mode, DType dtype)
+PoolVertex::PoolVertex(uint32_t tile_, Field in, Field out, PoolWindow shape, PoolMode mode, DeviceType dtype)
     : in_(in), out_(out), s_(std::move(shape)), mode_(mode), dtype_(dtype) {
   tile = tile_;
   in_.access = Access::kRead;
@@ -29,7 +29,7 @@ void PoolVertex::list_fields(std::vector<Field*>& out) {
 }
 
 uint64_t PoolVertex::cycles(const TargetSpec& t) const {
-  const double per = dtype_ == DType::kFloat16 ? 0.25 : 0.5;
+  const double per = dtype_ == DeviceType::kFloat16 ? 0.25 : 0.5;
   const double work = static_cast<double>(s_.planes) * s_.out_rows * s_.out_cols * s_.kh * s_.kw;
   return t.vertex_overhead_cycles + static_cast<uint64_t>(per * work) + 4ull * s_.planes * s_.out_rows;
 }
@@ -42,15 +42,14 @@ void PoolVertex::compute(uint8_t* mem) const {
   const size_t win_n = static_cast<size_t>(s.planes) * nrows * s.in_cols;
   win.resize(win_n);
   if (win_n) {
-    if (dtype_ == DType::kFloat32) std::memcpy(win.data(), mem + in_.byte_offset, win_n * 4);
-    else half_to_float_n(reinterpret_cast<const half_bits*>(mem + in_.byte_offset), win.data(), win_n);
+    load_floats(mem + in_.byte_offset, dtype_, win.data(), win_n);
   }
   // Input row -> window row (or -1 when the window does not hold it).
   const int32_t r_lo = nrows ? s.rows.front() : 0;
   row_of.assign(nrows ? static_cast<size_t>(s.rows.back() - r_lo + 1) : 0, -1);
   for (size_t i = 0; i < nrows; ++i) row_of[static_cast<size_t>(s.rows[i] - r_lo)] = static_cast<int32_t>(i);
   res.resize(static_cast<size_t>(s.out_rows) * s.out_cols);
-  const size_t es = dtype_size(dtype_);
+  const size_t es = device_type_size(dtype_);
   const int32_t padded_h = static_cast<int32_t>(s.in_h + s.pad_top + s.pad_bottom);
   const int32_t padded_w = static_cast<int32_t>(s.in_w + s.pad_left + s.pad_right);
   for (uint32_t pl = 0; pl < s.planes; ++pl) {
@@ -95,46 +94,7 @@ void PoolVertex::compute(uint8_t* mem) const {
     for (uint32_t r = 0; r < s.out_rows; ++r) {
       uint8_t* d = dst + static_cast<size_t>(r) * s.ld_out_row * es;
       const float* src = res.data() + static_cast<size_t>(r) * s.out_cols;
-      if (dtype_ == DType::kFloat32) std::memcpy(d, src, s.out_cols * 4);
-      else float_to_half_n(src, reinterpret_cast<half_bits*>(d), s.out_cols);
-    }
-  }
-}
-
-GatherVertex::GatherVertex(uint32_t tile_, Field table, Field indices, Field out, uint32_t rows, uint32_t cols,
-                           uint32_t ld, DType dtype)
-    : table_(table), idx_(indices), out_(out), rows_(rows), cols_(cols), ld_(ld), dtype_(dtype) {
-  tile = tile_;
-  table_.access = Access::kRead;
-  idx_.access = Access::kRead;
-  out_.access = Access::kWrite;
-  NX_CHECK(rows_ == 0 || (rows_ - 1) * static_cast<uint64_t>(ld_) + cols_ <= table_.count, "gather table exceeds its field");
-  NX_CHECK(out_.count == idx_.count * cols_, "gather output size mismatch");
-}
-
-void GatherVertex::list_fields(std::vector<Field*>& out) {
-  out.push_back(&table_);
-  out.push_back(&idx_);
-  out.push_back(&out_);
-}
-
-uint64_t GatherVertex::cycles(const TargetSpec& t) const {
-  return t.vertex_overhead_cycles + idx_.count * (6 + cols_ * dtype_size(dtype_) / t.local_read_bytes_per_cycle);
-}
-
-void GatherVertex::compute(uint8_t* mem) const {
-  const int32_t* idx = reinterpret_cast<const int32_t*>(mem + idx_.byte_offset);
-  const uint8_t* table = mem + table_.byte_offset;
-  uint8_t* out = mem + out_.byte_offset;
-  const size_t es = dtype_size(dtype_);
-  for (uint64_t i = 0; i < idx_.count; ++i) {
-    int64_t r = idx[i];
-    if (r < 0) r += rows_;
-    uint8_t* dst = out + i * cols_ * es;
-    if (r < 0 || r >= static_cast<int64_t>(rows_)) {
-      std::memset(dst, 0, cols_ * es);
-    } else {
-      std::memcpy(dst, table + static_cast<size_t>(r) * ld_ * es, cols_ * es);
+      store_floats(src, dtype_, d, s.out_cols);
     }
   }
 }

@@ -1,11 +1,14 @@
 // Reduction vertex: reduces strided segments of its input into single
 // elements. Float data accumulates in float (eight interleaved accumulators,
 // as the vectorised codelet does), integers in 64-bit.
+#include "neurenix/codelets/reduce.h"
+
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
-#include "neurenix/codelets.h"
 #include "neurenix/error.h"
+#include "neurenix/half.h"
 
 namespace neurenix {
 
@@ -21,7 +24,7 @@ const char* reduce_op_name(ReduceOp op) {
   return "?";
 }
 
-ReduceVertex::ReduceVertex(uint32_t tile_, Field in, DType in_dtype, Field out, DType out_dtype, ReduceOp op,
+ReduceVertex::ReduceVertex(uint32_t tile_, Field in, DeviceType in_dtype, Field out, DeviceType out_dtype, ReduceOp op,
                            bool combine, ReduceFinal final_op, double scale, std::vector<ReduceSegment> segments)
     : in_(in), out_(out), in_dtype_(in_dtype), out_dtype_(out_dtype), op_(op), combine_(combine), final_(final_op),
       scale_(scale), segs_(std::move(segments)) {
@@ -42,7 +45,7 @@ void ReduceVertex::list_fields(std::vector<Field*>& out) {
 uint64_t ReduceVertex::cycles(const TargetSpec& t) const {
   uint64_t elems = 0;
   for (const auto& s : segs_) elems += s.len;
-  const double per = in_dtype_ == DType::kFloat16 ? 0.25 : 0.5;
+  const double per = in_dtype_ == DeviceType::kFloat16 ? 0.25 : 0.5;
   return t.vertex_overhead_cycles + static_cast<uint64_t>(per * static_cast<double>(elems)) + 6 * segs_.size();
 }
 
@@ -138,14 +141,14 @@ void ReduceVertex::compute(uint8_t* mem) const {
   for (const auto& s : segs_) {
     double r;
     if (is_float(in_dtype_)) {
-      if (in_dtype_ == DType::kFloat32) {
+      if (in_dtype_ == DeviceType::kFloat32) {
         const float* p = reinterpret_cast<const float*>(in) + s.in_offset;
         r = reduce_float(op, s.len, [&](uint64_t i) { return p[i * s.in_stride]; });
       } else {
         const half_bits* p = reinterpret_cast<const half_bits*>(in) + s.in_offset;
         r = reduce_float(op, s.len, [&](uint64_t i) { return half_to_float(p[i * s.in_stride]); });
       }
-    } else if (in_dtype_ == DType::kInt32) {
+    } else if (in_dtype_ == DeviceType::kInt32) {
       const int32_t* p = reinterpret_cast<const int32_t*>(in) + s.in_offset;
       r = reduce_int(op, s.len, [&](uint64_t i) { return static_cast<int64_t>(p[i * s.in_stride]); });
     } else {

@@ -8,12 +8,15 @@
 // (with the halo) received by exchange. Weights nobody has placed are laid out
 // by the plan, so they do not move at run time unless several row blocks share
 // them. With K split, a second stage sums the partials as for matmuls.
+#include "neurenix/ops/conv.h"
+
 #include <algorithm>
 #include <sstream>
 
+#include "neurenix/codelets/conv.h"
+#include "neurenix/codelets/matmul.h"
 #include "neurenix/error.h"
 #include "neurenix/exchange.h"
-#include "neurenix/ops.h"
 #include "planning.h"
 
 namespace neurenix::ops {
@@ -71,18 +74,20 @@ std::pair<int64_t, int64_t> input_rows(const ConvOptions& o, const Dims& d, uint
 }  // namespace
 
 Tensor conv(Graph& g, const Tensor& x, const Tensor& w, const Tensor* bias, const ConvOptions& o, ConvPlan* plan_out) {
+  const std::string what = "conv '" + o.name + "'";
   if (x.shape.size() != 4 || w.shape.size() != 4)
-    fail(ErrorCode::kShapeMismatch, "conv '" + o.name + "': input " + shape_str(x.shape) + " and weights " +
+    fail(ErrorCode::kShapeMismatch, what + ": input " + shape_str(x.shape) + " and weights " +
                                         shape_str(w.shape) + " must both be 4-D (NCHW, OIHW)");
-  const DType in = g.var(x.var).dtype;
+  const DeviceType in = g.var(x.var).dtype;
   if (!is_float(in) || g.var(w.var).dtype != in)
-    fail(ErrorCode::kShapeMismatch, "conv '" + o.name + "': input and weights must share a float type");
+    fail(ErrorCode::kShapeMismatch, what + ": input and weights must share a float type");
   if (o.groups == 0 || x.shape[1] % o.groups || w.shape[0] % o.groups || w.shape[1] * o.groups != x.shape[1])
-    fail(ErrorCode::kShapeMismatch, "conv '" + o.name + "': " + std::to_string(o.groups) + " groups do not fit input " +
+    fail(ErrorCode::kShapeMismatch, what + ": " + std::to_string(o.groups) + " groups do not fit input " +
                                         shape_str(x.shape) + " and weights " + shape_str(w.shape));
   if (w.shape[2] != o.kh || w.shape[3] != o.kw)
-    fail(ErrorCode::kShapeMismatch, "conv '" + o.name + "': kernel shape disagrees with the weights");
-  if (!o.sh || !o.sw || !o.dh || !o.dw) fail(ErrorCode::kInvalidArgument, "conv '" + o.name + "': zero stride or dilation");
+    fail(ErrorCode::kShapeMismatch, what + ": kernel shape disagrees with the weights");
+  if (!o.sh || !o.sw || !o.dh || !o.dw) fail(ErrorCode::kInvalidArgument, what + ": zero stride or dilation");
+  check_memory_proportion(what, o.memory_proportion);
   Dims d;
   d.n = x.shape[0];
   d.c = x.shape[1];
@@ -95,23 +100,23 @@ Tensor conv(Graph& g, const Tensor& x, const Tensor& w, const Tensor* bias, cons
   const int64_t eff_h = static_cast<int64_t>(d.h) + o.pad_top + o.pad_bottom - static_cast<int64_t>((o.kh - 1) * o.dh) - 1;
   const int64_t eff_w = static_cast<int64_t>(d.w) + o.pad_left + o.pad_right - static_cast<int64_t>((o.kw - 1) * o.dw) - 1;
   if (eff_h < 0 || eff_w < 0)
-    fail(ErrorCode::kShapeMismatch, "conv '" + o.name + "': the (dilated) kernel is larger than the padded input");
+    fail(ErrorCode::kShapeMismatch, what + ": the (dilated) kernel is larger than the padded input");
   d.ho = static_cast<uint64_t>(eff_h) / o.sh + 1;
   d.wo = static_cast<uint64_t>(eff_w) / o.sw + 1;
   if (bias && (bias->numel() != d.co || g.var(bias->var).dtype != in))
-    fail(ErrorCode::kShapeMismatch, "conv '" + o.name + "': bias must hold one value per output channel");
+    fail(ErrorCode::kShapeMismatch, what + ": bias must hold one value per output channel");
   for (const Tensor* t : {&x, &w})
     if (g.var(t->var).ipu != o.ipu)
-      fail(ErrorCode::kInvalidArgument, "conv '" + o.name + "': operand '" + g.var(t->var).name + "' is on IPU " +
+      fail(ErrorCode::kInvalidArgument, what + ": operand '" + g.var(t->var).name + "' is on IPU " +
                                             std::to_string(g.var(t->var).ipu) + ", not " + std::to_string(o.ipu));
-  const DType partials = in == DType::kFloat32 ? DType::kFloat32 : o.partials;
+  const DeviceType partials = in == DeviceType::kFloat32 ? DeviceType::kFloat32 : o.partials;
   const uint32_t ipu = o.ipu;
   Tensor c = g.add_variable(o.name, o.out_dtype, {d.n, d.co, d.ho, d.wo}, VarKind::kIntermediate, ipu);
   if (c.numel() == 0) return c;
 
   const uint64_t G = o.groups, M = d.n * d.ho, N = d.cog, K = d.cg;
   const bool w_unmapped = !g.var(w.var).mapped;
-  const uint64_t eb = dtype_size(in), pb = dtype_size(partials), ob = dtype_size(o.out_dtype);
+  const uint64_t eb = device_type_size(in), pb = device_type_size(partials), ob = device_type_size(o.out_dtype);
   const TargetSpec& t = g.target();
   auto evaluate = [&](SplitPlan& p) {
     const uint64_t gb = ceil_div(G, p.g_split), mb = ceil_div(M, p.m_split);
@@ -145,7 +150,7 @@ Tensor conv(Graph& g, const Tensor& x, const Tensor& w, const Tensor* bias, cons
   };
   ConvPlan plan;
   static_cast<SplitPlan&>(plan) =
-      search_splits(G, M, N, K, g.tiles_per_ipu(), g.bytes_per_tile(), o.available_memory_proportion, evaluate, kGrain,
+      search_splits(G, M, N, K, g.tiles_per_ipu(), g.bytes_per_tile(), o.memory_proportion, evaluate, kGrain,
                     kGrain);
   plan.batch = d.n;
   plan.in_channels = d.c;
@@ -154,36 +159,24 @@ Tensor conv(Graph& g, const Tensor& x, const Tensor& w, const Tensor* bias, cons
   plan.out_h = d.ho;
   plan.out_w = d.wo;
   plan.kernel = d.khw;
-  if (!plan.meets_memory_target) {
-    std::ostringstream wmsg;
-    wmsg << "conv '" << o.name << "': no plan keeps temporaries under " << o.available_memory_proportion
-         << " of tile memory; using the leanest plan (" << plan.temp_bytes << " bytes/tile)";
-    g.warn(wmsg.str());
-  }
+  warn_unless_meets_target(g, what, plan, o.memory_proportion);
   if (plan_out) *plan_out = plan;
 
-  const uint32_t gs = plan.g_split, ms = plan.m_split, ns = plan.n_split, ks = plan.k_split, S = plan.serial_split;
-  const uint32_t first = g.reserve_tiles(ipu, plan.tiles_used());
-  auto tile_of = [&](uint32_t gi, uint32_t mi, uint32_t ni, uint32_t ki) {
-    return g.window_tile(ipu, first, ((gi * ms + mi) * ns + ni) * ks + ki);
-  };
-  auto chunk_n = [&](uint32_t j, uint32_t ni) { return part_g(N, static_cast<uint64_t>(S) * ns, j * ns + ni, kGrain); };
+  const uint32_t ks = plan.k_split, S = plan.serial_split;
+  const SplitLayout lay(g, ipu, plan, G, M, N, K, kGrain);
 
   // Weights: block (groups, out channels of pass j, in channels) on tile (g, 0, n, k).
   if (w_unmapped) {
     std::vector<TileInterval> ivs;
-    for (uint32_t gi = 0; gi < gs; ++gi)
-      for (uint32_t j = 0; j < S; ++j)
-        for (uint32_t ni = 0; ni < ns; ++ni)
-          for (uint32_t ki = 0; ki < ks; ++ki) {
-            Range gr = part(G, gs, gi), cr = chunk_n(j, ni), kr = part_g(K, ks, ki, kGrain);
-            if (gr.empty() || cr.empty() || kr.empty()) continue;
-            for (uint64_t gg = gr.begin; gg < gr.end; ++gg)
-              for (uint64_t co = cr.begin; co < cr.end; ++co) {
-                uint64_t base = ((gg * d.cog + co) * d.cg) * d.khw;
-                ivs.push_back(TileInterval{base + kr.begin * d.khw, base + kr.end * d.khw, tile_of(gi, 0, ni, ki), 0});
-              }
-          }
+    lay.each_block([&](uint32_t gi, uint32_t mi, uint32_t ni, uint32_t ki, uint32_t pass) {
+      const Range gr = lay.groups(gi), cr = lay.n_chunk(pass, ni), kr = lay.k_range(ki);
+      if (mi != 0 || gr.empty() || cr.empty() || kr.empty()) return;
+      for (uint64_t gg = gr.begin; gg < gr.end; ++gg)
+        for (uint64_t co = cr.begin; co < cr.end; ++co) {
+          const uint64_t base = ((gg * d.cog + co) * d.cg) * d.khw;
+          ivs.push_back(TileInterval{base + kr.begin * d.khw, base + kr.end * d.khw, lay.tile(gi, 0, ni, ki), 0});
+        }
+    });
     g.set_mapping(w.var, std::move(ivs));
   }
   // Result: the output channels of a block split among the K tiles of the
@@ -191,66 +184,50 @@ Tensor conv(Graph& g, const Tensor& x, const Tensor& w, const Tensor* bias, cons
   // channels and the next layer reads long contiguous runs.
   {
     std::vector<TileInterval> ivs;
-    for (uint32_t gi = 0; gi < gs; ++gi)
-      for (uint32_t mi = 0; mi < ms; ++mi)
-        for (uint32_t j = 0; j < S; ++j)
-          for (uint32_t ni = 0; ni < ns; ++ni)
-            for (uint32_t ki = 0; ki < ks; ++ki) {
-              Range gr = part(G, gs, gi), cr = sub(chunk_n(j, ni), ks, ki), rr = part(M, ms, mi);
-              if (gr.empty() || cr.empty() || rr.empty()) continue;
-              for (const Segment& sgm : segments(rr, d.ho))
-                for (uint64_t gg = gr.begin; gg < gr.end; ++gg)
-                  for (uint64_t co = cr.begin; co < cr.end; ++co) {
-                    uint64_t base = ((sgm.n * d.co + gg * d.cog + co) * d.ho) * d.wo;
-                    ivs.push_back(TileInterval{base + sgm.ho_lo * d.wo, base + sgm.ho_hi * d.wo, tile_of(gi, mi, ni, ki), 0});
-                  }
-            }
+    lay.each_block([&](uint32_t gi, uint32_t mi, uint32_t ni, uint32_t ki, uint32_t pass) {
+      const Range gr = lay.groups(gi), cr = sub(lay.n_chunk(pass, ni), ks, ki), rr = lay.rows(mi);
+      if (gr.empty() || cr.empty() || rr.empty()) return;
+      for (const Segment& sgm : segments(rr, d.ho))
+        for (uint64_t gg = gr.begin; gg < gr.end; ++gg)
+          for (uint64_t co = cr.begin; co < cr.end; ++co) {
+            const uint64_t base = ((sgm.n * d.co + gg * d.cog + co) * d.ho) * d.wo;
+            ivs.push_back(TileInterval{base + sgm.ho_lo * d.wo, base + sgm.ho_hi * d.wo, lay.tile(gi, mi, ni, ki), 0});
+          }
+    });
     g.set_mapping(c.var, std::move(ivs));
   }
   g.ensure_mapped(x.var);
   if (bias) g.ensure_mapped(bias->var);
 
-  struct Work {
-    uint32_t gi, mi, ni, ki, tile;
-    Range gr, mr, kr;
+  // One work item per block of the split, in the layout's order.
+  struct Work : SplitBlock {
     std::vector<Segment> segs;
     uint64_t win_base = 0;                // element offset of this tile's windows in the window temporary
     std::vector<uint64_t> seg_win;        // per (group, segment): offset within the tile's windows
     std::vector<std::pair<int64_t, int64_t>> seg_rows;  // per segment: input rows held
   };
   std::vector<Work> work;
-  std::vector<size_t> by_pos(plan.tiles_used(), SIZE_MAX);
-  for (uint32_t gi = 0; gi < gs; ++gi)
-    for (uint32_t mi = 0; mi < ms; ++mi)
-      for (uint32_t ni = 0; ni < ns; ++ni)
-        for (uint32_t ki = 0; ki < ks; ++ki) {
-          Work wk{gi, mi, ni, ki, tile_of(gi, mi, ni, ki), part(G, gs, gi), part(M, ms, mi), part_g(K, ks, ki, kGrain), {}, 0, {}, {}};
-          if (wk.gr.empty() || wk.mr.empty() || wk.kr.empty()) continue;
-          wk.segs = segments(wk.mr, d.ho);
-          for (const Segment& sg : wk.segs) wk.seg_rows.push_back(input_rows(o, d, sg.ho_lo, sg.ho_hi));
-          by_pos[((gi * ms + mi) * ns + ni) * ks + ki] = work.size();
-          work.push_back(std::move(wk));
-        }
+  for (const SplitBlock& blk : lay.blocks()) {
+    Work wk{blk, segments(blk.mr, d.ho), 0, {}, {}};
+    for (const Segment& sg : wk.segs) wk.seg_rows.push_back(input_rows(o, d, sg.ho_lo, sg.ho_hi));
+    work.push_back(std::move(wk));
+  }
 
   // Input windows, received once and kept for every pass.
   uint32_t ex0 = g.add_exchange(o.name + "/fetch");
   Tensor win;
   {
-    uint64_t total = 0;
-    std::vector<TileInterval> ivs;
+    PackedBlocks blocks;
     for (Work& wk : work) {
-      wk.win_base = total;
       uint64_t pos = 0;
       for (uint64_t gg = wk.gr.begin; gg < wk.gr.end; ++gg)
         for (size_t si = 0; si < wk.segs.size(); ++si) {
           wk.seg_win.push_back(pos);
           pos += wk.kr.size() * static_cast<uint64_t>(wk.seg_rows[si].second - wk.seg_rows[si].first) * d.w;
         }
-      if (pos) ivs.push_back(TileInterval{total, total + pos, wk.tile, 0});
-      total += pos;
+      wk.win_base = blocks.add(wk.tile, pos);
     }
-    win = g.add_variable(o.name + "/input_window", in, {total}, VarKind::kTemporary, ipu);
-    g.set_mapping(win.var, std::move(ivs));
+    win = blocks.create(g, o.name + "/input_window", in, ipu);
     for (const Work& wk : work) {
       size_t idx = 0;
       for (uint64_t gg = wk.gr.begin; gg < wk.gr.end; ++gg)
@@ -273,14 +250,6 @@ Tensor conv(Graph& g, const Tensor& x, const Tensor& w, const Tensor* bias, cons
     }
   }
 
-  auto local_of = [&](VarId v, uint64_t flat) {
-    uint32_t tt;
-    uint64_t local;
-    size_t hint = 0;
-    g.locate(v, flat, &tt, &local, &hint);
-    return std::make_pair(tt, local);
-  };
-
   for (uint32_t j = 0; j < S; ++j) {
     uint32_t ex = j == 0 ? ex0 : g.add_exchange(o.name + "/fetch");
     // Weight blocks of this pass: in place, or gathered into a temporary.
@@ -292,7 +261,7 @@ Tensor conv(Graph& g, const Tensor& x, const Tensor& w, const Tensor* bias, cons
     std::vector<WNeed> wneeds;
     for (size_t wi = 0; wi < work.size(); ++wi) {
       const Work& wk = work[wi];
-      Range cr = chunk_n(j, wk.ni);
+      Range cr = lay.n_chunk(j, wk.ni);
       if (cr.empty()) continue;
       for (uint64_t gg = wk.gr.begin; gg < wk.gr.end; ++gg) {
         LocalBlock lb;
@@ -306,21 +275,14 @@ Tensor conv(Graph& g, const Tensor& x, const Tensor& w, const Tensor* bias, cons
       }
     }
     if (!wneeds.empty()) {
-      uint64_t total = 0;
-      std::vector<TileInterval> ivs;
+      PackedBlocks blocks;
       std::vector<uint64_t> at;
-      for (const WNeed& wn : wneeds) {
-        Range cr = chunk_n(j, work[wn.wi].ni);
-        uint64_t sz = cr.size() * work[wn.wi].kr.size() * d.khw;
-        at.push_back(total);
-        ivs.push_back(TileInterval{total, total + sz, work[wn.wi].tile, 0});
-        total += sz;
-      }
-      Tensor wt = g.add_variable(o.name + "/weights", in, {total}, VarKind::kTemporary, ipu);
-      g.set_mapping(wt.var, std::move(ivs));
+      for (const WNeed& wn : wneeds)
+        at.push_back(blocks.add(work[wn.wi].tile, lay.n_chunk(j, work[wn.wi].ni).size() * work[wn.wi].kr.size() * d.khw));
+      Tensor wt = blocks.create(g, o.name + "/weights", in, ipu);
       for (size_t i = 0; i < wneeds.size(); ++i) {
         const Work& wk = work[wneeds[i].wi];
-        Range cr = chunk_n(j, wk.ni);
+        Range cr = lay.n_chunk(j, wk.ni);
         const uint64_t cols = wk.kr.size() * d.khw;
         View src;
         src.var = w.var;
@@ -331,27 +293,21 @@ Tensor conv(Graph& g, const Tensor& x, const Tensor& w, const Tensor* bias, cons
         copy_view(g, ex, src, dst);
         auto& slot = wblk[wneeds[i].wi][wneeds[i].gg - wk.gr.begin];
         slot.first = wt.var;
-        slot.second = LocalBlock{local_of(wt.var, at[i]).second, cols};
+        slot.second = LocalBlock{g.locate(wt.var, at[i]).local, cols};
       }
     }
     // Bias blocks for the tiles that finish outputs.
     std::vector<std::pair<VarId, uint64_t>> bias_at(work.size(), {UINT32_MAX, 0});
     if (bias) {
-      uint64_t total = 0;
-      std::vector<TileInterval> ivs;
-      std::vector<std::pair<size_t, uint64_t>> need;  // (work, group) -> offset
+      PackedBlocks blocks;
       for (size_t wi = 0; wi < work.size(); ++wi) {
-        Range cr = chunk_n(j, work[wi].ni);
+        Range cr = lay.n_chunk(j, work[wi].ni);
         if (cr.empty()) continue;
-        uint64_t sz = work[wi].gr.size() * cr.size();
-        ivs.push_back(TileInterval{total, total + sz, work[wi].tile, 0});
-        bias_at[wi].second = total;
-        total += sz;
+        bias_at[wi].second = blocks.add(work[wi].tile, work[wi].gr.size() * cr.size());
       }
-      Tensor bt = g.add_variable(o.name + "/bias", in, {total}, VarKind::kTemporary, ipu);
-      g.set_mapping(bt.var, std::move(ivs));
+      Tensor bt = blocks.create(g, o.name + "/bias", in, ipu);
       for (size_t wi = 0; wi < work.size(); ++wi) {
-        Range cr = chunk_n(j, work[wi].ni);
+        Range cr = lay.n_chunk(j, work[wi].ni);
         if (cr.empty()) continue;
         bias_at[wi].first = bt.var;
         for (uint64_t gg = work[wi].gr.begin; gg < work[wi].gr.end; ++gg) {
@@ -359,7 +315,7 @@ Tensor conv(Graph& g, const Tensor& x, const Tensor& w, const Tensor* bias, cons
           View dst{bt.var, static_cast<int64_t>(bias_at[wi].second + (gg - work[wi].gr.begin) * cr.size()), {cr.size()}, {1}};
           copy_view(g, ex, src, dst);
         }
-        bias_at[wi].second = local_of(bt.var, bias_at[wi].second).second;
+        bias_at[wi].second = g.locate(bt.var, bias_at[wi].second).local;
       }
     }
     g.execute_exchange(ex);
@@ -368,23 +324,17 @@ Tensor conv(Graph& g, const Tensor& x, const Tensor& w, const Tensor* bias, cons
     Tensor partial_t;
     std::vector<uint64_t> part_base(work.size(), 0);
     if (ks > 1) {
-      uint64_t total = 0;
-      std::vector<TileInterval> ivs;
-      for (size_t wi = 0; wi < work.size(); ++wi) {
-        Range cr = chunk_n(j, work[wi].ni);
-        uint64_t sz = work[wi].gr.size() * work[wi].mr.size() * cr.size() * d.wo;
-        part_base[wi] = total;
-        if (sz) ivs.push_back(TileInterval{total, total + sz, work[wi].tile, 0});
-        total += sz;
-      }
-      partial_t = g.add_variable(o.name + "/partials", partials, {total}, VarKind::kTemporary, ipu);
-      g.set_mapping(partial_t.var, std::move(ivs));
+      PackedBlocks blocks;
+      for (size_t wi = 0; wi < work.size(); ++wi)
+        part_base[wi] =
+            blocks.add(work[wi].tile, work[wi].gr.size() * work[wi].mr.size() * lay.n_chunk(j, work[wi].ni).size() * d.wo);
+      partial_t = blocks.create(g, o.name + "/partials", partials, ipu);
     }
 
     uint32_t cs = g.add_compute_set(o.name + "/conv");
     for (size_t wi = 0; wi < work.size(); ++wi) {
       const Work& wk = work[wi];
-      Range cr = chunk_n(j, wk.ni);
+      Range cr = lay.n_chunk(j, wk.ni);
       if (cr.empty()) continue;
       uint64_t part_pos = part_base[wi];
       size_t widx = 0;
@@ -415,22 +365,22 @@ Tensor conv(Graph& g, const Tensor& x, const Tensor& w, const Tensor* bias, cons
           // A window of only padding rows is empty: the field is then unused.
           Field fin{win.var, wk.tile, 0, 0};
           if (s.in_rows)
-            fin = Field{win.var, wk.tile, local_of(win.var, wk.win_base).second + wk.seg_win[widx],
+            fin = Field{win.var, wk.tile, g.locate(win.var, wk.win_base).local + wk.seg_win[widx],
                         s.cin * static_cast<uint64_t>(s.in_rows) * s.in_w};
           Field fw{wvar, wk.tile, wlb.local, (cr.size() - 1) * wlb.ld + wk.kr.size() * d.khw};
           Field fout;
-          DType out_t;
+          DeviceType out_t;
           if (ks > 1) {
             s.ld_out = static_cast<uint32_t>(sg.rows() * d.wo);
-            fout = Field{partial_t.var, wk.tile, local_of(partial_t.var, part_pos).second, cr.size() * sg.rows() * d.wo};
+            fout = Field{partial_t.var, wk.tile, g.locate(partial_t.var, part_pos).local, cr.size() * sg.rows() * d.wo};
             part_pos += cr.size() * sg.rows() * d.wo;
             out_t = partials;
           } else {
             const uint64_t flat = ((sg.n * d.co + gg * d.cog + cr.begin) * d.ho + sg.ho_lo) * d.wo;
-            auto [ot, ol] = local_of(c.var, flat);
+            const auto [ot, ol] = g.locate(c.var, flat);
             NX_CHECK(ot == wk.tile, "conv output rows are not on their tile");
             uint64_t ld = sg.rows() * d.wo;
-            if (cr.size() > 1) ld = local_of(c.var, flat + d.ho * d.wo).second - ol;
+            if (cr.size() > 1) ld = g.locate(c.var, flat + d.ho * d.wo).local - ol;
             s.ld_out = static_cast<uint32_t>(ld);
             fout = Field{c.var, wk.tile, ol, (cr.size() - 1) * ld + sg.rows() * d.wo};
             out_t = o.out_dtype;
@@ -450,8 +400,6 @@ Tensor conv(Graph& g, const Tensor& x, const Tensor& w, const Tensor* bias, cons
       // channels over the block's rows.
       uint32_t rex = g.add_exchange(o.name + "/reduce_exchange");
       uint32_t rcs = g.add_compute_set(o.name + "/reduce");
-      uint64_t total = 0;
-      std::vector<TileInterval> ivs;
       struct Red {
         size_t wi;
         uint64_t gg;
@@ -459,27 +407,27 @@ Tensor conv(Graph& g, const Tensor& x, const Tensor& w, const Tensor* bias, cons
         uint64_t at;
       };
       std::vector<Red> reds;
+      PackedBlocks blocks;
       for (size_t wi = 0; wi < work.size(); ++wi) {
         const Work& wk = work[wi];
-        const Range cr = chunk_n(j, wk.ni), mine = sub(cr, ks, wk.ki);
+        const Range cr = lay.n_chunk(j, wk.ni), mine = sub(cr, ks, wk.ki);
         if (mine.empty()) continue;
-        const uint64_t start = total;
+        uint64_t at = blocks.total();
         for (uint64_t gg = wk.gr.begin; gg < wk.gr.end; ++gg)
           for (size_t si = 0; si < wk.segs.size(); ++si) {
-            reds.push_back(Red{wi, gg, si, total});
-            total += ks * mine.size() * wk.segs[si].rows() * d.wo;
+            reds.push_back(Red{wi, gg, si, at});
+            at += ks * mine.size() * wk.segs[si].rows() * d.wo;
           }
-        if (total > start) ivs.push_back(TileInterval{start, total, wk.tile, 0});
+        blocks.add(wk.tile, at - blocks.total());
       }
-      Tensor recv = g.add_variable(o.name + "/partials_in", partials, {total}, VarKind::kTemporary, ipu);
-      g.set_mapping(recv.var, std::move(ivs));
+      Tensor recv = blocks.create(g, o.name + "/partials_in", partials, ipu);
       for (const Red& r : reds) {
         const Work& wk = work[r.wi];
-        const Range cr = chunk_n(j, wk.ni), mine = sub(cr, ks, wk.ki);
+        const Range cr = lay.n_chunk(j, wk.ni), mine = sub(cr, ks, wk.ki);
         const Segment& sg = wk.segs[r.seg];
         const uint64_t cols = sg.rows() * d.wo;
         for (uint32_t kk = 0; kk < ks; ++kk) {
-          const size_t src_wi = by_pos[((wk.gi * ms + wk.mi) * ns + wk.ni) * ks + kk];
+          const size_t src_wi = lay.position(wk.gi, wk.mi, wk.ni, kk);
           NX_CHECK(src_wi != SIZE_MAX, "conv K split produced an empty slice");
           // Offset of (group, segment) in the source tile's partials; the K
           // tiles of a block share its groups, rows and segments.
@@ -494,11 +442,11 @@ Tensor conv(Graph& g, const Tensor& x, const Tensor& w, const Tensor* bias, cons
           copy_view(g, rex, src, dst);
         }
         const uint64_t flat = ((sg.n * d.co + r.gg * d.cog + mine.begin) * d.ho + sg.ho_lo) * d.wo;
-        auto [ot, ol] = local_of(c.var, flat);
+        const auto [ot, ol] = g.locate(c.var, flat);
         NX_CHECK(ot == wk.tile, "conv output channels are not on their reducing tile");
         uint64_t ld = cols;
-        if (mine.size() > 1) ld = local_of(c.var, flat + d.ho * d.wo).second - ol;
-        Field fin{recv.var, wk.tile, local_of(recv.var, r.at).second, ks * mine.size() * cols};
+        if (mine.size() > 1) ld = g.locate(c.var, flat + d.ho * d.wo).local - ol;
+        Field fin{recv.var, wk.tile, g.locate(recv.var, r.at).local, ks * mine.size() * cols};
         Field fout{c.var, wk.tile, ol, (mine.size() - 1) * ld + cols};
         auto v = std::make_unique<SumPartialsVertex>(wk.tile, fin, fout, ks, static_cast<uint32_t>(mine.size()),
                                                      static_cast<uint32_t>(cols), static_cast<uint32_t>(ld), partials,
@@ -513,7 +461,7 @@ Tensor conv(Graph& g, const Tensor& x, const Tensor& w, const Tensor* bias, cons
       g.execute(rcs);
     }
   }
-  g.record_op(OpRecord{o.name, "conv", ipu, plan.describe(), plan.tiles_used(), plan.temp_bytes, plan.cycles});
+  g.record_plan(OpPlan{o.name, "conv", ipu, plan.describe(), plan.tiles_used(), plan.temp_bytes, plan.cycles});
   return c;
 }
 

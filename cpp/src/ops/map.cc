@@ -2,15 +2,17 @@
 // the same size, so that operand is read in place; every other operand is
 // brought to the result's tiles by exchange (broadcast operands as expanded
 // copies, scalars as one element per tile).
+#include "neurenix/ops/map.h"
+
 #include <algorithm>
 
+#include "neurenix/codelets/map.h"
 #include "neurenix/error.h"
 #include "neurenix/exchange.h"
-#include "neurenix/ops.h"
 
 namespace neurenix::ops {
 
-Tensor fill(Graph& g, DType dtype, const Shape& shape, double value, uint32_t ipu, const std::string& name) {
+Tensor fill(Graph& g, DeviceType dtype, const Shape& shape, double value, uint32_t ipu, const std::string& name) {
   Tensor out = g.add_variable(name, dtype, shape, VarKind::kIntermediate, ipu);
   if (out.numel() == 0) return out;
   g.map_linearly(out.var);
@@ -36,9 +38,9 @@ bool same_elements(const Shape& in, const Shape& out) { return shape_numel(in) =
 
 }  // namespace
 
-Tensor map(Graph& g, const std::vector<ExprInstr>& expr, const std::vector<Tensor>& inputs, DType out_dtype,
+Tensor map(Graph& g, const std::vector<ExprInstr>& expr, const std::vector<Tensor>& inputs, DeviceType out_dtype,
            const Shape& out_shape, uint32_t ipu, const std::string& name) {
-  std::vector<DType> types;
+  std::vector<DeviceType> types;
   for (const Tensor& t : inputs) {
     if (!broadcastable(t.shape, out_shape))
       fail(ErrorCode::kShapeMismatch, "element-wise '" + name + "': operand shape " + shape_str(t.shape) +
@@ -52,7 +54,7 @@ Tensor map(Graph& g, const std::vector<ExprInstr>& expr, const std::vector<Tenso
   const bool out_float = is_float(out_dtype);
   if ((result == ValueKind::kFloat) != out_float)
     fail(ErrorCode::kInvalidArgument, "element-wise '" + name + "': expression result does not match the output type " +
-                                          dtype_name(out_dtype));
+                                          device_type_name(out_dtype));
 
   Tensor out = g.add_variable(name, out_dtype, out_shape, VarKind::kIntermediate, ipu);
   if (out.numel() == 0) return out;
@@ -122,14 +124,7 @@ Tensor map(Graph& g, const std::vector<ExprInstr>& expr, const std::vector<Tenso
       const Variable& sv = g.var(src.var);
       Field f;
       if (src.scalar) {
-        uint64_t local = 0;
-        if (src.per_tile_scalar) {
-          uint32_t t;
-          size_t hint = 0;
-          g.locate(src.var, k, &t, &local, &hint);
-        } else {
-          local = 0;
-        }
+        const uint64_t local = src.per_tile_scalar ? g.locate(src.var, k).local : 0;
         f = Field{src.var, s.tile, local, 1};
       } else {
         f = Field{src.var, s.tile, 0, s.count};
@@ -140,7 +135,7 @@ Tensor map(Graph& g, const std::vector<ExprInstr>& expr, const std::vector<Tenso
                                                  out_dtype));
   }
   g.execute(cs);
-  g.record_op(OpRecord{name, "map", ipu, std::to_string(expr.size()) + " instruction(s)",
+  g.record_plan(OpPlan{name, "map", ipu, std::to_string(expr.size()) + " instruction(s)",
                        static_cast<uint32_t>(out_tiles.size()), 0, 0});
   return out;
 }

@@ -5,14 +5,15 @@
 // stage) and may split N serially, processing it in several passes that each
 // need fewer temporaries. Among the plans whose temporaries fit the memory
 // target it takes the one with the fewest estimated cycles.
+#include "neurenix/ops/matmul.h"
+
 #include <algorithm>
-#include <cmath>
-#include <set>
 #include <sstream>
 
+#include "neurenix/codelets/matmul.h"
 #include "neurenix/error.h"
 #include "neurenix/exchange.h"
-#include "neurenix/ops.h"
+#include "neurenix/ops/map.h"
 #include "planning.h"
 
 namespace neurenix::ops {
@@ -23,7 +24,7 @@ namespace {
 constexpr uint64_t kGrain = 16;
 
 void evaluate(const TargetSpec& t, const MatMulProblem& p, SplitPlan& plan) {
-  const uint64_t eb = dtype_size(p.in_dtype), pb = dtype_size(p.partials);
+  const uint64_t eb = device_type_size(p.in_dtype), pb = device_type_size(p.partials);
   const uint64_t gb = ceil_div(p.groups, plan.g_split), mb = ceil_div(p.m, plan.m_split);
   const uint64_t nb = grain_block(p.n, static_cast<uint64_t>(plan.serial_split) * plan.n_split, kGrain);
   const uint64_t kb = grain_block(p.k, plan.k_split, kGrain);
@@ -39,7 +40,7 @@ void evaluate(const TargetSpec& t, const MatMulProblem& p, SplitPlan& plan) {
   }
   plan.temp_bytes = a_bytes + b_bytes + part_bytes + recv_bytes;
   // Operands this plan lays out itself, and the result, stay on the tiles.
-  const uint64_t ob = dtype_size(p.out_dtype);
+  const uint64_t ob = device_type_size(p.out_dtype);
   const uint64_t n_per_tile = nb * plan.serial_split;
   uint64_t resident = gb * ceil_div(mb, plan.k_split) * n_per_tile * ob;
   if (p.a_unmapped) resident += gb * mb * kb * eb;
@@ -104,72 +105,57 @@ struct OperandBlock {
 }  // namespace
 
 Tensor matmul(Graph& g, const Tensor& a, const Tensor& b, const MatMulOptions& o, MatMulPlan* plan_out) {
+  const std::string what = "matmul '" + o.name + "'";
   if (a.shape.size() != 3 || b.shape.size() != 3 || a.shape[0] != b.shape[0] || a.shape[2] != b.shape[1])
-    fail(ErrorCode::kShapeMismatch, "matmul '" + o.name + "': shapes " + shape_str(a.shape) + " and " + shape_str(b.shape) +
+    fail(ErrorCode::kShapeMismatch, what + ": shapes " + shape_str(a.shape) + " and " + shape_str(b.shape) +
                                         " are not [G, M, K] x [G, K, N]");
-  const DType in = g.var(a.var).dtype;
+  const DeviceType in = g.var(a.var).dtype;
   if (g.var(b.var).dtype != in || !is_float(in))
-    fail(ErrorCode::kShapeMismatch, "matmul '" + o.name + "': operands must share a float type, got " +
-                                        std::string(dtype_name(in)) + " and " + dtype_name(g.var(b.var).dtype));
-  if (o.available_memory_proportion <= 0 || o.available_memory_proportion > 1)
-    fail(ErrorCode::kInvalidArgument, "available memory proportion must be in (0, 1]");
+    fail(ErrorCode::kShapeMismatch, what + ": operands must share a float type, got " +
+                                        std::string(device_type_name(in)) + " and " + device_type_name(g.var(b.var).dtype));
+  check_memory_proportion(what, o.memory_proportion);
   for (const Tensor* t : {&a, &b})
     if (g.var(t->var).ipu != o.ipu)
-      fail(ErrorCode::kInvalidArgument, "matmul '" + o.name + "': operand '" + g.var(t->var).name + "' is on IPU " +
+      fail(ErrorCode::kInvalidArgument, what + ": operand '" + g.var(t->var).name + "' is on IPU " +
                                             std::to_string(g.var(t->var).ipu) + ", not " + std::to_string(o.ipu));
-  const DType partials = (in == DType::kFloat32) ? DType::kFloat32 : o.partials;
+  const DeviceType partials = (in == DeviceType::kFloat32) ? DeviceType::kFloat32 : o.partials;
   const uint64_t G = a.shape[0], M = a.shape[1], K = a.shape[2], N = b.shape[2];
   const uint32_t ipu = o.ipu;
   Tensor c = g.add_variable(o.name, o.out_dtype, {G, M, N}, VarKind::kIntermediate, ipu);
   if (G * M * N == 0) return c;
-  if (K == 0) {
-    Tensor z = fill(g, o.out_dtype, {G, M, N}, 0.0, ipu, o.name);
-    return z;
-  }
+  if (K == 0) return fill(g, o.out_dtype, {G, M, N}, 0.0, ipu, o.name);
   MatMulProblem prob{G, M, N, K, in, partials, o.out_dtype, !g.var(a.var).mapped, !g.var(b.var).mapped};
-  MatMulPlan plan = plan_matmul(g.target(), g.tiles_per_ipu(), g.bytes_per_tile(), prob, o.available_memory_proportion);
-  if (!plan.meets_memory_target) {
-    std::ostringstream w;
-    w << "matmul '" << o.name << "': no plan keeps temporaries under " << o.available_memory_proportion
-      << " of tile memory; using the smallest plan (" << plan.temp_bytes << " bytes/tile)";
-    g.warn(w.str());
-  }
+  MatMulPlan plan = plan_matmul(g.target(), g.tiles_per_ipu(), g.bytes_per_tile(), prob, o.memory_proportion);
+  warn_unless_meets_target(g, what, plan, o.memory_proportion);
   if (plan_out) *plan_out = plan;
 
-  const uint32_t gs = plan.g_split, ms = plan.m_split, ns = plan.n_split, ks = plan.k_split, S = plan.serial_split;
-  const uint32_t first = g.reserve_tiles(ipu, plan.tiles_used());
-  auto tile_of = [&](uint32_t gi, uint32_t mi, uint32_t ni, uint32_t ki) {
-    return g.window_tile(ipu, first, ((gi * ms + mi) * ns + ni) * ks + ki);
-  };
-  auto chunk_n = [&](uint32_t j, uint32_t ni) { return part_g(N, static_cast<uint64_t>(S) * ns, j * ns + ni, kGrain); };
+  const uint32_t ks = plan.k_split, S = plan.serial_split;
+  const SplitLayout lay(g, ipu, plan, G, M, N, K, kGrain);
 
-  // Lay out operands nobody has placed yet, and the result.
+  // Lay out operands nobody has placed yet (A's blocks on the first N block's
+  // tiles, B's on the first M block's), and the result, whose rows each K
+  // block of a tile group reduces a share of.
   if (!g.var(a.var).mapped) {
     std::vector<TileInterval> ivs;
-    for (uint32_t gi = 0; gi < gs; ++gi)
-      for (uint32_t mi = 0; mi < ms; ++mi)
-        for (uint32_t ki = 0; ki < ks; ++ki)
-          block_intervals(ivs, M, K, part(G, gs, gi), part(M, ms, mi), part_g(K, ks, ki, kGrain), tile_of(gi, mi, 0, ki));
+    lay.each_block([&](uint32_t gi, uint32_t mi, uint32_t ni, uint32_t ki, uint32_t pass) {
+      if (ni == 0 && pass == 0)
+        block_intervals(ivs, M, K, lay.groups(gi), lay.rows(mi), lay.k_range(ki), lay.tile(gi, mi, 0, ki));
+    });
     g.set_mapping(a.var, std::move(ivs));
   }
   if (!g.var(b.var).mapped) {
     std::vector<TileInterval> ivs;
-    for (uint32_t gi = 0; gi < gs; ++gi)
-      for (uint32_t j = 0; j < S; ++j)
-        for (uint32_t ni = 0; ni < ns; ++ni)
-          for (uint32_t ki = 0; ki < ks; ++ki)
-            block_intervals(ivs, K, N, part(G, gs, gi), part_g(K, ks, ki, kGrain), chunk_n(j, ni), tile_of(gi, 0, ni, ki));
+    lay.each_block([&](uint32_t gi, uint32_t mi, uint32_t ni, uint32_t ki, uint32_t pass) {
+      if (mi == 0)
+        block_intervals(ivs, K, N, lay.groups(gi), lay.k_range(ki), lay.n_chunk(pass, ni), lay.tile(gi, 0, ni, ki));
+    });
     g.set_mapping(b.var, std::move(ivs));
   }
   {
     std::vector<TileInterval> ivs;
-    for (uint32_t gi = 0; gi < gs; ++gi)
-      for (uint32_t mi = 0; mi < ms; ++mi)
-        for (uint32_t j = 0; j < S; ++j)
-          for (uint32_t ni = 0; ni < ns; ++ni)
-            for (uint32_t ki = 0; ki < ks; ++ki)
-              block_intervals(ivs, M, N, part(G, gs, gi), sub(part(M, ms, mi), ks, ki), chunk_n(j, ni),
-                              tile_of(gi, mi, ni, ki));
+    lay.each_block([&](uint32_t gi, uint32_t mi, uint32_t ni, uint32_t ki, uint32_t pass) {
+      block_intervals(ivs, M, N, lay.groups(gi), sub(lay.rows(mi), ks, ki), lay.n_chunk(pass, ni), lay.tile(gi, mi, ni, ki));
+    });
     g.set_mapping(c.var, std::move(ivs));
   }
 
@@ -209,19 +195,11 @@ Tensor matmul(Graph& g, const Tensor& a, const Tensor& b, const MatMulOptions& o
   // Builds one temporary holding packed copies of the needed blocks.
   auto gather = [&](const Tensor& t, uint64_t rows_total, uint64_t cols_total, const std::vector<Need>& needs,
                     uint32_t ex, const std::string& name, std::vector<OperandBlock>& out) {
-    uint64_t total = 0;
-    for (const Need& nd : needs) total += nd.gr.size() * nd.rr.size() * nd.cr.size();
-    if (total == 0) return;
-    Tensor tmp = g.add_variable(name, in, {total}, VarKind::kTemporary, ipu);
-    std::vector<TileInterval> ivs;
+    PackedBlocks blocks;
+    for (const Need& nd : needs) blocks.add(nd.tile, nd.gr.size() * nd.rr.size() * nd.cr.size());
+    if (needs.empty()) return;
+    Tensor tmp = blocks.create(g, name, in, ipu);
     uint64_t pos = 0;
-    for (const Need& nd : needs) {
-      uint64_t sz = nd.gr.size() * nd.rr.size() * nd.cr.size();
-      ivs.push_back(TileInterval{pos, pos + sz, nd.tile, 0});
-      pos += sz;
-    }
-    g.set_mapping(tmp.var, std::move(ivs));
-    pos = 0;
     for (const Need& nd : needs) {
       uint64_t per_group = nd.rr.size() * nd.cr.size();
       View src;
@@ -235,19 +213,13 @@ Tensor matmul(Graph& g, const Tensor& a, const Tensor& b, const MatMulOptions& o
       dst.shape = src.shape;
       dst.strides = {static_cast<int64_t>(per_group), static_cast<int64_t>(nd.cr.size()), 1};
       copy_view(g, ex, src, dst);
-      uint32_t t_tile;
-      uint64_t local;
-      size_t hint = 0;
-      g.locate(tmp.var, pos, &t_tile, &local, &hint);
-      out.push_back(OperandBlock{tmp.var, local, per_group, nd.cr.size(), per_group});
+      out.push_back(OperandBlock{tmp.var, g.locate(tmp.var, pos).local, per_group, nd.cr.size(), per_group});
       pos += nd.gr.size() * per_group;
     }
   };
 
   // Operand A blocks are the same for every serial pass.
-  struct TileWork {
-    uint32_t gi, mi, ni, ki, tile;
-    Range gr, mr, kr;
+  struct TileWork : SplitBlock {
     OperandBlock a;
   };
   std::vector<TileWork> work;
@@ -255,24 +227,20 @@ Tensor matmul(Graph& g, const Tensor& a, const Tensor& b, const MatMulOptions& o
   {
     std::vector<Need> a_needs;
     std::vector<size_t> a_need_idx;
-    for (uint32_t gi = 0; gi < gs; ++gi)
-      for (uint32_t mi = 0; mi < ms; ++mi)
-        for (uint32_t ni = 0; ni < ns; ++ni)
-          for (uint32_t ki = 0; ki < ks; ++ki) {
-            TileWork w{gi, mi, ni, ki, tile_of(gi, mi, ni, ki), part(G, gs, gi), part(M, ms, mi), part_g(K, ks, ki, kGrain), {}};
-            if (w.gr.empty() || w.mr.empty() || w.kr.empty()) continue;
-            if (!resolve(a, M, K, w.tile, w.gr, w.mr, w.kr, &w.a)) {
-              a_needs.push_back(Need{w.tile, w.gr, w.mr, w.kr});
-              a_need_idx.push_back(work.size());
-            }
-            work.push_back(w);
-          }
+    for (const SplitBlock& blk : lay.blocks()) {
+      TileWork w{blk, {}};
+      if (!resolve(a, M, K, w.tile, w.gr, w.mr, w.kr, &w.a)) {
+        a_needs.push_back(Need{w.tile, w.gr, w.mr, w.kr});
+        a_need_idx.push_back(work.size());
+      }
+      work.push_back(w);
+    }
     std::vector<OperandBlock> blocks;
     gather(a, M, K, a_needs, ex0, o.name + "/A", blocks);
     for (size_t i = 0; i < a_need_idx.size(); ++i) work[a_need_idx[i]].a = blocks[i];
   }
 
-  const DType stage_out = ks > 1 ? partials : o.out_dtype;
+  const DeviceType stage_out = ks > 1 ? partials : o.out_dtype;
   for (uint32_t j = 0; j < S; ++j) {
     uint32_t ex = j == 0 ? ex0 : g.add_exchange(o.name + "/fetch");
     // B blocks of this pass.
@@ -281,7 +249,7 @@ Tensor matmul(Graph& g, const Tensor& a, const Tensor& b, const MatMulOptions& o
     std::vector<size_t> b_need_idx;
     for (size_t wi = 0; wi < work.size(); ++wi) {
       const TileWork& w = work[wi];
-      Range nr = chunk_n(j, w.ni);
+      Range nr = lay.n_chunk(j, w.ni);
       if (nr.empty()) continue;
       if (!resolve(b, K, N, w.tile, w.gr, w.kr, nr, &b_blocks[wi])) {
         b_needs.push_back(Need{w.tile, w.gr, w.kr, nr});
@@ -299,24 +267,18 @@ Tensor matmul(Graph& g, const Tensor& a, const Tensor& b, const MatMulOptions& o
     Tensor partial_t;
     std::vector<uint64_t> partial_base(work.size(), 0);
     if (ks > 1) {
-      uint64_t total = 0;
-      std::vector<TileInterval> ivs;
+      PackedBlocks blocks;
       for (size_t wi = 0; wi < work.size(); ++wi) {
         const TileWork& w = work[wi];
-        Range nr = chunk_n(j, w.ni);
-        uint64_t sz = w.gr.size() * w.mr.size() * nr.size();
-        partial_base[wi] = total;
-        if (sz) ivs.push_back(TileInterval{total, total + sz, w.tile, 0});
-        total += sz;
+        partial_base[wi] = blocks.add(w.tile, w.gr.size() * w.mr.size() * lay.n_chunk(j, w.ni).size());
       }
-      partial_t = g.add_variable(o.name + "/partials", partials, {total}, VarKind::kTemporary, ipu);
-      g.set_mapping(partial_t.var, std::move(ivs));
+      partial_t = blocks.create(g, o.name + "/partials", partials, ipu);
     }
 
     uint32_t cs = g.add_compute_set(o.name + "/matmul");
     for (size_t wi = 0; wi < work.size(); ++wi) {
       const TileWork& w = work[wi];
-      Range nr = chunk_n(j, w.ni);
+      Range nr = lay.n_chunk(j, w.ni);
       if (nr.empty()) continue;
       const OperandBlock& ab = w.a;
       const OperandBlock& bb = b_blocks[wi];
@@ -327,11 +289,7 @@ Tensor matmul(Graph& g, const Tensor& a, const Tensor& b, const MatMulOptions& o
         Field fc;
         uint64_t ldc;
         if (ks > 1) {
-          uint32_t t_tile;
-          uint64_t local;
-          size_t hint = 0;
-          uint64_t flat = partial_base[wi] + go * w.mr.size() * nr.size();
-          g.locate(partial_t.var, flat, &t_tile, &local, &hint);
+          const uint64_t local = g.locate(partial_t.var, partial_base[wi] + go * w.mr.size() * nr.size()).local;
           fc = Field{partial_t.var, w.tile, local, w.mr.size() * nr.size()};
           ldc = nr.size();
         } else {
@@ -359,49 +317,35 @@ Tensor matmul(Graph& g, const Tensor& a, const Tensor& b, const MatMulOptions& o
         Range rows;  // absolute M rows
       };
       std::vector<Red> reds;
-      uint64_t total = 0;
-      std::vector<TileInterval> ivs;
+      PackedBlocks blocks;
       std::vector<uint64_t> base;
       for (size_t wi = 0; wi < work.size(); ++wi) {
         const TileWork& w = work[wi];
-        Range nr = chunk_n(j, w.ni);
+        Range nr = lay.n_chunk(j, w.ni);
         Range rows = sub(w.mr, ks, w.ki);
         if (nr.empty() || rows.empty()) continue;
-        uint64_t sz = w.gr.size() * ks * rows.size() * nr.size();
         reds.push_back(Red{wi, rows});
-        base.push_back(total);
-        ivs.push_back(TileInterval{total, total + sz, w.tile, 0});
-        total += sz;
+        base.push_back(blocks.add(w.tile, w.gr.size() * ks * rows.size() * nr.size()));
       }
-      Tensor recv = g.add_variable(o.name + "/partials_in", partials, {total}, VarKind::kTemporary, ipu);
-      g.set_mapping(recv.var, std::move(ivs));
-      // Index of the work item for (gi, mi, ni, kk).
-      std::vector<size_t> by_pos(plan.tiles_used(), SIZE_MAX);
-      for (size_t i = 0; i < work.size(); ++i)
-        by_pos[((work[i].gi * ms + work[i].mi) * ns + work[i].ni) * ks + work[i].ki] = i;
-      auto work_index = [&](const TileWork& w, uint32_t kk) -> size_t {
-        return by_pos[((w.gi * ms + w.mi) * ns + w.ni) * ks + kk];
-      };
+      Tensor recv = blocks.create(g, o.name + "/partials_in", partials, ipu);
       for (size_t ri = 0; ri < reds.size(); ++ri) {
         const TileWork& w = work[reds[ri].wi];
         const Range rows = reds[ri].rows;
-        const Range nr = chunk_n(j, w.ni);
+        const Range nr = lay.n_chunk(j, w.ni);
         const uint64_t per = rows.size() * nr.size();
         uint64_t pos = base[ri];
         for (uint64_t gg = w.gr.begin; gg < w.gr.end; ++gg) {
           const uint64_t go = gg - w.gr.begin;
           const uint64_t group_base = pos;
           for (uint32_t kk = 0; kk < ks; ++kk) {
-            size_t src_wi = work_index(w, kk);
+            // Every K slice is non-empty: the planner splits K at most K ways.
+            const size_t src_wi = lay.position(w.gi, w.mi, w.ni, kk);
+            NX_CHECK(src_wi != SIZE_MAX, "matmul K split produced an empty slice");
             View dst;
             dst.var = recv.var;
             dst.offset = static_cast<int64_t>(pos);
             dst.shape = {rows.size(), nr.size()};
             dst.strides = {static_cast<int64_t>(nr.size()), 1};
-            if (src_wi == SIZE_MAX) {
-              // That K slice is empty (K < ks): its partial is zero.
-              NX_CHECK(false, "matmul K split produced an empty slice");
-            }
             View src;
             src.var = partial_t.var;
             src.offset = static_cast<int64_t>(partial_base[src_wi] + go * w.mr.size() * nr.size() +
@@ -411,11 +355,7 @@ Tensor matmul(Graph& g, const Tensor& a, const Tensor& b, const MatMulOptions& o
             copy_view(g, rex, src, dst);
             pos += per;
           }
-          uint32_t t_tile;
-          uint64_t local;
-          size_t hint = 0;
-          g.locate(recv.var, group_base, &t_tile, &local, &hint);
-          Field fin{recv.var, w.tile, local, ks * per};
+          Field fin{recv.var, w.tile, g.locate(recv.var, group_base).local, ks * per};
           LocalBlock lb;
           bool ok = find_local_block(g, c.var, w.tile, (gg * M + rows.begin) * N + nr.begin, rows.size(), nr.size(), N, &lb);
           NX_CHECK(ok, "matmul result rows are not on their reducing tile");
@@ -429,7 +369,7 @@ Tensor matmul(Graph& g, const Tensor& a, const Tensor& b, const MatMulOptions& o
       g.execute(rcs);
     }
   }
-  g.record_op(OpRecord{o.name, "matmul", ipu, plan.describe(), plan.tiles_used(), plan.temp_bytes, plan.cycles});
+  g.record_plan(OpPlan{o.name, "matmul", ipu, plan.describe(), plan.tiles_used(), plan.temp_bytes, plan.cycles});
   return c;
 }
 

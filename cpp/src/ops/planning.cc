@@ -1,7 +1,9 @@
 #include "planning.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <set>
+#include <sstream>
 
 #include "neurenix/error.h"
 
@@ -30,13 +32,13 @@ std::vector<uint32_t> split_candidates(uint64_t d, uint64_t max_split, uint64_t 
   return {eff.begin(), eff.end()};
 }
 
-uint64_t amp_cycles(const TargetSpec& t, DType in, DType partials, uint64_t m, uint64_t n, uint64_t k) {
-  const bool half = in == DType::kFloat16;
+uint64_t amp_cycles(const TargetSpec& t, DeviceType in, DeviceType partials, uint64_t m, uint64_t n, uint64_t k) {
+  const bool half = in == DeviceType::kFloat16;
   const uint64_t rate = half ? t.fp16_flops_per_cycle : t.fp32_flops_per_cycle;
   const uint64_t depth = half ? 16 : 8;  // input channels the AMP consumes per pass
   uint64_t compute = 2 * m * n * ceil_div(k, depth) * depth / rate;
   // Half partials halve the accumulator traffic: modelled as a 10% saving.
-  if (partials == DType::kFloat16) compute = compute * 9 / 10;
+  if (partials == DeviceType::kFloat16) compute = compute * 9 / 10;
   return t.vertex_overhead_cycles + compute + 8 * m;
 }
 
@@ -102,6 +104,42 @@ SplitPlan search_splits(uint64_t g, uint64_t m, uint64_t n, uint64_t k, uint32_t
   SplitPlan chosen = have_fallback ? fallback : smallest;
   chosen.meets_memory_target = false;
   return chosen;
+}
+
+void check_memory_proportion(const std::string& op, double proportion) {
+  if (!(proportion > 0 && proportion <= 1))
+    fail(ErrorCode::kInvalidArgument, op + ": memory proportion must be in (0, 1], got " + std::to_string(proportion));
+}
+
+void warn_unless_meets_target(Graph& g, const std::string& op, const SplitPlan& plan, double proportion) {
+  if (plan.meets_memory_target) return;
+  std::ostringstream w;
+  w << op << ": no plan keeps temporaries under " << proportion << " of tile memory; using the leanest plan ("
+    << plan.temp_bytes << " bytes/tile)";
+  g.warn(w.str());
+}
+
+SplitLayout::SplitLayout(Graph& g, uint32_t ipu, const SplitPlan& plan, uint64_t G, uint64_t M, uint64_t N, uint64_t K,
+                         uint64_t grain)
+    : g_(g), ipu_(ipu), plan_(plan), G_(G), M_(M), N_(N), K_(K), grain_(grain),
+      first_(g.reserve_tiles(ipu, plan.tiles_used())), position_(plan.tiles_used(), SIZE_MAX) {
+  for (uint32_t gi = 0; gi < plan.g_split; ++gi)
+    for (uint32_t mi = 0; mi < plan.m_split; ++mi)
+      for (uint32_t ni = 0; ni < plan.n_split; ++ni)
+        for (uint32_t ki = 0; ki < plan.k_split; ++ki) {
+          const SplitBlock b{gi, mi, ni, ki, tile(gi, mi, ni, ki), groups(gi), rows(mi), k_range(ki)};
+          if (b.gr.empty() || b.mr.empty() || b.kr.empty()) continue;
+          position_[index(gi, mi, ni, ki)] = blocks_.size();
+          blocks_.push_back(b);
+        }
+}
+
+Tensor PackedBlocks::create(Graph& g, const std::string& name, DeviceType dtype, uint32_t ipu) {
+  Tensor t = g.add_variable(name, dtype, {total_}, VarKind::kTemporary, ipu);
+  g.set_mapping(t.var, std::move(intervals_));
+  intervals_.clear();
+  total_ = 0;
+  return t;
 }
 
 }  // namespace neurenix::ops

@@ -9,9 +9,11 @@
 
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <vector>
 
-#include "neurenix/ops.h"
+#include "neurenix/graph.h"
+#include "neurenix/ops/split_plan.h"
 
 namespace neurenix::ops {
 
@@ -63,6 +65,86 @@ inline Range sub(Range r, uint64_t parts, uint64_t i) {
 }
 
 // Cycles of the accumulating matrix product unit for m x n outputs of depth k.
-uint64_t amp_cycles(const TargetSpec& t, DType in, DType partials, uint64_t m, uint64_t n, uint64_t k);
+uint64_t amp_cycles(const TargetSpec& t, DeviceType in, DeviceType partials, uint64_t m, uint64_t n, uint64_t k);
+
+// Throws kInvalidArgument unless `proportion` is in (0, 1]; `op` names the
+// operation ("matmul 'fc1'").
+void check_memory_proportion(const std::string& op, double proportion);
+// Warns on the graph when `plan` (found by search_splits) misses the memory
+// target.
+void warn_unless_meets_target(Graph& g, const std::string& op, const SplitPlan& plan, double proportion);
+
+// One block of a split: indices along G, M, N and K, its tile, and its ranges
+// of groups, rows (M) and K. N is covered pass by pass (SplitLayout::n_chunk).
+struct SplitBlock {
+  uint32_t gi, mi, ni, ki, tile;
+  Range gr, mr, kr;
+};
+
+// A plan's split of [G x M x K] . [G x K x N] placed on a window of
+// plan.tiles_used() consecutive tiles of one IPU (reserved on construction):
+// block (gi, mi, ni, ki) is the ((gi * m_split + mi) * n_split + ni) *
+// k_split + ki -th of the window. N and K are split in blocks that are whole
+// multiples of `grain` (see split_candidates).
+class SplitLayout {
+ public:
+  SplitLayout(Graph& g, uint32_t ipu, const SplitPlan& plan, uint64_t G, uint64_t M, uint64_t N, uint64_t K,
+              uint64_t grain);
+
+  uint32_t index(uint32_t gi, uint32_t mi, uint32_t ni, uint32_t ki) const {
+    return ((gi * plan_.m_split + mi) * plan_.n_split + ni) * plan_.k_split + ki;
+  }
+  uint32_t tile(uint32_t gi, uint32_t mi, uint32_t ni, uint32_t ki) const {
+    return g_.window_tile(ipu_, first_, index(gi, mi, ni, ki));
+  }
+  Range groups(uint32_t gi) const { return part(G_, plan_.g_split, gi); }
+  Range rows(uint32_t mi) const { return part(M_, plan_.m_split, mi); }
+  Range k_range(uint32_t ki) const { return part_g(K_, plan_.k_split, ki, grain_); }
+  // The N range block ni covers in serial pass `pass`.
+  Range n_chunk(uint32_t pass, uint32_t ni) const {
+    return part_g(N_, static_cast<uint64_t>(plan_.serial_split) * plan_.n_split, pass * plan_.n_split + ni, grain_);
+  }
+  // Calls fn(gi, mi, ni, ki, pass) for every block of the split in every
+  // serial pass, in (g, m, pass, n, k) order.
+  template <typename Fn>
+  void each_block(Fn&& fn) const {
+    for (uint32_t gi = 0; gi < plan_.g_split; ++gi)
+      for (uint32_t mi = 0; mi < plan_.m_split; ++mi)
+        for (uint32_t pass = 0; pass < plan_.serial_split; ++pass)
+          for (uint32_t ni = 0; ni < plan_.n_split; ++ni)
+            for (uint32_t ki = 0; ki < plan_.k_split; ++ki) fn(gi, mi, ni, ki, pass);
+  }
+  // The blocks with groups, rows and K to work on, in index order.
+  const std::vector<SplitBlock>& blocks() const { return blocks_; }
+  // Position in blocks() of block (gi, mi, ni, ki); SIZE_MAX if it is empty.
+  size_t position(uint32_t gi, uint32_t mi, uint32_t ni, uint32_t ki) const { return position_[index(gi, mi, ni, ki)]; }
+
+ private:
+  const Graph& g_;
+  uint32_t ipu_;
+  SplitPlan plan_;
+  uint64_t G_, M_, N_, K_, grain_;
+  uint32_t first_;
+  std::vector<SplitBlock> blocks_;
+  std::vector<size_t> position_;
+};
+
+// A flat temporary made of blocks laid back to back, each on one tile: add()
+// them (returning each block's first flat element), then create() it.
+class PackedBlocks {
+ public:
+  uint64_t add(uint32_t tile, uint64_t size) {
+    const uint64_t at = total_;
+    if (size) intervals_.push_back(TileInterval{at, at + size, tile, 0});
+    total_ += size;
+    return at;
+  }
+  uint64_t total() const { return total_; }
+  Tensor create(Graph& g, const std::string& name, DeviceType dtype, uint32_t ipu);
+
+ private:
+  std::vector<TileInterval> intervals_;
+  uint64_t total_ = 0;
+};
 
 }  // namespace neurenix::ops

@@ -1,17 +1,18 @@
-// Pooling and run-time gathers.
+// Pooling: output rows spread over tiles, input rows fetched by exchange.
+#include "neurenix/ops/pool.h"
+
 #include <algorithm>
 #include <sstream>
 
 #include "neurenix/error.h"
 #include "neurenix/exchange.h"
-#include "neurenix/ops.h"
 #include "planning.h"
 
 namespace neurenix::ops {
 
 Tensor pool(Graph& g, const Tensor& x, const PoolOptions& o) {
   if (x.shape.size() < 2) fail(ErrorCode::kShapeMismatch, "pool '" + o.name + "': input must have at least 2 dimensions");
-  const DType dtype = g.var(x.var).dtype;
+  const DeviceType dtype = g.var(x.var).dtype;
   if (!is_float(dtype)) fail(ErrorCode::kShapeMismatch, "pool '" + o.name + "': input must be float");
   if (g.var(x.var).ipu != o.ipu) fail(ErrorCode::kInvalidArgument, "pool '" + o.name + "': input is on another IPU");
   const size_t r = x.shape.size();
@@ -96,16 +97,9 @@ Tensor pool(Graph& g, const Tensor& x, const PoolOptions& o) {
       segs.push_back(std::move(sg));
     }
   }
-  uint64_t total = 0;
-  std::vector<TileInterval> ivs;
-  for (Seg& sg : segs) {
-    sg.at = total;
-    const uint64_t sz = sg.planes * sg.in_rows.size() * static_cast<uint64_t>(sg.wi_hi - sg.wi_lo);
-    if (sz) ivs.push_back(TileInterval{total, total + sz, sg.tile, 0});
-    total += sz;
-  }
-  Tensor win = g.add_variable(o.name + "/input_window", dtype, {total}, VarKind::kTemporary, ipu);
-  g.set_mapping(win.var, std::move(ivs));
+  PackedBlocks windows;
+  for (Seg& sg : segs) sg.at = windows.add(sg.tile, sg.planes * sg.in_rows.size() * static_cast<uint64_t>(sg.wi_hi - sg.wi_lo));
+  Tensor win = windows.create(g, o.name + "/input_window", dtype, ipu);
   uint32_t ex = g.add_exchange(o.name + "/fetch");
   for (const Seg& sg : segs) {
     const uint64_t cols = static_cast<uint64_t>(sg.wi_hi - sg.wi_lo), nrows = sg.in_rows.size();
@@ -150,18 +144,11 @@ Tensor pool(Graph& g, const Tensor& x, const PoolOptions& o) {
     // Locally, a tile's output rows (and whole planes) are back to back.
     pw.ld_out_row = static_cast<uint32_t>(wo);
     pw.ld_out_plane = static_cast<uint32_t>(ho * wo);
-    uint32_t t;
-    uint64_t out_local, win_local = 0;
-    size_t hint = 0;
-    g.locate(out.var, (sg.plane0 * ho + sg.ho_lo) * wo + sg.wo_lo, &t, &out_local, &hint);
-    NX_CHECK(t == sg.tile, "pool output rows are not on their tile");
+    const auto [out_tile, out_local] = g.locate(out.var, (sg.plane0 * ho + sg.ho_lo) * wo + sg.wo_lo);
+    NX_CHECK(out_tile == sg.tile, "pool output rows are not on their tile");
     const uint64_t win_count = sg.planes * sg.in_rows.size() * pw.in_cols;
     Field fin{win.var, sg.tile, 0, 0};
-    if (win_count) {
-      hint = 0;
-      g.locate(win.var, sg.at, &t, &win_local, &hint);
-      fin = Field{win.var, sg.tile, win_local, win_count};
-    }
+    if (win_count) fin = Field{win.var, sg.tile, g.locate(win.var, sg.at).local, win_count};
     const uint64_t out_count =
         (sg.planes - 1) * pw.ld_out_plane + (pw.out_rows - 1) * static_cast<uint64_t>(pw.ld_out_row) + pw.out_cols;
     Field fout{out.var, sg.tile, out_local, out_count};
@@ -173,93 +160,7 @@ Tensor pool(Graph& g, const Tensor& x, const PoolOptions& o) {
        << o.sw << ", " << rows << " output rows";
   if (cpr > 1) desc << " in " << cpr << " column chunks";
   desc << " over " << used << " tiles";
-  g.record_op(OpRecord{o.name, "pool", ipu, desc.str(), static_cast<uint32_t>(used), 0, 0});
-  return out;
-}
-
-Tensor gather_rows(Graph& g, const Tensor& table, const Tensor& indices, uint32_t ipu, const std::string& name) {
-  if (table.shape.size() != 2) fail(ErrorCode::kShapeMismatch, "gather '" + name + "': table must be 2-D");
-  if (g.var(indices.var).dtype != DType::kInt32)
-    fail(ErrorCode::kShapeMismatch, "gather '" + name + "': indices must be int32");
-  const DType dtype = g.var(table.var).dtype;
-  const uint64_t v = table.shape[0], d = table.shape[1], n = indices.numel();
-  Tensor out = g.add_variable(name, dtype, {n, d}, VarKind::kIntermediate, ipu);
-  if (out.numel() == 0) return out;
-  // Column slices of at least 16 columns where half a tile holds them (fewer,
-  // down to one, for big vocabularies), and at most one slice per tile.
-  const uint64_t es = dtype_size(dtype);
-  const uint64_t fit = std::max<uint64_t>(1, g.bytes_per_tile() / 2 / std::max<uint64_t>(1, v * es));
-  uint64_t cols = std::min<uint64_t>(std::min<uint64_t>(16, fit), d);
-  cols = std::max(cols, ceil_div(d, g.tiles_per_ipu()));
-  const uint64_t used = ceil_div(d, cols);
-  const uint32_t first = g.reserve_tiles(ipu, static_cast<uint32_t>(used));
-  auto tile_of = [&](uint64_t i) { return g.window_tile(ipu, first, static_cast<uint32_t>(i)); };
-  auto column_mapping = [&](uint64_t nrows) {
-    std::vector<TileInterval> ivs;
-    for (uint64_t i = 0; i < used; ++i) {
-      const uint64_t c0 = i * cols, c1 = std::min(d, c0 + cols);
-      for (uint64_t r = 0; r < nrows; ++r) ivs.push_back(TileInterval{r * d + c0, r * d + c1, tile_of(i), 0});
-    }
-    return ivs;
-  };
-  uint32_t ex = g.add_exchange(name + "/indices");
-  // The table, split by columns: laid out so if nobody placed it, else copied.
-  Tensor tab = table;
-  std::vector<uint64_t> table_local(used, 0);
-  if (!g.var(table.var).mapped) {
-    g.set_mapping(table.var, column_mapping(v));
-  } else {
-    bool ok = true;
-    for (uint64_t i = 0; i < used && ok; ++i) {
-      LocalBlock lb;
-      ok = find_local_block(g, table.var, tile_of(i), i * cols, v, std::min(d, i * cols + cols) - i * cols, d, &lb) &&
-           lb.ld == std::min(d, i * cols + cols) - i * cols;
-      table_local[i] = ok ? lb.local : 0;
-    }
-    if (!ok) {
-      std::fill(table_local.begin(), table_local.end(), 0);
-      tab = g.add_variable(name + "/table", dtype, {v, d}, VarKind::kTemporary, ipu);
-      g.set_mapping(tab.var, column_mapping(v));
-      copy_view(g, ex, View::of(table), View::of(tab));
-    }
-  }
-  // The lookup writes column slices; the result is then laid out by rows
-  // (what every consumer of an embedding reads), moved once by exchange.
-  Tensor slices = g.add_variable(name + "/slices", dtype, {n, d}, VarKind::kTemporary, ipu);
-  g.set_mapping(slices.var, column_mapping(n));
-  g.map_linearly(out.var, d);
-  g.ensure_mapped(indices.var);
-  // Every table tile receives all the indices.
-  Tensor idx = g.add_variable(name + "/indices", DType::kInt32, {used * n}, VarKind::kTemporary, ipu);
-  {
-    std::vector<TileInterval> ivs;
-    for (uint64_t i = 0; i < used; ++i) ivs.push_back(TileInterval{i * n, (i + 1) * n, tile_of(i), 0});
-    g.set_mapping(idx.var, std::move(ivs));
-    for (uint64_t i = 0; i < used; ++i) {
-      View src{indices.var, 0, {n}, {1}};
-      View dst{idx.var, static_cast<int64_t>(i * n), {n}, {1}};
-      copy_view(g, ex, src, dst);
-    }
-  }
-  g.execute_exchange(ex);
-  uint32_t cs = g.add_compute_set(name);
-  for (uint64_t i = 0; i < used; ++i) {
-    const uint32_t tile = tile_of(i);
-    const uint64_t c = std::min(d, i * cols + cols) - i * cols;
-    Field ft{tab.var, tile, table_local[i], v * c};
-    Field fi{idx.var, tile, 0, n};
-    Field fo{slices.var, tile, 0, n * c};
-    g.add_vertex(cs, std::make_unique<GatherVertex>(tile, ft, fi, fo, static_cast<uint32_t>(v), static_cast<uint32_t>(c),
-                                                    static_cast<uint32_t>(c), dtype));
-  }
-  g.execute(cs);
-  uint32_t rex = g.add_exchange(name + "/to_rows");
-  copy_view(g, rex, View::of(slices), View::of(out));
-  g.execute_exchange(rex);
-  g.record_op(OpRecord{name, "gather", ipu,
-                       std::to_string(n) + " rows of a [" + std::to_string(v) + " x " + std::to_string(d) +
-                           "] table, columns over " + std::to_string(used) + " tiles",
-                       static_cast<uint32_t>(used), 0, 0});
+  g.record_plan(OpPlan{o.name, "pool", ipu, desc.str(), static_cast<uint32_t>(used), 0, 0});
   return out;
 }
 

@@ -1,8 +1,9 @@
 // Data movement: strided views materialised by exchange, concatenation, and
 // copies between IPUs.
+#include "neurenix/ops/rearrange.h"
+
 #include "neurenix/error.h"
 #include "neurenix/exchange.h"
-#include "neurenix/ops.h"
 
 namespace neurenix::ops {
 
@@ -23,7 +24,7 @@ Tensor rearrange(Graph& g, const View& src, uint32_t ipu, const std::string& nam
       fail(ErrorCode::kShapeMismatch, "rearrange '" + name + "': view reaches outside '" + sv.name + "'");
   }
   if (sv.ipu != ipu) fail(ErrorCode::kInvalidArgument, "rearrange '" + name + "': source is on another IPU");
-  const DType dtype = sv.dtype;
+  const DeviceType dtype = sv.dtype;
   g.ensure_mapped(src.var);
   Tensor out = g.add_variable(name, dtype, src.shape, VarKind::kIntermediate, ipu);
   if (out.numel() == 0) return out;
@@ -31,7 +32,7 @@ Tensor rearrange(Graph& g, const View& src, uint32_t ipu, const std::string& nam
   uint32_t ex = g.add_exchange(name);
   copy_view(g, ex, src, View::of(out));
   g.execute_exchange(ex);
-  g.record_op(OpRecord{name, "rearrange", ipu, "copy of " + std::to_string(out.numel()) + " element(s)",
+  g.record_plan(OpPlan{name, "rearrange", ipu, "copy of " + std::to_string(out.numel()) + " element(s)",
                        static_cast<uint32_t>(g.var(out.var).tiles.size()), 0, 0});
   return out;
 }
@@ -42,7 +43,7 @@ Tensor concat(Graph& g, const std::vector<Tensor>& xs, uint32_t axis, uint32_t i
   if (axis >= s0.size()) fail(ErrorCode::kShapeMismatch, "concat '" + name + "': axis out of range");
   Shape out_shape = s0;
   out_shape[axis] = 0;
-  const DType dtype = g.var(xs[0].var).dtype;
+  const DeviceType dtype = g.var(xs[0].var).dtype;
   for (const Tensor& t : xs) {
     if (t.shape.size() != s0.size() || g.var(t.var).dtype != dtype)
       fail(ErrorCode::kShapeMismatch, "concat '" + name + "': operands differ in rank or type");
@@ -76,7 +77,7 @@ Tensor concat(Graph& g, const std::vector<Tensor>& xs, uint32_t axis, uint32_t i
 Tensor copy_to_ipu(Graph& g, const Tensor& x, uint32_t ipu, const std::string& name) {
   const Variable& xv = g.var(x.var);
   if (xv.ipu == ipu) return x;
-  const DType dtype = xv.dtype;
+  const DeviceType dtype = xv.dtype;
   g.ensure_mapped(x.var);
   Tensor out = g.add_variable(name, dtype, x.shape, VarKind::kIntermediate, ipu);
   if (out.numel() == 0) return out;
@@ -84,7 +85,7 @@ Tensor copy_to_ipu(Graph& g, const Tensor& x, uint32_t ipu, const std::string& n
   uint32_t ex = g.add_exchange(name);
   copy_view(g, ex, View::of(x), View::of(out));
   g.execute_exchange(ex);
-  g.record_op(OpRecord{name, "ipu_copy", ipu, "IPU " + std::to_string(g.var(x.var).ipu) + " -> IPU " + std::to_string(ipu),
+  g.record_plan(OpPlan{name, "ipu_copy", ipu, "IPU " + std::to_string(g.var(x.var).ipu) + " -> IPU " + std::to_string(ipu),
                        static_cast<uint32_t>(g.var(out.var).tiles.size()), 0, 0});
   return out;
 }

@@ -4,18 +4,21 @@
 // tile's piece of every row; rows that live on one tile are finished there.
 // Stage two exchanges the partials of split rows to the row's tile and
 // combines them.
+#include "neurenix/ops/reduce.h"
+
 #include <algorithm>
 #include <cmath>
 #include <numeric>
 
 #include "neurenix/error.h"
 #include "neurenix/exchange.h"
-#include "neurenix/ops.h"
+#include "neurenix/ops/map.h"
+#include "neurenix/ops/rearrange.h"
 
 namespace neurenix::ops {
 
 Tensor reduce(Graph& g, const Tensor& x_in, const std::vector<uint32_t>& axes_in, ReduceOp op, ReduceFinal final_op,
-              double scale, DType out_dtype, uint32_t ipu, const std::string& name) {
+              double scale, DeviceType out_dtype, uint32_t ipu, const std::string& name) {
   const size_t rank = x_in.shape.size();
   std::vector<uint32_t> axes = axes_in;
   std::sort(axes.begin(), axes.end());
@@ -38,7 +41,7 @@ Tensor reduce(Graph& g, const Tensor& x_in, const std::vector<uint32_t>& axes_in
   Tensor out = g.add_variable(name, out_dtype, out_shape, VarKind::kIntermediate, ipu);
   if (rows == 0) return out;
   const bool float_in = is_float(g.var(x_in.var).dtype);
-  const DType partial_dtype = float_in ? DType::kFloat32 : DType::kInt32;
+  const DeviceType partial_dtype = float_in ? DeviceType::kFloat32 : DeviceType::kInt32;
   if (row_len == 0) {
     // Empty reduction: the identity of the operation, then the final step.
     double ident = op == ReduceOp::kProd ? 1.0 : op == ReduceOp::kMax ? -INFINITY : op == ReduceOp::kMin ? INFINITY : 0.0;
@@ -72,7 +75,7 @@ Tensor reduce(Graph& g, const Tensor& x_in, const std::vector<uint32_t>& axes_in
     }
     x = rearrange(g, v, ipu, name + "/transpose");
   }
-  const DType in_dtype = g.var(x.var).dtype;
+  const DeviceType in_dtype = g.var(x.var).dtype;
 
   // Pieces of rows per tile.
   struct Piece {
@@ -146,16 +149,9 @@ Tensor reduce(Graph& g, const Tensor& x_in, const std::vector<uint32_t>& axes_in
       for (; i < order.size() && pieces[order[i]].tile == tile; ++i) {
         const Piece& pc = pieces[order[i]];
         if (slot[order[i]] < 0) {
-          uint32_t t;
-          uint64_t local;
-          size_t hint = 0;
-          g.locate(out.var, pc.row, &t, &local, &hint);
-          fin.push_back(ReduceSegment{pc.local, pc.len, 1, local});
+          fin.push_back(ReduceSegment{pc.local, pc.len, 1, g.locate(out.var, pc.row).local});
         } else {
-          uint32_t t;
-          uint64_t local;
-          size_t hint = 0;
-          g.locate(partial.var, static_cast<uint64_t>(slot[order[i]]), &t, &local, &hint);
+          const uint64_t local = g.locate(partial.var, static_cast<uint64_t>(slot[order[i]])).local;
           part.push_back(ReduceSegment{pc.local, pc.len, 1, local});
         }
       }
@@ -196,12 +192,9 @@ Tensor reduce(Graph& g, const Tensor& x_in, const std::vector<uint32_t>& axes_in
     for (uint64_t r : split_rows) {
       uint64_t n = row_first[r + 1] - row_first[r];
       uint64_t s0 = static_cast<uint64_t>(slot[row_first[r]]);
-      uint32_t t;
-      uint64_t in_local, out_local;
-      size_t h1 = 0, h2 = 0;
-      g.locate(gathered.var, s0, &t, &in_local, &h1);
-      g.locate(out.var, r, &t, &out_local, &h2);
-      segs.push_back({t, ReduceSegment{in_local, n, 1, out_local}});
+      const uint64_t in_local = g.locate(gathered.var, s0).local;
+      const TileLocation out_at = g.locate(out.var, r);
+      segs.push_back({out_at.tile, ReduceSegment{in_local, n, 1, out_at.local}});
     }
     std::stable_sort(segs.begin(), segs.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
     size_t i = 0;
@@ -216,7 +209,7 @@ Tensor reduce(Graph& g, const Tensor& x_in, const std::vector<uint32_t>& axes_in
     }
     g.execute(cs2);
   }
-  g.record_op(OpRecord{name, "reduce",
+  g.record_plan(OpPlan{name, "reduce",
                        ipu, std::string(reduce_op_name(op)) + " of " + std::to_string(rows) + " row(s) of " +
                                 std::to_string(row_len) + (nslots ? ", two stages" : ", one stage"),
                        static_cast<uint32_t>(g.var(out.var).tiles.size()), 0, 0});

@@ -1,9 +1,15 @@
 #include "neurenix-sys/cxx/bridge.h"
 
 #include "neurenix-sys/src/lib.rs.h"
-#include "neurenix/codelets.h"
 #include "neurenix/error.h"
-#include "neurenix/ops.h"
+#include "neurenix/expr.h"
+#include "neurenix/ops/conv.h"
+#include "neurenix/ops/gather.h"
+#include "neurenix/ops/map.h"
+#include "neurenix/ops/matmul.h"
+#include "neurenix/ops/pool.h"
+#include "neurenix/ops/rearrange.h"
+#include "neurenix/ops/reduce.h"
 
 namespace neurenix::bridge {
 namespace {
@@ -61,7 +67,7 @@ uint32_t GraphBuilder::keep(const Tensor& t) {
 
 uint32_t GraphBuilder::add_input(rust::Str name, uint8_t dtype, rust::Slice<const uint64_t> shape, uint32_t ipu) {
   Graph& g = graph();
-  Tensor t = g.add_variable(str(name), dtype_from_int(dtype), to_shape(shape), VarKind::kInput, ipu);
+  Tensor t = g.add_variable(str(name), device_type_from_code(dtype), to_shape(shape), VarKind::kInput, ipu);
   g.add_input_stream(str(name), t);
   return keep(t);
 }
@@ -69,15 +75,15 @@ uint32_t GraphBuilder::add_input(rust::Str name, uint8_t dtype, rust::Slice<cons
 uint32_t GraphBuilder::add_constant(rust::Str name, uint8_t dtype, rust::Slice<const uint64_t> shape,
                                     rust::Slice<const uint8_t> data, uint32_t ipu) {
   auto bytes = std::make_shared<std::vector<uint8_t>>(data.begin(), data.end());
-  return keep(graph().add_constant(str(name), dtype_from_int(dtype), to_shape(shape), ipu, std::move(bytes)));
+  return keep(graph().add_constant(str(name), device_type_from_code(dtype), to_shape(shape), ipu, std::move(bytes)));
 }
 
 uint32_t GraphBuilder::matmul(uint32_t a, uint32_t b, double memory_proportion, uint8_t partials, uint8_t out_dtype,
                               uint32_t ipu, rust::Str name) {
   ops::MatMulOptions o;
-  o.available_memory_proportion = memory_proportion;
-  o.partials = dtype_from_int(partials);
-  o.out_dtype = dtype_from_int(out_dtype);
+  o.memory_proportion = memory_proportion;
+  o.partials = device_type_from_code(partials);
+  o.out_dtype = device_type_from_code(out_dtype);
   o.ipu = ipu;
   o.name = str(name);
   Tensor ta = tensor(a), tb = tensor(b);
@@ -95,7 +101,7 @@ uint32_t GraphBuilder::map(rust::Slice<const ExprInstrFfi> expr, rust::Slice<con
   }
   std::vector<Tensor> ins;
   for (uint32_t id : inputs) ins.push_back(tensor(id));
-  return keep(ops::map(graph(), e, ins, dtype_from_int(out_dtype), to_shape(shape), ipu, str(name)));
+  return keep(ops::map(graph(), e, ins, device_type_from_code(out_dtype), to_shape(shape), ipu, str(name)));
 }
 
 uint32_t GraphBuilder::reduce(uint32_t x, rust::Slice<const uint32_t> axes, uint8_t op, uint8_t final_op, double scale,
@@ -105,7 +111,7 @@ uint32_t GraphBuilder::reduce(uint32_t x, rust::Slice<const uint32_t> axes, uint
   std::vector<uint32_t> ax(axes.begin(), axes.end());
   Tensor t = tensor(x);
   return keep(ops::reduce(graph(), t, ax, static_cast<ReduceOp>(op), static_cast<ReduceFinal>(final_op), scale,
-                          dtype_from_int(out_dtype), ipu, str(name)));
+                          device_type_from_code(out_dtype), ipu, str(name)));
 }
 
 uint32_t GraphBuilder::reshape(uint32_t x, rust::Slice<const uint64_t> shape) {
@@ -134,7 +140,7 @@ uint32_t GraphBuilder::concat(rust::Slice<const uint32_t> xs, uint32_t axis, uin
 }
 
 uint32_t GraphBuilder::fill(uint8_t dtype, rust::Slice<const uint64_t> shape, double value, uint32_t ipu, rust::Str name) {
-  return keep(ops::fill(graph(), dtype_from_int(dtype), to_shape(shape), value, ipu, str(name)));
+  return keep(ops::fill(graph(), device_type_from_code(dtype), to_shape(shape), value, ipu, str(name)));
 }
 
 uint32_t GraphBuilder::copy_to_ipu(uint32_t x, uint32_t ipu, rust::Str name) {
@@ -159,9 +165,9 @@ uint32_t GraphBuilder::conv(uint32_t x, uint32_t w, int64_t bias, rust::Slice<co
   o.pad_left = params[8];
   o.pad_bottom = params[9];
   o.pad_right = params[10];
-  o.available_memory_proportion = memory_proportion;
-  o.partials = dtype_from_int(partials);
-  o.out_dtype = dtype_from_int(out_dtype);
+  o.memory_proportion = memory_proportion;
+  o.partials = device_type_from_code(partials);
+  o.out_dtype = device_type_from_code(out_dtype);
   o.ipu = ipu;
   o.name = str(name);
   Tensor tx = tensor(x), tw = tensor(w);
@@ -224,15 +230,15 @@ rust::Vec<TileOverflowFfi> CompiledGraph::overflows() const {
 rust::Vec<TileMemoryFfi> CompiledGraph::tile_memory() const {
   rust::Vec<TileMemoryFfi> out;
   for (const auto& m : exe_->tile_memory())
-    out.push_back(TileMemoryFfi{m.tile, m.variables, m.vertex_state, m.code, m.exchange_code, m.control_code});
+    out.push_back(TileMemoryFfi{m.global_tile, m.variables, m.vertex_state, m.code, m.exchange_code, m.control_code});
   return out;
 }
 
 rust::Vec<OpRecordFfi> CompiledGraph::op_records() const {
   rust::Vec<OpRecordFfi> out;
-  for (const auto& r : exe_->graph().op_records())
+  for (const auto& r : exe_->graph().op_plans())
     out.push_back(OpRecordFfi{rust::String(r.name), rust::String(r.kind), r.ipu, rust::String(r.plan), r.tiles_used,
-                              r.temp_bytes_per_tile, r.est_cycles});
+                              r.temp_bytes_per_tile, r.estimated_cycles});
   return out;
 }
 

@@ -7,7 +7,7 @@
 #include <limits>
 #include <random>
 
-#include "neurenix/dtype.h"
+#include "neurenix/half.h"
 #include "test_util.h"
 
 namespace {
@@ -17,26 +17,8 @@ using namespace nxtest;
 
 bool half_is_nan(uint16_t h) { return (h & 0x7c00) == 0x7c00 && (h & 0x3ff); }
 
-TEST(DType, SizesNamesAndCodes) {
-  EXPECT_EQ(dtype_size(DType::kFloat32), 4u);
-  EXPECT_EQ(dtype_size(DType::kFloat16), 2u);
-  EXPECT_EQ(dtype_size(DType::kInt32), 4u);
-  EXPECT_EQ(dtype_size(DType::kBool), 1u);
-  EXPECT_STREQ(dtype_name(DType::kFloat32), "float32");
-  EXPECT_STREQ(dtype_name(DType::kFloat16), "float16");
-  EXPECT_STREQ(dtype_name(DType::kInt32), "int32");
-  EXPECT_STREQ(dtype_name(DType::kBool), "bool");
-  for (int c = 0; c < 4; ++c) EXPECT_EQ(static_cast<int>(dtype_from_int(c)), c);
-  EXPECT_NX_ERROR(kInvalidArgument, dtype_from_int(4), "4");
-  EXPECT_NX_ERROR(kInvalidArgument, dtype_from_int(-1), "-1");
-  EXPECT_TRUE(is_float(DType::kFloat32));
-  EXPECT_TRUE(is_float(DType::kFloat16));
-  EXPECT_FALSE(is_float(DType::kInt32));
-  EXPECT_FALSE(is_float(DType::kBool));
-}
-
 // Every binary16 pattern decodes to the value the format defines.
-TEST(DType, HalfToFloatAllPatternsMatchReference) {
+TEST(Half, HalfToFloatAllPatternsMatchReference) {
   for (uint32_t h = 0; h < 65536; ++h) {
     const half_bits hb = static_cast<half_bits>(h);
     const float hw = half_to_float(hb);
@@ -58,7 +40,7 @@ TEST(DType, HalfToFloatAllPatternsMatchReference) {
 
 // The header promises the hardware path agrees with the portable one bit for
 // bit; signalling NaNs are the patterns where that is at risk (F16C quiets them).
-TEST(DType, HalfToFloatSignallingNanBitsAgree) {
+TEST(Half, HalfToFloatSignallingNanBitsAgree) {
   for (uint32_t h = 0; h < 65536; ++h) {
     const half_bits hb = static_cast<half_bits>(h);
     if (!half_is_nan(hb)) continue;
@@ -67,7 +49,7 @@ TEST(DType, HalfToFloatSignallingNanBitsAgree) {
 }
 
 // Widening then narrowing is the identity on every non-NaN pattern.
-TEST(DType, HalfRoundTripIsIdentity) {
+TEST(Half, HalfRoundTripIsIdentity) {
   for (uint32_t h = 0; h < 65536; ++h) {
     const half_bits hb = static_cast<half_bits>(h);
     if (half_is_nan(hb)) {
@@ -95,7 +77,7 @@ void check_narrowing(float f) {
   ASSERT_EQ(sw, ref) << std::hex << "float bits " << float_to_bits(f) << " (" << f << ")";
 }
 
-TEST(DType, FloatToHalfSpecialValues) {
+TEST(Half, FloatToHalfSpecialValues) {
   const float specials[] = {0.0f, -0.0f, 1.0f, -1.0f, 65504.0f, -65504.0f, 65519.0f, 65519.996f, 65520.0f, -65520.0f,
                             65536.0f, 1e10f, -1e10f, std::numeric_limits<float>::max(), std::numeric_limits<float>::infinity(),
                             -std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN(),
@@ -121,7 +103,7 @@ TEST(DType, FloatToHalfSpecialValues) {
 
 // Exact midpoints between neighbouring halves round to the even one, across
 // the subnormal, normal and overflow ranges and for both signs.
-TEST(DType, FloatToHalfTiesToEven) {
+TEST(Half, FloatToHalfTiesToEven) {
   int ties = 0;
   for (uint32_t h = 0; h < 0x7c00; ++h) {
     for (uint32_t sign : {0u, 0x8000u}) {
@@ -146,7 +128,7 @@ TEST(DType, FloatToHalfTiesToEven) {
   EXPECT_EQ(ties, 2 * 0x7c00);
 }
 
-TEST(DType, FloatToHalfRandomBitPatterns) {
+TEST(Half, FloatToHalfRandomBitPatterns) {
   std::mt19937 rng(12345);
   std::uniform_int_distribution<uint32_t> bits;
   for (int i = 0; i < 400000; ++i) check_narrowing(bits_to_float(bits(rng)));
@@ -161,7 +143,7 @@ TEST(DType, FloatToHalfRandomBitPatterns) {
   }
 }
 
-TEST(DType, BulkConversionsMatchScalar) {
+TEST(Half, BulkConversionsMatchScalar) {
   std::mt19937 rng(7);
   std::uniform_int_distribution<uint32_t> bits;
   std::uniform_int_distribution<uint32_t> hbits(0, 65535);
@@ -190,13 +172,24 @@ TEST(DType, BulkConversionsMatchScalar) {
   }
 }
 
-TEST(DType, RoundToHalf) {
+TEST(Half, RoundToHalf) {
   EXPECT_EQ(round_to_half(0.1f), static_cast<float>(ref_round_half(0.1f)));
   EXPECT_EQ(round_to_half(2049.0f), 2048.0f);
   EXPECT_EQ(round_to_half(2051.0f), 2052.0f);
   EXPECT_EQ(round_to_half(1e6f), INFINITY);
   EXPECT_EQ(round_to_half(-1e6f), -INFINITY);
   EXPECT_TRUE(std::isnan(round_to_half(NAN)));
+  // In bulk, in place: lengths around the vector width.
+  std::mt19937 rng(8);
+  std::uniform_int_distribution<uint32_t> bits;
+  for (size_t n = 0; n <= 19; ++n) {
+    std::vector<float> x(n + 1, -7.0f);
+    for (size_t i = 0; i < n; ++i) x[i] = bits_to_float(bits(rng));
+    std::vector<float> want(x.begin(), x.begin() + static_cast<std::ptrdiff_t>(n));
+    round_to_half_n(x.data(), n);
+    for (size_t i = 0; i < n; ++i) ASSERT_EQ(float_to_bits(x[i]), float_to_bits(round_to_half(want[i]))) << n << " " << i;
+    ASSERT_EQ(x[n], -7.0f) << "wrote past the end";
+  }
 }
 
 }  // namespace

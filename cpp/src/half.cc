@@ -1,23 +1,6 @@
-#include "neurenix/dtype.h"
-
-#include "neurenix/error.h"
+#include "neurenix/half.h"
 
 namespace neurenix {
-
-const char* dtype_name(DType t) {
-  switch (t) {
-    case DType::kFloat32: return "float32";
-    case DType::kFloat16: return "float16";
-    case DType::kInt32: return "int32";
-    case DType::kBool: return "bool";
-  }
-  return "?";
-}
-
-DType dtype_from_int(int code) {
-  if (code < 0 || code > 3) fail(ErrorCode::kInvalidArgument, "unknown device dtype code " + std::to_string(code));
-  return static_cast<DType>(code);
-}
 
 void half_to_float_n(const half_bits* src, float* dst, size_t n) {
   size_t i = 0;
@@ -39,6 +22,17 @@ void float_to_half_n(const float* src, half_bits* dst, size_t n) {
   }
 #endif
   for (; i < n; ++i) dst[i] = float_to_half(src[i]);
+}
+
+void round_to_half_n(float* x, size_t n) {
+  size_t i = 0;
+#if defined(__F16C__) && defined(__AVX__)
+  for (; i + 8 <= n; i += 8) {
+    const __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT);
+    _mm256_storeu_ps(x + i, _mm256_cvtph_ps(h));
+  }
+#endif
+  for (; i < n; ++i) x[i] = round_to_half(x[i]);
 }
 
 }  // namespace neurenix

@@ -1,4 +1,4 @@
-// Element types that live in tile memory, and IEEE binary16 arithmetic helpers.
+// IEEE binary16 arithmetic helpers.
 //
 // The simulated IPU stores float16 tensors as raw binary16 bits. Vertices widen
 // to float, compute, and round back with round-to-nearest-even, which is what the
@@ -8,29 +8,12 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
-#include <string>
 
 #if defined(__F16C__)
 #include <immintrin.h>
 #endif
 
 namespace neurenix {
-
-enum class DType : uint8_t { kFloat32 = 0, kFloat16 = 1, kInt32 = 2, kBool = 3 };
-
-inline size_t dtype_size(DType t) {
-  switch (t) {
-    case DType::kFloat32: return 4;
-    case DType::kFloat16: return 2;
-    case DType::kInt32: return 4;
-    case DType::kBool: return 1;
-  }
-  return 4;
-}
-
-const char* dtype_name(DType t);
-DType dtype_from_int(int code);  // throws kInvalidArgument for unknown codes
-inline bool is_float(DType t) { return t == DType::kFloat32 || t == DType::kFloat16; }
 
 using half_bits = uint16_t;
 
@@ -104,5 +87,7 @@ inline float round_to_half(float f) { return half_to_float(float_to_half(f)); }
 // Bulk conversions, vectorised where the host has F16C.
 void half_to_float_n(const half_bits* src, float* dst, size_t n);
 void float_to_half_n(const float* src, half_bits* dst, size_t n);
+// Rounds every float of x[0, n) to the nearest binary16 value, in place.
+void round_to_half_n(float* x, size_t n);
 
 }  // namespace neurenix

@@ -1,0 +1,49 @@
+// Convolution: one tile's block of a 2-D convolution (one group, one image
+// segment): out[co][r][wo] for `rows` output rows starting at `ho0`, from an
+// input window holding rows [hi0, hi0 + in_rows) of `cin` channels (each row
+// `in_w` wide; rows outside the window are padding) and weights
+// [cout][cin][kh][kw] (leading dimension `ldw` between output channels).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "neurenix/graph.h"
+
+namespace neurenix {
+
+struct ConvWindow {
+  uint32_t cin = 0, cout = 0;
+  uint32_t in_w = 0, in_h = 0;      // full input width and height
+  int32_t hi0 = 0;                  // first input row held
+  uint32_t in_rows = 0;             // input rows held
+  uint32_t ho0 = 0, rows = 0, out_w = 0;
+  uint32_t kh = 1, kw = 1, sh = 1, sw = 1, dh = 1, dw = 1;
+  int32_t pad_top = 0, pad_left = 0;
+  uint32_t ldw = 0;                 // between output channels in the weight field
+  uint32_t ld_out = 0;              // between output channels in the output field
+};
+
+class ConvVertex : public Vertex {
+ public:
+  ConvVertex(uint32_t tile, Field in, Field weights, Field out, ConvWindow shape, DeviceType in_dtype, DeviceType partials_dtype,
+             DeviceType out_dtype);
+  void set_bias(Field bias, DeviceType dtype);
+  const char* name() const override { return "Conv"; }
+  void compute(uint8_t* mem) const override;
+  uint64_t cycles(const TargetSpec& t) const override;
+  uint64_t code_bytes() const override { return 2048; }
+
+ protected:
+  void list_fields(std::vector<Field*>& out) override;
+
+ private:
+  Field in_, w_, out_;
+  ConvWindow s_;
+  DeviceType in_dtype_, partials_, out_dtype_;
+  bool has_bias_ = false;
+  Field bias_;
+  DeviceType bias_dtype_ = DeviceType::kFloat32;
+};
+
+}  // namespace neurenix

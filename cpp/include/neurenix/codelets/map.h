@@ -1,0 +1,57 @@
+// Element-wise vertices: an expression (expr.h) over operand fields, and fills.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "neurenix/expr.h"
+#include "neurenix/graph.h"
+
+namespace neurenix {
+
+class MapVertex : public Vertex {
+ public:
+  // One operand: a field of `count` elements, or a single element broadcast
+  // (`scalar`).
+  struct Operand {
+    Field field;
+    DeviceType dtype;
+    bool scalar;
+  };
+  MapVertex(uint32_t tile, std::shared_ptr<const std::vector<ExprInstr>> expr, std::vector<Operand> operands,
+            Field out, DeviceType out_dtype);
+  const char* name() const override { return "Map"; }
+  void compute(uint8_t* mem) const override;
+  uint64_t cycles(const TargetSpec& t) const override;
+  uint64_t code_bytes() const override { return 512; }
+
+ protected:
+  void list_fields(std::vector<Field*>& out) override;
+
+ private:
+  std::shared_ptr<const std::vector<ExprInstr>> expr_;
+  std::vector<Operand> operands_;
+  Field out_;
+  DeviceType out_dtype_;
+};
+
+// Fills a field with one value.
+class FillVertex : public Vertex {
+ public:
+  FillVertex(uint32_t tile, Field out, DeviceType dtype, double value);
+  const char* name() const override { return "Fill"; }
+  void compute(uint8_t* mem) const override;
+  uint64_t cycles(const TargetSpec& t) const override;
+  uint64_t code_bytes() const override { return 64; }
+
+ protected:
+  void list_fields(std::vector<Field*>& out) override { out.push_back(&out_); }
+
+ private:
+  Field out_;
+  DeviceType dtype_;
+  double value_;
+};
+
+}  // namespace neurenix

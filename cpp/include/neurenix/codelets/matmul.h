@@ -1,0 +1,62 @@
+// Matrix products: one tile's block of C = A . B, on the accumulating matrix
+// product unit (operands are row-major blocks with leading dimensions, in
+// elements, inside tile-local fields), and the sum of K-split partials.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "neurenix/graph.h"
+
+namespace neurenix {
+
+struct MatMulBlock {
+  uint32_t m = 0, n = 0, k = 0;
+  uint32_t lda = 0, ldb = 0, ldc = 0;
+};
+
+class MatMulVertex : public Vertex {
+ public:
+  MatMulVertex(uint32_t tile, Field a, Field b, Field c, MatMulBlock shape, DeviceType in_dtype, DeviceType partials_dtype,
+               DeviceType out_dtype);
+  const char* name() const override { return "MatMul"; }
+  void compute(uint8_t* mem) const override;
+  uint64_t cycles(const TargetSpec& t) const override;
+  uint64_t code_bytes() const override { return 1536; }
+
+ protected:
+  void list_fields(std::vector<Field*>& out) override;
+
+ private:
+  Field a_, b_, c_;
+  MatMulBlock s_;
+  DeviceType in_, partials_, out_;
+};
+
+// Sums `parts` partial blocks laid out back to back in `in` (each a packed
+// rows x cols block) into the rows x cols block of `out` (leading dimension
+// `ld_out`), accumulating in the partials type.
+class SumPartialsVertex : public Vertex {
+ public:
+  SumPartialsVertex(uint32_t tile, Field in, Field out, uint32_t parts, uint32_t rows, uint32_t cols, uint32_t ld_out,
+                    DeviceType partials_dtype, DeviceType out_dtype);
+  // Adds bias[r] to every element of row r (convolution bias).
+  void set_bias(Field bias, DeviceType dtype);
+  const char* name() const override { return "SumPartials"; }
+  void compute(uint8_t* mem) const override;
+  uint64_t cycles(const TargetSpec& t) const override;
+  uint64_t code_bytes() const override { return 256; }
+
+ protected:
+  void list_fields(std::vector<Field*>& out) override;
+
+ private:
+  Field in_, out_;
+  uint32_t parts_, rows_, cols_, ld_out_;
+  DeviceType partials_, out_dtype_;
+  bool has_bias_ = false;
+  Field bias_;
+  DeviceType bias_dtype_ = DeviceType::kFloat32;
+};
+
+}  // namespace neurenix

@@ -1,0 +1,20 @@
+// How the op library splits a grouped product over tiles (the matmul and
+// convolution planners share it).
+#pragma once
+
+#include <cstdint>
+
+namespace neurenix::ops {
+
+// G, M, N in parallel, K in parallel with a reduction stage, N also in serial
+// passes.
+struct SplitPlan {
+  uint32_t g_split = 1, m_split = 1, n_split = 1, k_split = 1, serial_split = 1;
+  uint64_t temp_bytes = 0;      // planner temporaries on the busiest tile
+  uint64_t resident_bytes = 0;  // operands laid out by the plan, and the result
+  uint64_t cycles = 0;          // estimate for the whole operation
+  bool meets_memory_target = true;
+  uint32_t tiles_used() const { return g_split * m_split * n_split * k_split; }
+};
+
+}  // namespace neurenix::ops

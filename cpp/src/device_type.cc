@@ -1,0 +1,55 @@
+#include "neurenix/device_type.h"
+
+#include <cstring>
+#include <string>
+
+#include "neurenix/error.h"
+#include "neurenix/half.h"
+
+namespace neurenix {
+
+const char* device_type_name(DeviceType t) {
+  switch (t) {
+    case DeviceType::kFloat32: return "float32";
+    case DeviceType::kFloat16: return "float16";
+    case DeviceType::kInt32: return "int32";
+    case DeviceType::kBool: return "bool";
+  }
+  return "?";
+}
+
+DeviceType device_type_from_code(int code) {
+  if (code < 0 || code > 3) fail(ErrorCode::kInvalidArgument, "unknown device dtype code " + std::to_string(code));
+  return static_cast<DeviceType>(code);
+}
+
+double load_element(const uint8_t* base, DeviceType dtype, uint64_t i) {
+  switch (dtype) {
+    case DeviceType::kFloat32: { float v; std::memcpy(&v, base + i * 4, 4); return v; }
+    case DeviceType::kFloat16: { half_bits h; std::memcpy(&h, base + i * 2, 2); return half_to_float(h); }
+    case DeviceType::kInt32: { int32_t v; std::memcpy(&v, base + i * 4, 4); return v; }
+    case DeviceType::kBool: return base[i] ? 1.0 : 0.0;
+  }
+  return 0;
+}
+
+void store_element(uint8_t* base, DeviceType dtype, uint64_t i, double v) {
+  switch (dtype) {
+    case DeviceType::kFloat32: { float f = static_cast<float>(v); std::memcpy(base + i * 4, &f, 4); break; }
+    case DeviceType::kFloat16: { half_bits h = float_to_half(static_cast<float>(v)); std::memcpy(base + i * 2, &h, 2); break; }
+    case DeviceType::kInt32: { int32_t x = truncate_to_int32(v); std::memcpy(base + i * 4, &x, 4); break; }
+    case DeviceType::kBool: base[i] = v != 0.0; break;
+  }
+}
+
+void load_floats(const uint8_t* p, DeviceType type, float* dst, size_t n) {
+  if (type == DeviceType::kFloat32) std::memcpy(dst, p, n * 4);
+  else half_to_float_n(reinterpret_cast<const half_bits*>(p), dst, n);
+}
+
+void store_floats(const float* src, DeviceType type, uint8_t* p, size_t n) {
+  if (type == DeviceType::kFloat32) std::memcpy(p, src, n * 4);
+  else float_to_half_n(src, reinterpret_cast<half_bits*>(p), n);
+}
+
+}  // namespace neurenix

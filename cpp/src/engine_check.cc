@@ -1,0 +1,164 @@
+// Checked mode: verifies that every field and copy of an executable stays
+// inside its tile's arena and its variable's slice (see engine.h).
+#include <algorithm>
+#include <string>
+
+#include "neurenix/engine.h"
+#include "neurenix/error.h"
+
+namespace neurenix {
+namespace {
+
+// Byte ranges as signed 128-bit numbers, so that no descriptor, however
+// corrupt, overflows the arithmetic that checks it.
+using Wide = __int128;
+
+struct Bytes {
+  Wide begin, end;
+  bool inside(const Bytes& o) const { return begin >= o.begin && end <= o.end; }
+};
+
+std::string str(Wide v) {
+  if (v < 0) return "-" + str(-v);
+  std::string s;
+  do {
+    s.insert(s.begin(), static_cast<char>('0' + static_cast<int>(v % 10)));
+    v /= 10;
+  } while (v > 0);
+  return s;
+}
+
+std::string str(const Bytes& b) { return "bytes [" + str(b.begin) + ", " + str(b.end) + ")"; }
+
+class Checker {
+ public:
+  explicit Checker(const Executable& exe) : exe_(exe), g_(exe.graph()) {}
+
+  std::string where(uint32_t tile) const {
+    return "IPU " + std::to_string(g_.ipu_of_tile(tile)) + " tile " + std::to_string(tile % g_.tiles_per_ipu());
+  }
+
+  [[noreturn]] void violation(const std::string& what) const {
+    fail(ErrorCode::kInternal, "checked mode: " + what);
+  }
+
+  // The slice of `var` on `tile` (all of its share there), checked to lie in
+  // the tile's arena; who() names the user in messages (built only for them).
+  template <typename Who>
+  Bytes slice(VarId var, uint32_t tile, const Who& who) const {
+    if (var >= g_.num_vars()) violation(who() + " names variable " + std::to_string(var) + ", which does not exist");
+    const Variable& v = g_.var(var);
+    if (tile >= exe_.arena_bytes().size()) violation(who() + " names tile " + std::to_string(tile) + ", which does not exist");
+    const TileShare* s = v.share(tile);
+    if (!s) violation(who() + " names '" + v.name + "' on " + where(tile) + ", which holds none of it");
+    const Wide base = exe_.var_offset(var, static_cast<size_t>(s - v.tiles.data()));
+    const Bytes b{base, base + static_cast<Wide>(s->count) * device_type_size(v.dtype)};
+    const Bytes arena{0, static_cast<Wide>(exe_.arena_bytes()[tile])};
+    if (!b.inside(arena))
+      violation(who() + ": the slice of '" + v.name + "' on " + where(tile) + " is " + str(b) + " but the tile's arena is " +
+                str(arena));
+    return b;
+  }
+
+  void field(const Vertex& vx, size_t index, const std::string& cs, size_t fi, const Field& f) const {
+    if (f.count == 0) return;  // names no memory
+    const auto who = [&] {
+      return std::string("vertex ") + vx.name() + " #" + std::to_string(index) + " of compute set '" + cs + "' on " +
+             where(vx.tile) + ", field " + std::to_string(fi);
+    };
+    if (f.tile != vx.tile) violation(who() + " names memory of " + where(f.tile));
+    const Bytes s = slice(f.var, f.tile, who);
+    const Variable& v = g_.var(f.var);
+    const Wide es = device_type_size(v.dtype);
+    const Wide first = f.local, end = first + f.count;
+    const Bytes elems{s.begin + first * es, s.begin + end * es};
+    const Bytes bytes{f.byte_offset, f.byte_offset + static_cast<Wide>(f.count) * es};
+    const auto range = [&] { return "elements [" + str(first) + ", " + str(end) + ")"; };
+    if (!elems.inside(s))
+      violation(who() + ": " + range() + " of '" + v.name + "' are " + str(elems) + ", outside its slice on that tile, " + str(s));
+    if (bytes.begin != elems.begin || !bytes.inside(s))
+      violation(who() + ": '" + v.name + "' " + range() + " belong at " + str(elems) + " but the field points at " + str(bytes) +
+                " (the slice is " + str(s) + ")");
+  }
+
+  template <typename Who>
+  void copy(const Copy& c, const Executable::ByteCopy& b, uint32_t dst_tile, const Who& who) const {
+    if (b.src_tile != c.src_tile || dst_tile != c.dst_tile)
+      violation(who() + " is resolved between other tiles (" + where(b.src_tile) + " to " + where(dst_tile) + ")");
+    if (c.count == 0 || c.outer == 0) return;
+    const Bytes src = slice(c.src, c.src_tile, who);
+    const Bytes dst = slice(c.dst, c.dst_tile, who);
+    const Variable& sv = g_.var(c.src);
+    const Variable& dv = g_.var(c.dst);
+    if (b.elem != device_type_size(sv.dtype) || b.elem != device_type_size(dv.dtype))
+      violation(who() + " moves " + std::to_string(b.elem) + "-byte elements between '" + sv.name + "' and '" + dv.name + "'");
+    // Affine in the row and element index: its extremes are at the corners.
+    const Wide rows = static_cast<Wide>(b.outer) - 1, last = static_cast<Wide>(b.count) - 1;
+    const Wide so = rows * b.src_outer, ss = last * b.src_stride, d_o = rows * b.dst_outer;
+    const Bytes read{b.src_byte + std::min<Wide>(0, so) + std::min<Wide>(0, ss),
+                     b.src_byte + std::max<Wide>(0, so) + std::max<Wide>(0, ss) + b.elem};
+    const Bytes write{b.dst_byte + std::min<Wide>(0, d_o),
+                      b.dst_byte + std::max<Wide>(0, d_o) + static_cast<Wide>(b.count) * b.elem};
+    if (!read.inside(src))
+      violation(who() + " reads " + str(read) + " of " + where(c.src_tile) + " but '" + sv.name + "' there is " + str(src));
+    if (!write.inside(dst))
+      violation(who() + " writes " + str(write) + " of " + where(c.dst_tile) + " but '" + dv.name + "' there is " + str(dst));
+  }
+
+  void stream(const Tensor& t, const std::string& who) const {
+    if (t.var >= g_.num_vars()) violation(who + " names a variable that does not exist");
+    for (const TileShare& s : g_.var(t.var).tiles) slice(t.var, s.tile, [&] { return who; });
+  }
+
+  void run() const {
+    for (size_t ci = 0; ci < g_.compute_sets().size(); ++ci) {
+      const ComputeSet& cs = g_.compute_sets()[ci];
+      for (size_t vi = 0; vi < cs.vertices.size(); ++vi) {
+        // Fields are listed (and cached) when a vertex joins the graph.
+        Vertex& vx = *cs.vertices[vi];
+        if (vx.tile >= exe_.arena_bytes().size())
+          violation(std::string("vertex ") + vx.name() + " #" + std::to_string(vi) + " of compute set '" + cs.name +
+                    "' runs on tile " + std::to_string(vx.tile) + ", which does not exist");
+        const std::vector<Field*>& fields = vx.all_fields();
+        for (size_t fi = 0; fi < fields.size(); ++fi) field(vx, vi, cs.name, fi, *fields[fi]);
+      }
+    }
+    for (size_t ei = 0; ei < g_.exchanges().size(); ++ei) {
+      const auto ex = [&] { return "exchange '" + g_.exchanges()[ei].name + "'"; };
+      const auto& tiles = exe_.exchange_schedule()[ei];
+      const auto& bytes = exe_.byte_schedule()[ei];
+      const auto& copies = exe_.byte_copies()[ei];
+      if (tiles.size() != bytes.size()) violation(ex() + " is resolved for other tiles than it serves");
+      for (size_t i = 0; i < tiles.size(); ++i) {
+        const auto& tc = tiles[i];
+        const auto& tb = bytes[i];
+        if (tb.dst_tile != tc.dst_tile || tb.end < tb.begin || tb.end - tb.begin != tc.copies.size() || tb.end > copies.size())
+          violation(ex() + ": the resolved copies to " + where(tc.dst_tile) + " are not its copies");
+        for (size_t k = 0; k < tc.copies.size(); ++k) {
+          const Copy& c = *tc.copies[k];
+          const auto who = [&] {
+            return "copy " + std::to_string(&c - g_.exchanges()[ei].copies.data()) + " of " + ex() + " from " +
+                   where(c.src_tile) + " to " + where(c.dst_tile);
+          };
+          copy(c, copies[tb.begin + k], tb.dst_tile, who);
+        }
+      }
+    }
+    for (const HostStream& s : g_.inputs()) stream(s.tensor, "input stream '" + s.name + "'");
+    for (const HostStream& s : g_.outputs()) stream(s.tensor, "output stream '" + s.name + "'");
+    for (size_t v = 0; v < g_.num_vars(); ++v)
+      if (g_.var(static_cast<VarId>(v)).kind == VarKind::kConstant && g_.var(static_cast<VarId>(v)).data)
+        stream(Tensor{static_cast<VarId>(v), g_.var(static_cast<VarId>(v)).shape},
+               "constant '" + g_.var(static_cast<VarId>(v)).name + "'");
+  }
+
+ private:
+  const Executable& exe_;
+  const Graph& g_;
+};
+
+}  // namespace
+
+void verify_memory_bounds(const Executable& exe) { Checker(exe).run(); }
+
+}  // namespace neurenix

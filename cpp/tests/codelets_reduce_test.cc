@@ -1,0 +1,232 @@
+// The reduction vertex on one tile's memory.
+#include <gtest/gtest.h>
+
+#include <climits>
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "codelet_util.h"
+#include "neurenix/codelets/reduce.h"
+
+namespace {
+
+using namespace neurenix;
+using namespace nxtest;
+
+double reduce_identity(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kProd: return 1;
+    case ReduceOp::kMax: return -INFINITY;
+    case ReduceOp::kMin: return INFINITY;
+    default: return 0;
+  }
+}
+
+double reduce_ref(ReduceOp op, const std::vector<double>& xs) {
+  double acc = reduce_identity(op);
+  for (double x : xs) {
+    switch (op) {
+      case ReduceOp::kSum: acc += x; break;
+      case ReduceOp::kSumSquare: acc += x * x; break;
+      case ReduceOp::kSumAbs: acc += std::fabs(x); break;
+      case ReduceOp::kProd: acc *= x; break;
+      case ReduceOp::kMax: acc = (std::isnan(x) || std::isnan(acc)) ? NAN : std::max(acc, x); break;
+      case ReduceOp::kMin: acc = (std::isnan(x) || std::isnan(acc)) ? NAN : std::min(acc, x); break;
+    }
+  }
+  return acc;
+}
+
+const ReduceOp kAllReduceOps[] = {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kMin, ReduceOp::kProd, ReduceOp::kSumSquare,
+                                  ReduceOp::kSumAbs};
+
+TEST(ReduceCodelet, FloatSegmentsWithStridesAndFinalOps) {
+  std::mt19937 rng(31);
+  std::uniform_real_distribution<double> u(0.5, 1.5), s(-4, 4);
+  for (ReduceOp op : kAllReduceOps) {
+    for (ReduceFinal fin : {ReduceFinal::kNone, ReduceFinal::kScale, ReduceFinal::kSqrt, ReduceFinal::kLog}) {
+      for (DeviceType dt : {kF32, kF16}) {
+        SCOPED_TRACE(testing::Message() << reduce_op_name(op) << " final " << static_cast<int>(fin) << " " << device_type_name(dt));
+        TileMem mem;
+        const uint64_t n = 300;
+        Field in = mem.field(n, dt), out = mem.field(8, kF32);
+        std::vector<double> v(n);
+        for (uint64_t i = 0; i < n; ++i) {
+          double x = op == ReduceOp::kProd ? u(rng) * (rng() % 2 ? 1 : -1) : s(rng);
+          v[i] = dt == kF16 ? ref_round_half(x) : static_cast<float>(x);
+          mem.put(in, dt, i, v[i]);
+        }
+        // Contiguous, strided, single-element and empty segments, written out of order.
+        std::vector<ReduceSegment> segs = {{0, 100, 1, 3}, {100, 50, 3, 0}, {7, 1, 1, 5}, {299, 0, 1, 6}, {101, 66, 2, 1}};
+        const double scale = 0.37;
+        ReduceVertex rv(0, in, dt, out, kF32, op, false, fin, scale, segs);
+        rv.compute(mem.bytes.data());
+        for (const ReduceSegment& sg : segs) {
+          std::vector<double> xs;
+          double mag = 0;
+          for (uint64_t i = 0; i < sg.len; ++i) {
+            xs.push_back(v[sg.in_offset + i * sg.in_stride]);
+            mag += std::fabs(xs.back()) * (op == ReduceOp::kSumSquare ? std::fabs(xs.back()) : 1);
+          }
+          double r = reduce_ref(op, xs);
+          double tol = 2 * (sg.len + 1) * std::ldexp(1.0, -24) * (op == ReduceOp::kProd ? std::fabs(r) : mag);
+          if (fin == ReduceFinal::kScale) {
+            r *= static_cast<float>(scale);
+            tol = tol * scale + std::fabs(r) * std::ldexp(1.0, -23);
+          } else if (fin == ReduceFinal::kSqrt) {
+            tol = std::sqrt(std::fabs(r)) > 0 ? tol / (2 * std::sqrt(std::fabs(r))) + std::ldexp(1.0, -22) * std::sqrt(std::fabs(r)) : 1e-30;
+            r = std::sqrt(r);
+          } else if (fin == ReduceFinal::kLog) {
+            tol = std::fabs(r) > 0 ? tol / std::fabs(r) + std::ldexp(1.0, -22) * std::fabs(std::log(std::fabs(r))) : 0;
+            r = std::log(r);
+          }
+          const double got = mem.get(out, kF32, sg.out_offset);
+          if (std::isnan(r)) {
+            ASSERT_TRUE(std::isnan(got)) << "segment at " << sg.in_offset;
+          } else if (std::isinf(r)) {
+            ASSERT_EQ(got, r);
+          } else {
+            ASSERT_NEAR(got, r, tol + 1e-37) << "segment at " << sg.in_offset << " len " << sg.len;
+          }
+        }
+        // Untouched outputs keep their contents.
+        for (int byte = 0; byte < 4; ++byte) EXPECT_EQ(mem.bytes[out.byte_offset + 8 + byte], TileMem::kGuard);
+      }
+    }
+  }
+}
+
+TEST(ReduceCodelet, EmptySegmentsGiveIdentities) {
+  for (ReduceOp op : kAllReduceOps) {
+    TileMem mem;
+    Field in = mem.field(4, kF32), out = mem.field(1, kF32);
+    ReduceVertex rv(0, in, kF32, out, kF32, op, false, ReduceFinal::kNone, 1, {{0, 0, 1, 0}});
+    rv.compute(mem.bytes.data());
+    EXPECT_EQ(mem.get(out, kF32, 0), reduce_identity(op)) << reduce_op_name(op);
+    TileMem mi;
+    Field ini = mi.field(4, kI32), outi = mi.field(1, kI32);
+    ReduceVertex ri(0, ini, kI32, outi, kI32, op, false, ReduceFinal::kNone, 1, {{0, 0, 1, 0}});
+    ri.compute(mi.bytes.data());
+    const double want = op == ReduceOp::kMax ? INT_MIN : op == ReduceOp::kMin ? INT_MAX : reduce_identity(op);
+    EXPECT_EQ(mi.get(outi, kI32, 0), want) << reduce_op_name(op);
+  }
+}
+
+TEST(ReduceCodelet, NanPropagatesThroughMaxAndMin) {
+  for (ReduceOp op : {ReduceOp::kMax, ReduceOp::kMin}) {
+    for (size_t at : {0u, 3u, 7u}) {
+      TileMem mem;
+      Field in = mem.field(8, kF32), out = mem.field(1, kF32);
+      for (uint64_t i = 0; i < 8; ++i) mem.put(in, kF32, i, i == at ? NAN : static_cast<double>(i));
+      ReduceVertex rv(0, in, kF32, out, kF32, op, false, ReduceFinal::kNone, 1, {{0, 8, 1, 0}});
+      rv.compute(mem.bytes.data());
+      EXPECT_TRUE(std::isnan(mem.get(out, kF32, 0))) << reduce_op_name(op) << " NaN at " << at;
+    }
+  }
+}
+
+TEST(ReduceCodelet, CombiningPartialsSumsThemForSquaresAndAbs) {
+  // Partial results of sum-of-squares / sum-of-abs are combined by summing,
+  // not squared again; max/min/prod combine with themselves.
+  std::vector<double> parts = {-1.5, 2, 3.25, -0.5};
+  const std::pair<ReduceOp, double> cases[] = {{ReduceOp::kSumSquare, 3.25}, {ReduceOp::kSumAbs, 3.25},
+                                               {ReduceOp::kSum, 3.25},       {ReduceOp::kMax, 3.25},
+                                               {ReduceOp::kMin, -1.5},       {ReduceOp::kProd, 4.875}};
+  for (const auto& [op, want] : cases) {
+    TileMem mem;
+    Field in = mem.field(4, kF32), out = mem.field(1, kF32);
+    for (uint64_t i = 0; i < 4; ++i) mem.put(in, kF32, i, parts[i]);
+    ReduceVertex rv(0, in, kF32, out, kF32, op, true, ReduceFinal::kNone, 1, {{0, 4, 1, 0}});
+    rv.compute(mem.bytes.data());
+    EXPECT_EQ(mem.get(out, kF32, 0), want) << reduce_op_name(op);
+  }
+}
+
+TEST(ReduceCodelet, IntegersAndBools) {
+  std::mt19937 rng(32);
+  std::uniform_int_distribution<int32_t> any(INT_MIN, INT_MAX), small(-9, 9);
+  for (ReduceOp op : kAllReduceOps) {
+    TileMem mem;
+    const uint64_t n = 64;
+    Field in = mem.field(n, kI32), out = mem.field(3, kI32);
+    std::vector<int64_t> v(n);
+    for (uint64_t i = 0; i < n; ++i) {
+      v[i] = i < 32 ? any(rng) : small(rng);
+      mem.put(in, kI32, i, static_cast<double>(v[i]));
+    }
+    ReduceVertex rv(0, in, kI32, out, kI32, op, false, ReduceFinal::kNone, 1,
+                    {{0, 32, 1, 0}, {32, 32, 1, 1}, {1, 16, 2, 2}});
+    rv.compute(mem.bytes.data());
+    auto ref = [&](uint64_t off, uint64_t len, uint64_t stride) {
+      // Sums wrap modulo 2^32 at the end; products wrap at every step.
+      uint32_t sum = 0, prod = 1;
+      int64_t mx = INT_MIN, mn = INT_MAX;
+      for (uint64_t i = 0; i < len; ++i) {
+        const int64_t x = v[off + i * stride];
+        switch (op) {
+          case ReduceOp::kSum: sum += static_cast<uint32_t>(x); break;
+          case ReduceOp::kSumSquare: sum += static_cast<uint32_t>(static_cast<uint64_t>(x * x)); break;
+          case ReduceOp::kSumAbs: sum += static_cast<uint32_t>(x < 0 ? -x : x); break;
+          case ReduceOp::kProd: prod *= static_cast<uint32_t>(x); break;
+          case ReduceOp::kMax: mx = std::max(mx, x); break;
+          case ReduceOp::kMin: mn = std::min(mn, x); break;
+        }
+      }
+      if (op == ReduceOp::kMax) return static_cast<double>(mx);
+      if (op == ReduceOp::kMin) return static_cast<double>(mn);
+      return static_cast<double>(static_cast<int32_t>(op == ReduceOp::kProd ? prod : sum));
+    };
+    EXPECT_EQ(mem.get(out, kI32, 0), ref(0, 32, 1)) << reduce_op_name(op);
+    EXPECT_EQ(mem.get(out, kI32, 1), ref(32, 32, 1)) << reduce_op_name(op);
+    EXPECT_EQ(mem.get(out, kI32, 2), ref(1, 16, 2)) << reduce_op_name(op);
+  }
+  // Bools count as 0/1; any non-zero byte is one.
+  TileMem mem;
+  Field in = mem.field(6, kBool), out = mem.field(4, kI32);
+  const uint8_t bytes[6] = {1, 0, 7, 1, 0, 255};
+  std::memcpy(mem.bytes.data() + in.byte_offset, bytes, 6);
+  ReduceVertex rs(0, in, kBool, out, kI32, ReduceOp::kSum, false, ReduceFinal::kNone, 1,
+                  {{0, 6, 1, 0}, {1, 3, 2, 1}});
+  rs.compute(mem.bytes.data());
+  EXPECT_EQ(mem.get(out, kI32, 0), 4);
+  EXPECT_EQ(mem.get(out, kI32, 1), 2);  // bytes 0, 1, 255
+  ReduceVertex rm(0, in, kBool, out, kI32, ReduceOp::kMin, false, ReduceFinal::kNone, 1, {{0, 6, 1, 2}, {2, 2, 1, 3}});
+  rm.compute(mem.bytes.data());
+  EXPECT_EQ(mem.get(out, kI32, 2), 0);
+  EXPECT_EQ(mem.get(out, kI32, 3), 1);
+  // Integer mean: the scaled result truncates toward zero.
+  TileMem mi;
+  Field ini = mi.field(3, kI32), outi = mi.field(1, kI32);
+  for (uint64_t i = 0; i < 3; ++i) mi.put(ini, kI32, i, -1.0 - static_cast<double>(i));
+  ReduceVertex rmean(0, ini, kI32, outi, kI32, ReduceOp::kSum, false, ReduceFinal::kScale, 0.25,
+                     {{0, 3, 1, 0}});
+  rmean.compute(mi.bytes.data());
+  EXPECT_EQ(mi.get(outi, kI32, 0), -1);  // -6 / 4 = -1.5
+}
+
+TEST(ReduceCodelet, HalfOutputAndChecks) {
+  TileMem mem;
+  Field in = mem.field(5, kF16), out = mem.field(1, kF16);
+  const double vals[5] = {1000, 1000, 40, 8, 1.5};
+  for (uint64_t i = 0; i < 5; ++i) mem.put(in, kF16, i, vals[i]);
+  ReduceVertex rv(0, in, kF16, out, kF16, ReduceOp::kSum, false, ReduceFinal::kNone, 1, {{0, 5, 1, 0}});
+  rv.compute(mem.bytes.data());
+  EXPECT_EQ(mem.get(out, kF16, 0), ref_round_half(2049.5)) << "accumulates in float, rounds once";
+  EXPECT_NX_ERROR(kInternal,
+                  ReduceVertex(0, in, kF16, out, kF16, ReduceOp::kSum, false, ReduceFinal::kNone, 1,
+                               {{0, 5, 1, 1}}),
+                  "outside its output");
+  EXPECT_NX_ERROR(kInternal,
+                  ReduceVertex(0, in, kF16, out, kF16, ReduceOp::kSum, false, ReduceFinal::kNone, 1,
+                               {{1, 3, 2, 0}}),
+                  "outside its input");
+  const TargetSpec& t = target_for("ipu2");
+  ReduceVertex small(0, in, kF32, out, kF32, ReduceOp::kSum, false, ReduceFinal::kNone, 1, {{0, 2, 1, 0}});
+  ReduceVertex more(0, in, kF32, out, kF32, ReduceOp::kSum, false, ReduceFinal::kNone, 1, {{0, 5, 1, 0}});
+  EXPECT_GE(more.cycles(t), small.cycles(t));
+  EXPECT_GT(small.cycles(t), 0u);
+  for (ReduceOp op : kAllReduceOps) EXPECT_STRNE(reduce_op_name(op), "?");
+}
+
+}  // namespace
