@@ -30,3 +30,17 @@ def test_records_are_typed_values():
         pass
     else:
         raise AssertionError("records are frozen")
+
+
+def test_a_panic_in_native_code_is_an_internal_error_not_a_crash():
+    from neurenix.hardware.graphcore import IPUInternalError
+
+    for _ in range(2):
+        try:
+            neurenix._native._panic("broken invariant 42")
+        except IPUInternalError as e:
+            assert "broken invariant 42" in str(e) and "please report" in str(e)
+        else:
+            raise AssertionError("no error")
+    # The module goes on working.
+    assert neurenix._native.describe_system("version=ipu2,num_ipus=1").num_ipus == 1

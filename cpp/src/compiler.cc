@@ -67,8 +67,8 @@ std::string step_name(const Graph& g, const Step& s) {
   switch (s.kind) {
     case StepKind::kCompute: return g.compute_sets()[s.index].name;
     case StepKind::kExchange: return g.exchanges()[s.index].name;
-    case StepKind::kStreamIn: return "host->device " + g.inputs()[s.index].name;
-    case StepKind::kStreamOut: return "device->host " + g.outputs()[s.index].name;
+    case StepKind::kHostToDevice: return "host->device " + g.inputs()[s.index].name;
+    case StepKind::kDeviceToHost: return "device->host " + g.outputs()[s.index].name;
   }
   return "?";
 }
@@ -86,7 +86,7 @@ std::unique_ptr<Executable> compile(std::unique_ptr<Graph> gp) {
   const TargetSpec& t = g.target();
   // Outputs stream back at the end of the program.
   std::vector<Step> program = g.program();
-  for (uint32_t i = 0; i < g.outputs().size(); ++i) program.push_back(Step{StepKind::kStreamOut, i});
+  for (uint32_t i = 0; i < g.outputs().size(); ++i) program.push_back(Step{StepKind::kDeviceToHost, i});
   for (size_t v = 0; v < g.num_vars(); ++v) g.ensure_mapped(static_cast<VarId>(v));
 
   // Liveness per variable, in program steps.
@@ -124,13 +124,13 @@ std::unique_ptr<Executable> compile(std::unique_ptr<Graph> gp) {
         }
         break;
       }
-      case StepKind::kStreamIn: {
+      case StepKind::kHostToDevice: {
         VarId v = g.inputs()[st.index].tensor.var;
         live[v].touch(s);
         written[v] = true;
         break;
       }
-      case StepKind::kStreamOut: {
+      case StepKind::kDeviceToHost: {
         VarId v = g.outputs()[st.index].tensor.var;
         NX_CHECK(written[v] || g.var(v).kind == VarKind::kConstant || g.var(v).numel == 0,
                  "output '" + g.outputs()[st.index].name + "' is never written");
@@ -351,9 +351,9 @@ std::unique_ptr<Executable> compile(std::unique_ptr<Graph> gp) {
         c.cycles = cyc;
         break;
       }
-      case StepKind::kStreamIn:
-      case StepKind::kStreamOut: {
-        const Tensor& tt = st.kind == StepKind::kStreamIn ? g.inputs()[st.index].tensor : g.outputs()[st.index].tensor;
+      case StepKind::kHostToDevice:
+      case StepKind::kDeviceToHost: {
+        const Tensor& tt = st.kind == StepKind::kHostToDevice ? g.inputs()[st.index].tensor : g.outputs()[st.index].tensor;
         c.bytes = tt.numel() * device_type_size(g.var(tt.var).dtype);
         c.cycles = t.host_transfer_latency_cycles + static_cast<uint64_t>(c.bytes / host_bytes_per_cycle);
         break;

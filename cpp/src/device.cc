@@ -124,7 +124,7 @@ std::vector<int> DeviceManager::try_lock_group(const DeviceInfo& group, std::vec
   return fds;
 }
 
-std::unique_ptr<Device> DeviceManager::attach(uint32_t num_ipus, int64_t device_id, double timeout_seconds) {
+std::unique_ptr<Device> DeviceManager::attach(uint32_t num_ipus, std::optional<uint32_t> device_id, double timeout_seconds) {
   last_busy_ipus_.clear();
   last_busy_pids_.clear();
   if (!is_power_of_two(num_ipus))
@@ -134,13 +134,13 @@ std::unique_ptr<Device> DeviceManager::attach(uint32_t num_ipus, int64_t device_
                                           std::to_string(spec_.num_ipus));
   make_dirs(lock_dir_);
   std::vector<const DeviceInfo*> candidates;
-  if (device_id >= 0) {
-    if (device_id >= static_cast<int64_t>(devices_.size()))
-      fail(ErrorCode::kInvalidArgument, "device_id " + std::to_string(device_id) + " does not exist; this system has ids 0.." +
+  if (device_id) {
+    if (*device_id >= devices_.size())
+      fail(ErrorCode::kInvalidArgument, "device_id " + std::to_string(*device_id) + " does not exist; this system has ids 0.." +
                                             std::to_string(devices_.size() - 1));
-    const DeviceInfo& d = devices_[device_id];
+    const DeviceInfo& d = devices_[*device_id];
     if (d.ipus.size() != num_ipus)
-      fail(ErrorCode::kInvalidArgument, "device_id " + std::to_string(device_id) + " is a group of " +
+      fail(ErrorCode::kInvalidArgument, "device_id " + std::to_string(*device_id) + " is a group of " +
                                             std::to_string(d.ipus.size()) + " IPUs but num_ipus=" + std::to_string(num_ipus));
     candidates.push_back(&d);
   } else {
@@ -167,7 +167,7 @@ std::unique_ptr<Device> DeviceManager::attach(uint32_t num_ipus, int64_t device_
         who += (who.empty() ? "" : ", ") + std::string("IPU ") + std::to_string(b) +
                (pid > 0 ? " (held by pid " + std::to_string(pid) + ")" : " (held)");
       }
-      std::string what = device_id >= 0 ? "device " + std::to_string(device_id)
+      std::string what = device_id ? "device " + std::to_string(*device_id)
                                         : "any group of " + std::to_string(num_ipus) + " IPU(s)";
       fail(ErrorCode::kDeviceUnavailable,
            "cannot attach " + what + ": busy: " + who +

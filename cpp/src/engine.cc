@@ -314,13 +314,13 @@ void Engine::run() {
         st.exchange_seconds += since(step_start);
         break;
       }
-      case StepKind::kStreamIn:
+      case StepKind::kHostToDevice:
         scatter(g.inputs()[step.index].tensor, in_buf_[step.index].data());
         st.host_cycles += costs[s].cycles;
         st.host_bytes += costs[s].bytes;
         st.host_io_seconds += since(step_start);
         break;
-      case StepKind::kStreamOut:
+      case StepKind::kDeviceToHost:
         gather(g.outputs()[step.index].tensor, out_buf_[step.index].data());
         st.host_cycles += costs[s].cycles;
         st.host_bytes += costs[s].bytes;

@@ -64,22 +64,14 @@ ValueKind result_kind(const ExprInstr& ins, const ValueKind* in) {
 }  // namespace
 
 ExprArity expr_arity(ExprOpCode op) {
-  switch (op) {
-    case ExprOpCode::kInput:
-    case ExprOpCode::kConstF:
-    case ExprOpCode::kConstI:
-      return ExprArity::kLeaf;
-    case ExprOpCode::kAdd: case ExprOpCode::kSub: case ExprOpCode::kMul: case ExprOpCode::kDiv:
-    case ExprOpCode::kPow: case ExprOpCode::kMin: case ExprOpCode::kMax: case ExprOpCode::kMod:
-    case ExprOpCode::kFmod: case ExprOpCode::kEq: case ExprOpCode::kLt: case ExprOpCode::kLe:
-    case ExprOpCode::kGt: case ExprOpCode::kGe: case ExprOpCode::kAnd: case ExprOpCode::kOr:
-    case ExprOpCode::kXor:
-      return ExprArity::kBinary;
-    case ExprOpCode::kSelect:
-      return ExprArity::kTernary;
-    default:
-      return ExprArity::kUnary;
-  }
+  static const ExprArity arities[] = {
+#define NX_EXPR_OP(name, text, arity) ExprArity::k##arity,
+#include "neurenix/expr_ops.def"
+#undef NX_EXPR_OP
+  };
+  size_t i = static_cast<size_t>(op);
+  if (i >= static_cast<size_t>(ExprOpCode::kCount)) fail(ErrorCode::kInvalidArgument, "unknown element-wise operation code " + std::to_string(i));
+  return arities[i];
 }
 
 ValueKind value_kind(DeviceType t) {
@@ -94,12 +86,10 @@ ValueKind value_kind(DeviceType t) {
 
 const char* expr_op_name(ExprOpCode op) {
   static const char* names[] = {
-      "input", "const_f", "const_i", "neg", "abs", "relu", "sigmoid", "tanh", "exp", "log", "sqrt", "rsqrt",
-      "reciprocal", "erf", "gelu_erf", "gelu_tanh", "floor", "ceil", "round", "sign", "sin", "cos", "not",
-      "isnan", "isinf", "square", "softplus", "softsign", "cast_f32", "cast_f16", "cast_i32", "cast_bool", "add",
-      "sub", "mul", "div", "pow", "min", "max", "mod", "fmod", "eq", "lt", "le", "gt", "ge", "and", "or", "xor",
-      "select", "clamp", "leaky_relu", "elu", "hard_sigmoid"};
-  static_assert(sizeof(names) / sizeof(names[0]) == static_cast<size_t>(ExprOpCode::kCount), "names out of sync");
+#define NX_EXPR_OP(name, text, arity) text,
+#include "neurenix/expr_ops.def"
+#undef NX_EXPR_OP
+  };
   size_t i = static_cast<size_t>(op);
   return i < static_cast<size_t>(ExprOpCode::kCount) ? names[i] : "?";
 }

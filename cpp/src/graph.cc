@@ -236,7 +236,7 @@ uint32_t Graph::add_input_stream(const std::string& name, const Tensor& t) {
   NX_CHECK(var(t.var).kind == VarKind::kInput, "input stream on a non-input variable");
   inputs_.push_back(HostStream{name, t});
   uint32_t idx = static_cast<uint32_t>(inputs_.size() - 1);
-  program_.insert(program_.begin() + idx, Step{StepKind::kStreamIn, idx});
+  program_.insert(program_.begin() + idx, Step{StepKind::kHostToDevice, idx});
   return idx;
 }
 

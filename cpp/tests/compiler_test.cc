@@ -302,7 +302,7 @@ TEST(Compiler, StepCostsArePositiveAndGrowWithWork) {
     }
     EXPECT_EQ(exe->cycles_per_run(), sum);
     // Output streams are appended after the graph's own steps.
-    EXPECT_EQ(exe->program().back().kind, StepKind::kStreamOut);
+    EXPECT_EQ(exe->program().back().kind, StepKind::kDeviceToHost);
     EXPECT_EQ(exe->program().size(), exe->graph().program().size() + 1);
     EXPECT_EQ(exe->step_costs().front().name, "host->device x");
     EXPECT_EQ(exe->step_costs().back().name, "device->host y");
@@ -312,10 +312,10 @@ TEST(Compiler, StepCostsArePositiveAndGrowWithWork) {
       if (c.kind == kind) return c;
     return StepCost{};
   };
-  for (StepKind k : {StepKind::kCompute, StepKind::kExchange, StepKind::kStreamIn, StepKind::kStreamOut})
+  for (StepKind k : {StepKind::kCompute, StepKind::kExchange, StepKind::kHostToDevice, StepKind::kDeviceToHost})
     EXPECT_GT(cost_of(*big, k).cycles, cost_of(*small, k).cycles) << static_cast<int>(k);
   EXPECT_EQ(cost_of(*big, StepKind::kExchange).bytes, 40000u);
-  EXPECT_EQ(cost_of(*big, StepKind::kStreamIn).bytes, 40000u);
+  EXPECT_EQ(cost_of(*big, StepKind::kHostToDevice).bytes, 40000u);
   EXPECT_EQ(cost_of(*big, StepKind::kCompute).bytes, 0u);
   EXPECT_EQ(cost_of(*big, StepKind::kCompute).name, "tanh");
   // At scale, a tile-to-tile copy costs about bytes / 4 cycles, and a copy

@@ -100,53 +100,53 @@ TEST_F(DeviceTest, InventoryNumbersGroupsLikeGcInfo) {
 
 TEST_F(DeviceTest, AttachTakesFirstFreeGroupOfEachPowerOfTwo) {
   DeviceManager m(system(8), dir_);
-  auto a = m.attach(1, -1, 0);
+  auto a = m.attach(1, std::nullopt, 0);
   EXPECT_EQ(a->id(), 0u);
   EXPECT_EQ(a->ipus(), (std::vector<uint32_t>{0}));
   EXPECT_TRUE(a->attached());
-  auto b = m.attach(1, -1, 0);
+  auto b = m.attach(1, std::nullopt, 0);
   EXPECT_EQ(b->id(), 1u);
   // Pairs: {0,1} is busy, so {2,3} (id 9).
-  auto p = m.attach(2, -1, 0);
+  auto p = m.attach(2, std::nullopt, 0);
   EXPECT_EQ(p->id(), 9u);
   EXPECT_EQ(p->ipus(), (std::vector<uint32_t>{2, 3}));
   // Fours: {0..3} busy, {4..7} free (id 13).
-  auto f = m.attach(4, -1, 0);
+  auto f = m.attach(4, std::nullopt, 0);
   EXPECT_EQ(f->id(), 13u);
   EXPECT_EQ(f->ipus(), (std::vector<uint32_t>{4, 5, 6, 7}));
   // Everything is taken now.
-  EXPECT_NX_ERROR(kDeviceUnavailable, m.attach(1, -1, 0), "busy");
+  EXPECT_NX_ERROR(kDeviceUnavailable, m.attach(1, std::nullopt, 0), "busy");
   EXPECT_EQ(m.last_busy_ipus().size(), 8u);
-  EXPECT_NX_ERROR(kDeviceUnavailable, m.attach(8, -1, 0), "IPU 0", "IPU 7");
+  EXPECT_NX_ERROR(kDeviceUnavailable, m.attach(8, std::nullopt, 0), "IPU 0", "IPU 7");
 }
 
 TEST_F(DeviceTest, AttachRejectsBadCountsAndIds) {
   DeviceManager m(system(4), dir_);
-  for (uint32_t n : {0u, 3u, 5u, 6u}) EXPECT_NX_ERROR(kInvalidArgument, m.attach(n, -1, 0), "power of two");
-  EXPECT_NX_ERROR(kInvalidArgument, m.attach(8, -1, 0), "8", "4");
+  for (uint32_t n : {0u, 3u, 5u, 6u}) EXPECT_NX_ERROR(kInvalidArgument, m.attach(n, std::nullopt, 0), "power of two");
+  EXPECT_NX_ERROR(kInvalidArgument, m.attach(8, std::nullopt, 0), "8", "4");
   EXPECT_NX_ERROR(kInvalidArgument, m.attach(1, 7, 0), "device_id 7");
   EXPECT_NX_ERROR(kInvalidArgument, m.attach(2, 0, 0), "device_id 0", "num_ipus=2");
   auto d = m.attach(2, 5, 0);  // ids: 0-3 singles, 4 {0,1}, 5 {2,3}, 6 {0..3}
   EXPECT_EQ(d->ipus(), (std::vector<uint32_t>{2, 3}));
   DeviceManager one(system(1), dir_);
-  EXPECT_NX_ERROR(kInvalidArgument, one.attach(2, -1, 0), "asked for 2", "only 1");
+  EXPECT_NX_ERROR(kInvalidArgument, one.attach(2, std::nullopt, 0), "asked for 2", "only 1");
 }
 
 TEST_F(DeviceTest, ExclusiveBetweenManagersInOneProcess) {
   DeviceManager m1(system(4), dir_), m2(system(4), dir_);
-  auto held = m1.attach(2, -1, 0);  // IPUs 0 and 1
+  auto held = m1.attach(2, std::nullopt, 0);  // IPUs 0 and 1
   ASSERT_EQ(held->ipus(), (std::vector<uint32_t>{0, 1}));
   const std::string me = std::to_string(getpid());
   EXPECT_NX_ERROR(kDeviceUnavailable, m2.attach(1, 0, 0), "device 0", "IPU 0", "pid " + me);
   EXPECT_EQ(m2.last_busy_ipus(), (std::vector<uint32_t>{0}));
   EXPECT_EQ(m2.last_busy_pids(), (std::vector<int32_t>{getpid()}));
-  EXPECT_NX_ERROR(kDeviceUnavailable, m2.attach(4, -1, 0), "IPU 0", "IPU 1", "pid " + me);
+  EXPECT_NX_ERROR(kDeviceUnavailable, m2.attach(4, std::nullopt, 0), "IPU 0", "IPU 1", "pid " + me);
   EXPECT_EQ(m2.last_busy_ipus(), (std::vector<uint32_t>{0, 1}));
   EXPECT_EQ(m2.last_busy_pids(), (std::vector<int32_t>{getpid(), getpid()}));
   // The manager that holds the IPUs is refused too: the lock is per open file.
   EXPECT_NX_ERROR(kDeviceUnavailable, m1.attach(1, 1, 0), "IPU 1");
   // Free IPUs are still there for the other manager.
-  auto other = m2.attach(1, -1, 0);
+  auto other = m2.attach(1, std::nullopt, 0);
   EXPECT_EQ(other->ipus(), (std::vector<uint32_t>{2}));
   EXPECT_EQ(m1.holder_pid(0), getpid());
   EXPECT_EQ(m1.holder_pid(1), getpid());
@@ -167,13 +167,13 @@ TEST_F(DeviceTest, LockFileRecordsThePidWhileHeld) {
 
 TEST_F(DeviceTest, DetachTwiceIsSafeAndFreesTheIpus) {
   DeviceManager m1(system(2), dir_), m2(system(2), dir_);
-  auto d = m1.attach(2, -1, 0);
-  EXPECT_NX_ERROR(kDeviceUnavailable, m2.attach(1, -1, 0), "IPU 0", "IPU 1");
+  auto d = m1.attach(2, std::nullopt, 0);
+  EXPECT_NX_ERROR(kDeviceUnavailable, m2.attach(1, std::nullopt, 0), "IPU 0", "IPU 1");
   d->detach();
   EXPECT_FALSE(d->attached());
   d->detach();
   EXPECT_FALSE(d->attached());
-  auto again = m2.attach(2, -1, 0);
+  auto again = m2.attach(2, std::nullopt, 0);
   EXPECT_TRUE(again->attached());
   // The detached device's destructor must not release the new holder's locks.
   d.reset();
@@ -225,7 +225,7 @@ TEST_F(DeviceTest, WaitingSucceedsWhenTheHolderDetaches) {
 TEST_F(DeviceTest, FreedIpuCanBeAttachedAgainRepeatedly) {
   DeviceManager m(system(2), dir_);
   for (int i = 0; i < 20; ++i) {
-    auto d = m.attach(2, -1, 0);
+    auto d = m.attach(2, std::nullopt, 0);
     EXPECT_EQ(d->id(), 2u);
     d->detach();
   }
@@ -302,7 +302,7 @@ TEST_F(DeviceTest, KilledHolderProcessFreesItsIpus) {
   EXPECT_EQ(m.holder_pid(0), 0);
   EXPECT_NX_ERROR(kDeviceUnavailable, m.attach(1, 1, 0), "IPU 1", "pid " + std::to_string(child));
   EXPECT_EQ(m.last_busy_pids(), (std::vector<int32_t>{child}));
-  EXPECT_NX_ERROR(kDeviceUnavailable, m.attach(2, -1, 0), "IPU 1");
+  EXPECT_NX_ERROR(kDeviceUnavailable, m.attach(2, std::nullopt, 0), "IPU 1");
 
   ASSERT_EQ(kill(child, SIGKILL), 0);
   int status = 0;
@@ -310,7 +310,7 @@ TEST_F(DeviceTest, KilledHolderProcessFreesItsIpus) {
   EXPECT_TRUE(WIFSIGNALED(status));
 
   EXPECT_EQ(m.holder_pid(1), 0);
-  auto d = m.attach(2, -1, 0);
+  auto d = m.attach(2, std::nullopt, 0);
   EXPECT_EQ(d->ipus(), (std::vector<uint32_t>{0, 1}));
 }
 

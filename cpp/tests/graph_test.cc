@@ -348,9 +348,9 @@ TEST(Graph, ProgramSkipsEmptyStepsAndPutsInputsFirst) {
   Tensor x2 = g.add_variable("x2", kF32, {1}, VarKind::kInput, 0);
   EXPECT_EQ(g.add_input_stream("x2", x2), 1u);
   ASSERT_EQ(g.program().size(), 4u);
-  EXPECT_EQ(g.program()[0].kind, StepKind::kStreamIn);
+  EXPECT_EQ(g.program()[0].kind, StepKind::kHostToDevice);
   EXPECT_EQ(g.program()[0].index, 0u);
-  EXPECT_EQ(g.program()[1].kind, StepKind::kStreamIn);
+  EXPECT_EQ(g.program()[1].kind, StepKind::kHostToDevice);
   EXPECT_EQ(g.program()[1].index, 1u);
   EXPECT_EQ(g.program()[2].kind, StepKind::kCompute);
   EXPECT_EQ(g.program()[3].kind, StepKind::kExchange);

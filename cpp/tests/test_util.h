@@ -259,8 +259,8 @@ inline std::vector<LiveRange> live_ranges(const Executable& exe) {
           touch(c.dst, s);
         }
         break;
-      case StepKind::kStreamIn: touch(g.inputs()[st.index].tensor.var, s); break;
-      case StepKind::kStreamOut: touch(g.outputs()[st.index].tensor.var, s); break;
+      case StepKind::kHostToDevice: touch(g.inputs()[st.index].tensor.var, s); break;
+      case StepKind::kDeviceToHost: touch(g.outputs()[st.index].tensor.var, s); break;
     }
   }
   for (size_t v = 0; v < g.num_vars(); ++v)

@@ -91,8 +91,8 @@ class DeviceManager:
         """Pid of the process holding ``ipu``; 0 if free, -1 if held by an unknown process."""
     @property
     def lock_dir(self) -> str: ...
-    def attach(self, num_ipus: int, device_id: int = ..., timeout: float = 0.0) -> Device:
-        """Attaches group ``device_id`` (any free group of ``num_ipus`` if negative), waiting up to
+    def attach(self, num_ipus: int, device_id: Optional[int] = None, timeout: float = 0.0) -> Device:
+        """Attaches group ``device_id`` (any free group of ``num_ipus`` if None), waiting up to
         ``timeout`` seconds; raises ``DeviceUnavailableError`` naming the busy IPUs and their holders."""
 
 # -- models ----------------------------------------------------------------------
@@ -199,6 +199,10 @@ class Model:
 
 def supported_ops() -> List[str]:
     """Names of the supported ONNX operators, sorted."""
+
+def _panic(message: str) -> None:
+    """Panics inside the native module, as a bug would: raises ``IPUInternalError`` carrying ``message``
+    (for the tests of that guarantee)."""
 
 def supported_opsets() -> Tuple[int, int]:
     """The default-domain operator-set versions the operators implement: (first, last)."""

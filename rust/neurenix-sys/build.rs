@@ -33,7 +33,7 @@ fn main() {
     let mut headers = Vec::new();
     collect(&cpp.join("include"), &["h"], &mut headers);
 
-    let mut build = cxx_build::bridge("src/lib.rs");
+    let mut build = cxx_build::bridge("src/bridge.rs");
     build
         .files(&sources)
         .file("cxx/bridge.cc")
@@ -65,7 +65,7 @@ fn main() {
     let _ = (native, &target, &host);
     build.compile("neurenix_cpp");
 
-    println!("cargo:rerun-if-changed=src/lib.rs");
+    println!("cargo:rerun-if-changed=src/bridge.rs");
     println!("cargo:rerun-if-changed=cxx/bridge.h");
     println!("cargo:rerun-if-changed=cxx/bridge.cc");
     println!("cargo:rerun-if-changed={}", cpp.join("src").display());

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -53,11 +54,11 @@ class DeviceManager {
   // The process holding `ipu`'s lock, or 0 if the IPU is free.
   int32_t holder_pid(uint32_t ipu) const;
 
-  // Attaches a group of `num_ipus` IPUs: the group `device_id` if it is >= 0,
+  // Attaches a group of `num_ipus` IPUs: the group `device_id` if given,
   // else the first free one. With `timeout_seconds` > 0 it waits for a busy
   // group up to that long; otherwise it fails at once. Throws
   // kDeviceUnavailable (busy), kInvalidArgument (bad count or id).
-  std::unique_ptr<Device> attach(uint32_t num_ipus, int64_t device_id, double timeout_seconds);
+  std::unique_ptr<Device> attach(uint32_t num_ipus, std::optional<uint32_t> device_id, double timeout_seconds);
 
   // IPUs and holder pids that blocked the last failed attach.
   const std::vector<uint32_t>& last_busy_ipus() const { return last_busy_ipus_; }

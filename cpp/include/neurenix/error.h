@@ -1,10 +1,9 @@
 // Error spine of the C++ core.
 //
-// Every failure leaves the core as an `neurenix::Error` carrying an `ErrorCode`.
-// Across the cxx bridge only the message survives, so `what()` starts with the
-// code in brackets ("[out_of_memory] ..."); the Rust side parses it back into its
-// error enum. Keep the names in `error_code_name` in sync with
-// `rust/neurenix-core/src/error.rs`.
+// Every failure leaves the core as an `neurenix::Error` carrying an `ErrorCode`
+// and a message; `what()` shows both ("[out_of_memory] ..."). The cxx bridge
+// (rust/neurenix-sys) passes the code and the message to Rust separately,
+// where each code becomes one variant of the core's error enum.
 #pragma once
 
 #include <stdexcept>
@@ -12,7 +11,7 @@
 
 namespace neurenix {
 
-enum class ErrorCode {
+enum class ErrorCode : uint8_t {
   kInvalidArgument,    // a caller passed something malformed (option, shape, spec)
   kShapeMismatch,      // tensor shapes or dtypes do not agree
   kOutOfMemory,        // a tile overflowed at compile time

@@ -12,25 +12,11 @@
 
 namespace neurenix {
 
+// The operations are listed once, in expr_ops.def.
 enum class ExprOpCode : uint16_t {
-  // leaves
-  kInput,   // arg = operand index
-  kConstF,  // imm (float)
-  kConstI,  // imm (an int32; exact in the double)
-  // unary
-  kNeg, kAbs, kRelu, kSigmoid, kTanh, kExp, kLog, kSqrt, kRsqrt, kReciprocal, kErf,
-  kGeluErf, kGeluTanh, kFloor, kCeil, kRound, kSign, kSin, kCos, kNot, kIsNan, kIsInf,
-  kSquare, kSoftplus, kSoftsign, kCastF32, kCastF16, kCastI32, kCastBool,
-  // binary
-  kAdd, kSub, kMul, kDiv, kPow, kMin, kMax, kMod, kFmod, kEq, kLt, kLe, kGt, kGe,
-  kAnd, kOr, kXor,
-  // ternary
-  kSelect,  // select(cond, a, b)
-  // parametric unary (imm, imm2): clip, leaky relu, elu, hard sigmoid...
-  kClamp,      // clamp(x, imm, imm2)
-  kLeakyRelu,  // x >= 0 ? x : imm * x
-  kElu,        // x >= 0 ? x : imm * (exp(x) - 1)
-  kHardSigmoid,// max(0, min(1, imm * x + imm2))
+#define NX_EXPR_OP(name, text, arity) k##name,
+#include "neurenix/expr_ops.def"
+#undef NX_EXPR_OP
   kCount
 };
 

@@ -162,7 +162,7 @@ struct Exchange {
   std::vector<Copy> copies;
 };
 
-enum class StepKind : uint8_t { kCompute, kExchange, kStreamIn, kStreamOut };
+enum class StepKind : uint8_t { kCompute, kExchange, kHostToDevice, kDeviceToHost };
 
 struct Step {
   StepKind kind;

@@ -18,20 +18,20 @@ pub type TensorId = u32;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ReduceOp {
-    Sum = 0,
-    Max = 1,
-    Min = 2,
-    Prod = 3,
-    SumSquare = 4,
-    SumAbs = 5,
+    Sum,
+    Max,
+    Min,
+    Prod,
+    SumSquare,
+    SumAbs,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ReduceFinal {
-    None = 0,
-    Scale = 1,
-    Sqrt = 2,
-    Log = 3,
+    None,
+    Scale,
+    Sqrt,
+    Log,
 }
 
 /// How to plan a matmul. `memory_proportion` is Poplar's
@@ -64,9 +64,9 @@ pub struct ConvOptions {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PoolMode {
-    Max = 0,
-    Average = 1,
-    AverageIncludePad = 2,
+    Max,
+    Average,
+    AverageIncludePad,
 }
 
 /// How to pool over the two innermost dimensions. Pads: top, left, bottom,

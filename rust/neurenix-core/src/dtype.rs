@@ -156,16 +156,13 @@ impl std::fmt::Display for ElemType {
 /// float32.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum DeviceType {
-    F32 = 0,
-    F16 = 1,
-    I32 = 2,
-    Bool = 3,
+    F32,
+    F16,
+    I32,
+    Bool,
 }
 
 impl DeviceType {
-    pub fn code(self) -> u8 {
-        self as u8
-    }
     pub fn size(self) -> usize {
         match self {
             DeviceType::F32 | DeviceType::I32 => 4,
@@ -270,13 +267,13 @@ mod tests {
                 assert_eq!(dev, DeviceType::F32);
             }
         }
-        for (dev, size, code) in [
-            (DeviceType::F32, 4, 0),
-            (DeviceType::F16, 2, 1),
-            (DeviceType::I32, 4, 2),
-            (DeviceType::Bool, 1, 3),
+        for (dev, size) in [
+            (DeviceType::F32, 4),
+            (DeviceType::F16, 2),
+            (DeviceType::I32, 4),
+            (DeviceType::Bool, 1),
         ] {
-            assert_eq!((dev.size(), dev.code()), (size, code));
+            assert_eq!(dev.size(), size);
             assert_eq!(dev.as_elem_type().name(), dev.name());
             assert_eq!(dev.as_elem_type().size(), dev.size());
         }

@@ -1,8 +1,8 @@
 //! The error spine: one enum for every failure of the compiler and runtime.
 //!
-//! The C++ core reports failures as `"[code] message"` strings (see
-//! `cpp/include/neurenix/error.h`); [`Error::from_core`] turns them back into
-//! variants. The Python binding maps each variant to one exception class of
+//! Device implementations turn their own failures into these variants (the
+//! simulator's bridge maps each C++ error code to one); the Python binding
+//! maps each variant to one exception class of
 //! `neurenix.hardware.graphcore.errors`.
 
 use std::fmt::Write as _;
@@ -65,40 +65,6 @@ pub enum Error {
 pub type Result<T> = std::result::Result<T, Error>;
 
 impl Error {
-    /// Parses a `"[code] message"` string from the C++ core.
-    pub fn from_core(what: &str) -> Error {
-        let (code, msg) = match what.strip_prefix('[').and_then(|r| r.split_once("] ")) {
-            Some((c, m)) => (c, m.to_string()),
-            None => ("internal", what.to_string()),
-        };
-        match code {
-            "invalid_argument" => Error::InvalidArgument(msg),
-            "shape_mismatch" => Error::ShapeMismatch {
-                node: String::new(),
-                message: msg,
-            },
-            "out_of_memory" => Error::OutOfMemory {
-                tiles: Vec::new(),
-                message: msg,
-            },
-            "device_unavailable" => Error::DeviceUnavailable {
-                ipus: Vec::new(),
-                pids: Vec::new(),
-                message: msg,
-            },
-            "unsupported" => Error::Unsupported {
-                op_type: String::new(),
-                node: String::new(),
-                domain: String::new(),
-                opset: 0,
-                supported: Vec::new(),
-                message: msg,
-            },
-            "invalid_state" => Error::InvalidState(msg),
-            _ => Error::Internal(msg),
-        }
-    }
-
     pub fn shape(node: &str, message: impl Into<String>) -> Error {
         let message = message.into();
         Error::ShapeMismatch {
@@ -192,18 +158,6 @@ pub fn group_digits(n: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn parses_core_codes() {
-        assert!(matches!(
-            Error::from_core("[out_of_memory] x"),
-            Error::OutOfMemory { .. }
-        ));
-        assert!(
-            matches!(Error::from_core("[invalid_argument] bad key"), Error::InvalidArgument(m) if m == "bad key")
-        );
-        assert!(matches!(Error::from_core("no code"), Error::Internal(_)));
-    }
 
     #[test]
     fn oom_message_names_tiles() {

@@ -256,7 +256,7 @@ fn map_broadcasts_rounds_and_type_checks() {
         "operand out of range"
     );
     let bad = [ExprInstr {
-        op: ExprOp::Add as u16,
+        op: ExprOp::Add,
         arg: 0,
         imm: 0.0,
         imm2: 0.0,

@@ -70,7 +70,7 @@ fn map_exprs(be: &TestBackend) -> Vec<Vec<ExprOp>> {
     be.calls_of(Kind::Map)
         .iter()
         .map(|c| match &c.detail {
-            Detail::Map(e) => e.iter().map(|i| expr_op(i.op).unwrap()).collect(),
+            Detail::Map(e) => e.iter().map(|i| expr_op(i.op as u16).unwrap()).collect(),
             _ => unreachable!(),
         })
         .collect()
@@ -1098,7 +1098,7 @@ fn mixed_precision_softmax_runs_in_float32() {
             assert_eq!(c.dtype, DeviceType::F32, "softmax maps in float32");
             if let Detail::Map(e) = &c.detail {
                 assert!(
-                    e.iter().all(|i| !i.half || i.op == ExprOp::CastF16 as u16),
+                    e.iter().all(|i| !i.half || i.op == ExprOp::CastF16),
                     "no half rounding inside the softmax"
                 );
             }

@@ -54,13 +54,13 @@ impl PyDeviceManager {
     }
 
     /// Attaches `num_ipus` IPUs (group `device_id`, or any free one if
-    /// negative), waiting up to `timeout` seconds if positive.
-    #[pyo3(signature = (num_ipus, device_id = -1, timeout = 0.0))]
+    /// None), waiting up to `timeout` seconds if positive.
+    #[pyo3(signature = (num_ipus, device_id = None, timeout = 0.0))]
     fn attach(
         &self,
         py: Python<'_>,
         num_ipus: u32,
-        device_id: i64,
+        device_id: Option<u32>,
         timeout: f64,
     ) -> PyResult<PyDevice> {
         guarded(|| {

@@ -30,6 +30,13 @@ fn supported_opsets() -> (i64, i64) {
     (*r.start(), *r.end())
 }
 
+/// Panics inside the native module: what any bug would do. It must surface
+/// as `IPUInternalError` carrying `message` (tests of the panic guard).
+#[pyfunction]
+fn _panic(message: String) -> PyResult<()> {
+    errors::guarded(|| std::panic::panic_any(message))
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<model::PyModel>()?;
@@ -55,5 +62,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(describe_system, m)?)?;
     m.add_function(wrap_pyfunction!(supported_ops, m)?)?;
     m.add_function(wrap_pyfunction!(supported_opsets, m)?)?;
+    m.add_function(wrap_pyfunction!(_panic, m)?)?;
     Ok(())
 }

@@ -1,53 +1,100 @@
-// cxx glue: thin adaptors from the C++ core's types to the bridge's.
+// The cxx bridge's C++ side: thin adaptors from the C++ core's types to the
+// bridge's (rust/neurenix-sys/src/bridge.rs), and how C++ exceptions cross.
 #pragma once
 
 #include <cstdint>
+#include <exception>
 #include <memory>
+#include <new>
 #include <vector>
 
+#include "neurenix/codelets/pool.h"
+#include "neurenix/codelets/reduce.h"
 #include "neurenix/compiler.h"
 #include "neurenix/device.h"
+#include "neurenix/device_type.h"
 #include "neurenix/engine.h"
+#include "neurenix/error.h"
+#include "neurenix/expr.h"
 #include "neurenix/graph.h"
 #include "rust/cxx.h"
 
 namespace neurenix::bridge {
 
-struct ExprInstrFfi;
-struct TileOverflowFfi;
-struct TileMemoryFfi;
-struct OpRecordFfi;
-struct StepCostFfi;
-struct RunStatsFfi;
-struct SystemInfoFfi;
-struct DeviceInfoFfi;
+// The code of the last exception the bridge turned into a Rust `Err` on
+// this thread; the Rust side reads it right after the failing call.
+ErrorCode last_error_code();
+void set_last_error_code(ErrorCode code);
 
-class CompiledGraph;
+}  // namespace neurenix::bridge
+
+// Every fallible bridged call runs in here: the core's errors cross with
+// their code (kept aside for `last_error_code`) and their message; anything
+// else thrown, even a non-std exception, is an internal error. Nothing
+// reaches `std::terminate`.
+namespace rust::behavior {
+
+template <typename Try, typename Fail>
+static void trycatch(Try&& func, Fail&& fail) noexcept try {
+  func();
+} catch (const neurenix::Error& e) {
+  neurenix::bridge::set_last_error_code(e.code());
+  fail(e.message().c_str());
+} catch (const std::bad_alloc&) {
+  neurenix::bridge::set_last_error_code(neurenix::ErrorCode::kInternal);
+  fail("the host ran out of memory");
+} catch (const std::exception& e) {
+  neurenix::bridge::set_last_error_code(neurenix::ErrorCode::kInternal);
+  fail(e.what());
+} catch (...) {
+  neurenix::bridge::set_last_error_code(neurenix::ErrorCode::kInternal);
+  fail("an unknown C++ exception");
+}
+
+}  // namespace rust::behavior
+
+namespace neurenix::bridge {
+
+struct ExprInstr;
+struct MatMulOptions;
+struct ConvOptions;
+struct PoolOptions;
+struct TileOverflow;
+struct TileMemory;
+struct OpPlan;
+struct StepCost;
+struct RunStats;
+struct SystemInfo;
+struct DeviceInfo;
+
+class Executable;
+class Engine;
+
+SystemInfo describe_system(rust::Str spec);
+rust::String expr_op_name(ExprOpCode op);
 
 class GraphBuilder {
  public:
   GraphBuilder(SystemSpec spec, uint32_t num_ipus);
-  uint32_t add_input(rust::Str name, uint8_t dtype, rust::Slice<const uint64_t> shape, uint32_t ipu);
-  uint32_t add_constant(rust::Str name, uint8_t dtype, rust::Slice<const uint64_t> shape, rust::Slice<const uint8_t> data,
-                        uint32_t ipu);
-  uint32_t matmul(uint32_t a, uint32_t b, double memory_proportion, uint8_t partials, uint8_t out_dtype, uint32_t ipu,
-                  rust::Str name);
-  uint32_t map(rust::Slice<const ExprInstrFfi> expr, rust::Slice<const uint32_t> inputs, uint8_t out_dtype,
+  uint32_t add_input(rust::Str name, DeviceType dtype, rust::Slice<const uint64_t> shape, uint32_t ipu);
+  uint32_t add_constant(rust::Str name, DeviceType dtype, rust::Slice<const uint64_t> shape,
+                        rust::Slice<const uint8_t> data, uint32_t ipu);
+  uint32_t matmul(uint32_t a, uint32_t b, const MatMulOptions& options);
+  uint32_t map(rust::Slice<const ExprInstr> expr, rust::Slice<const uint32_t> inputs, DeviceType out_dtype,
                rust::Slice<const uint64_t> shape, uint32_t ipu, rust::Str name);
-  uint32_t reduce(uint32_t x, rust::Slice<const uint32_t> axes, uint8_t op, uint8_t final_op, double scale, uint8_t out_dtype,
-                  uint32_t ipu, rust::Str name);
+  uint32_t reduce(uint32_t x, rust::Slice<const uint32_t> axes, ReduceOp op, ReduceFinal final_op, double scale,
+                  DeviceType out_dtype, uint32_t ipu, rust::Str name);
   uint32_t reshape(uint32_t x, rust::Slice<const uint64_t> shape);
   uint32_t rearrange(uint32_t x, int64_t offset, rust::Slice<const uint64_t> shape, rust::Slice<const int64_t> strides,
                      uint32_t ipu, rust::Str name);
   uint32_t concat(rust::Slice<const uint32_t> xs, uint32_t axis, uint32_t ipu, rust::Str name);
-  uint32_t fill(uint8_t dtype, rust::Slice<const uint64_t> shape, double value, uint32_t ipu, rust::Str name);
+  uint32_t fill(DeviceType dtype, rust::Slice<const uint64_t> shape, double value, uint32_t ipu, rust::Str name);
   uint32_t copy_to_ipu(uint32_t x, uint32_t ipu, rust::Str name);
   void mark_output(uint32_t x, rust::Str name);
-  uint32_t conv(uint32_t x, uint32_t w, int64_t bias, rust::Slice<const uint32_t> params, double memory_proportion,
-                uint8_t partials, uint8_t out_dtype, uint32_t ipu, rust::Str name);
-  uint32_t pool(uint32_t x, rust::Slice<const uint32_t> params, uint32_t ipu, rust::Str name);
+  uint32_t conv(uint32_t x, uint32_t w, rust::Slice<const uint32_t> bias, const ConvOptions& options);
+  uint32_t pool(uint32_t x, const PoolOptions& options);
   uint32_t gather_rows(uint32_t table, uint32_t indices, uint32_t ipu, rust::Str name);
-  std::unique_ptr<CompiledGraph> compile();
+  std::unique_ptr<Executable> compile();
 
  private:
   Graph& graph();
@@ -57,68 +104,67 @@ class GraphBuilder {
   std::vector<Tensor> tensors_;
 };
 
-class CompiledGraph {
+std::unique_ptr<GraphBuilder> new_graph(rust::Str spec, uint32_t num_ipus);
+
+class Executable {
  public:
-  explicit CompiledGraph(std::shared_ptr<const Executable> exe) : exe_(std::move(exe)) {}
+  explicit Executable(std::shared_ptr<const ::neurenix::Executable> exe) : exe_(std::move(exe)) {}
   bool fits() const;
-  rust::Vec<TileOverflowFfi> overflows() const;
-  rust::Vec<TileMemoryFfi> tile_memory() const;
-  rust::Vec<OpRecordFfi> op_records() const;
-  rust::Vec<StepCostFfi> step_costs() const;
+  rust::Vec<TileOverflow> overflows() const;
+  rust::Vec<TileMemory> tile_memory() const;
+  rust::Vec<OpPlan> op_plans() const;
+  rust::Vec<StepCost> step_costs() const;
   rust::Vec<rust::String> warnings() const;
-  SystemInfoFfi system() const;
-  uint32_t num_ipus_used() const;
+  SystemInfo system() const;
+  uint32_t num_ipus() const;
   uint64_t cycles_per_run() const;
-  const std::shared_ptr<const Executable>& executable() const { return exe_; }
+  std::unique_ptr<Engine> load(uint32_t threads) const;
 
  private:
-  std::shared_ptr<const Executable> exe_;
+  std::shared_ptr<const ::neurenix::Executable> exe_;
 };
 
-class EngineHandle {
+class Engine {
  public:
-  EngineHandle(std::shared_ptr<const Executable> exe, unsigned threads) : engine_(std::move(exe), threads) {}
+  Engine(std::shared_ptr<const ::neurenix::Executable> exe, unsigned threads) : engine_(std::move(exe), threads) {}
   void write_input(uint32_t index, rust::Slice<const uint8_t> data);
   void run();
-  void read_output(uint32_t index, rust::Slice<uint8_t> out) const;
+  uint32_t num_outputs() const;
   uint64_t output_bytes(uint32_t index) const;
-  RunStatsFfi last_run() const;
+  void read_output(uint32_t index, rust::Slice<uint8_t> out) const;
+  RunStats last_run() const;
   uint64_t arena_bytes() const { return engine_.arena_bytes(); }
 
  private:
-  Engine engine_;
+  ::neurenix::Engine engine_;
 };
 
-class DeviceHandle {
+class Device {
  public:
-  explicit DeviceHandle(std::unique_ptr<Device> d) : device_(std::move(d)) {}
+  explicit Device(std::unique_ptr<::neurenix::Device> d) : device_(std::move(d)) {}
   uint32_t id() const { return device_->id(); }
   rust::Vec<uint32_t> ipus() const;
   bool attached() const { return device_->attached(); }
   void detach() { device_->detach(); }
 
  private:
-  std::unique_ptr<Device> device_;
+  std::unique_ptr<::neurenix::Device> device_;
 };
 
-class DeviceManagerHandle {
+class DeviceManager {
  public:
-  DeviceManagerHandle(SystemSpec spec, std::string lock_dir) : manager_(std::move(spec), std::move(lock_dir)) {}
-  rust::Vec<DeviceInfoFfi> devices() const;
+  DeviceManager(SystemSpec spec, std::string lock_dir) : manager_(std::move(spec), std::move(lock_dir)) {}
+  rust::Vec<DeviceInfo> devices() const;
   int32_t holder_pid(uint32_t ipu) const { return manager_.holder_pid(ipu); }
   rust::String lock_dir() const { return rust::String(manager_.lock_dir()); }
-  std::unique_ptr<DeviceHandle> attach(uint32_t num_ipus, int64_t device_id, double timeout_seconds);
+  std::unique_ptr<Device> attach(uint32_t num_ipus, rust::Slice<const uint32_t> device_id, double timeout_seconds);
   rust::Vec<uint32_t> last_busy_ipus() const;
   rust::Vec<int32_t> last_busy_pids() const;
 
  private:
-  DeviceManager manager_;
+  ::neurenix::DeviceManager manager_;
 };
 
-SystemInfoFfi describe_system(rust::Str spec);
-rust::String expr_op_name(uint16_t code);
-std::unique_ptr<GraphBuilder> new_graph(rust::Str spec, uint32_t num_ipus);
-std::unique_ptr<EngineHandle> load_engine(const CompiledGraph& graph, uint32_t threads);
-std::unique_ptr<DeviceManagerHandle> new_device_manager(rust::Str spec, rust::Str lock_dir);
+std::unique_ptr<DeviceManager> new_device_manager(rust::Str spec, rust::Str lock_dir);
 
 }  // namespace neurenix::bridge

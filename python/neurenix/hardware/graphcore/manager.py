@@ -137,8 +137,7 @@ class GraphCoreManager:
                 return self
             if not self.compile_only:
                 timeout = self.attach_timeout if self.wait_for_device else 0.0
-                dev_id = -1 if self.device_id is None else self.device_id
-                self._device = self._device_manager().attach(self.num_ipus, dev_id, timeout)
+                self._device = self._device_manager().attach(self.num_ipus, self.device_id, timeout)
             self._state = _ATTACHED
             return self
 

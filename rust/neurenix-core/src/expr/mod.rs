@@ -1,6 +1,8 @@
 //! Element-wise expressions: trees built by the lowering, flattened to the
-//! postfix form the device's map vertex executes. Operation codes mirror
-//! `ExprOpCode` in `cpp/include/neurenix/codelets.h`, in the same order.
+//! postfix form the device's map vertex executes. The operations are listed
+//! once, in `cpp/include/neurenix/expr_ops.def`, from which both the C++
+//! core's `ExprOpCode` and this crate's [`ExprOp`] (by the build script) are
+//! made.
 //! The same trees are evaluated on the host when folding constants
 //! ([`eval`]).
 
@@ -8,128 +10,28 @@ pub mod eval;
 
 use crate::dtype::DeviceType;
 
-#[repr(u16)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ExprOp {
-    Input = 0,
-    ConstF,
-    ConstI,
-    Neg,
-    Abs,
-    Relu,
-    Sigmoid,
-    Tanh,
-    Exp,
-    Log,
-    Sqrt,
-    Rsqrt,
-    Reciprocal,
-    Erf,
-    GeluErf,
-    GeluTanh,
-    Floor,
-    Ceil,
-    Round,
-    Sign,
-    Sin,
-    Cos,
-    Not,
-    IsNan,
-    IsInf,
-    Square,
-    Softplus,
-    Softsign,
-    CastF32,
-    CastF16,
-    CastI32,
-    CastBool,
-    Add,
-    Sub,
-    Mul,
-    Div,
-    Pow,
-    Min,
-    Max,
-    Mod,
-    Fmod,
-    Eq,
-    Lt,
-    Le,
-    Gt,
-    Ge,
-    And,
-    Or,
-    Xor,
-    Select,
-    Clamp,
-    LeakyRelu,
-    Elu,
-    HardSigmoid,
+include!(concat!(env!("OUT_DIR"), "/expr_ops.rs"));
+
+/// How many values an operation pops (leaves push one and pop none).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExprArity {
+    Leaf,
+    Unary,
+    Binary,
+    Ternary,
 }
 
-/// The names the C++ core gives the codes, in code order (checked against
-/// the core by a test in neurenix-sys).
-pub const EXPR_OP_NAMES: &[&str] = &[
-    "input",
-    "const_f",
-    "const_i",
-    "neg",
-    "abs",
-    "relu",
-    "sigmoid",
-    "tanh",
-    "exp",
-    "log",
-    "sqrt",
-    "rsqrt",
-    "reciprocal",
-    "erf",
-    "gelu_erf",
-    "gelu_tanh",
-    "floor",
-    "ceil",
-    "round",
-    "sign",
-    "sin",
-    "cos",
-    "not",
-    "isnan",
-    "isinf",
-    "square",
-    "softplus",
-    "softsign",
-    "cast_f32",
-    "cast_f16",
-    "cast_i32",
-    "cast_bool",
-    "add",
-    "sub",
-    "mul",
-    "div",
-    "pow",
-    "min",
-    "max",
-    "mod",
-    "fmod",
-    "eq",
-    "lt",
-    "le",
-    "gt",
-    "ge",
-    "and",
-    "or",
-    "xor",
-    "select",
-    "clamp",
-    "leaky_relu",
-    "elu",
-    "hard_sigmoid",
-];
+impl ExprOp {
+    /// The operation with code `code`, if there is one.
+    pub fn from_code(code: u16) -> Option<ExprOp> {
+        ExprOp::ALL.get(usize::from(code)).copied()
+    }
+}
 
 /// One postfix instruction, as the device executes it.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ExprInstr {
-    pub op: u16,
+    pub op: ExprOp,
     pub arg: u32,
     pub imm: f64,
     pub imm2: f64,
@@ -253,7 +155,7 @@ impl Expr {
             a.flatten_into(out);
         }
         out.push(ExprInstr {
-            op: self.op as u16,
+            op: self.op,
             arg: self.input,
             imm: self.imm,
             imm2: self.imm2,
@@ -267,10 +169,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn names_cover_every_code() {
-        assert_eq!(EXPR_OP_NAMES.len(), ExprOp::HardSigmoid as usize + 1);
-        assert_eq!(EXPR_OP_NAMES[ExprOp::Select as usize], "select");
-        assert_eq!(EXPR_OP_NAMES[ExprOp::CastF16 as usize], "cast_f16");
+    fn codes_names_and_arities_follow_the_list() {
+        for (i, op) in ExprOp::ALL.iter().enumerate() {
+            assert_eq!(*op as usize, i);
+            assert_eq!(ExprOp::from_code(i as u16), Some(*op));
+        }
+        assert_eq!(ExprOp::from_code(ExprOp::ALL.len() as u16), None);
+        assert_eq!(ExprOp::Select.name(), "select");
+        assert_eq!(ExprOp::CastF16.name(), "cast_f16");
+        assert_eq!(ExprOp::ConstI.arity(), ExprArity::Leaf);
+        assert_eq!(ExprOp::Clamp.arity(), ExprArity::Unary);
+        assert_eq!(ExprOp::Fmod.arity(), ExprArity::Binary);
+        assert_eq!(ExprOp::Select.arity(), ExprArity::Ternary);
     }
 
     #[test]
@@ -281,15 +191,10 @@ mod tests {
             Expr::un(ExprOp::Exp, Expr::input(1), false),
             false,
         );
-        let ops: Vec<u16> = e.flatten().iter().map(|i| i.op).collect();
+        let ops: Vec<ExprOp> = e.flatten().iter().map(|i| i.op).collect();
         assert_eq!(
             ops,
-            vec![
-                ExprOp::Input as u16,
-                ExprOp::Input as u16,
-                ExprOp::Exp as u16,
-                ExprOp::Add as u16
-            ]
+            vec![ExprOp::Input, ExprOp::Input, ExprOp::Exp, ExprOp::Add]
         );
     }
 }

@@ -275,8 +275,8 @@ pub fn eval_postfix(
     let n = numel(shape);
     let mut stack: Vec<Val> = Vec::new();
     for (pc, ins) in expr.iter().enumerate() {
-        let Some(op) = expr_op(ins.op) else {
-            return fail(format!("unknown expression code {}", ins.op));
+        let Some(op) = expr_op(ins.op as u16) else {
+            return fail(format!("unknown expression code {:?}", ins.op));
         };
         let rh = |v: f64| if ins.half { r16(v) } else { v };
         let arity = match op {

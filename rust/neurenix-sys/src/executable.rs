@@ -1,0 +1,149 @@
+//! `Executable` and `Engine`: a compiled program and the program loaded on
+//! simulated tiles, as the core's [`DeviceExecutable`] and [`DeviceEngine`].
+
+use cxx::UniquePtr;
+use neurenix_core::backend::{DeviceEngine, DeviceExecutable};
+use neurenix_core::error::Result;
+use neurenix_core::report;
+
+use crate::bridge::ffi;
+use crate::error::from_cxx;
+
+pub(crate) fn system_info(s: ffi::SystemInfo) -> report::SystemInfo {
+    report::SystemInfo {
+        version: s.version,
+        chip: s.chip,
+        num_ipus: s.num_ipus,
+        tiles_per_ipu: s.tiles_per_ipu,
+        bytes_per_tile: s.bytes_per_tile,
+        clock_hz: s.clock_hz,
+        fp16_flops_per_cycle: s.fp16_flops_per_cycle,
+        fp32_flops_per_cycle: s.fp32_flops_per_cycle,
+        fp8_flops_per_cycle: s.fp8_flops_per_cycle,
+        worker_threads: s.worker_threads,
+        exchange_bytes_per_cycle: s.exchange_bytes_per_cycle,
+        sync_cycles: s.sync_cycles,
+        ipu_link_bytes_per_sec: s.ipu_link_bytes_per_sec,
+        ipu_links: s.ipu_links,
+        host_link_bytes_per_sec: s.host_link_bytes_per_sec,
+    }
+}
+
+fn step_kind(k: ffi::StepKind) -> report::StepKind {
+    match k {
+        ffi::StepKind::kCompute => report::StepKind::Compute,
+        ffi::StepKind::kExchange => report::StepKind::Exchange,
+        ffi::StepKind::kHostToDevice => report::StepKind::HostToDevice,
+        _ => report::StepKind::DeviceToHost,
+    }
+}
+
+/// A compiled program: its report, and what an engine loads.
+pub struct Executable {
+    inner: UniquePtr<ffi::Executable>,
+}
+
+impl Executable {
+    pub(crate) fn new(inner: UniquePtr<ffi::Executable>) -> Executable {
+        Executable { inner }
+    }
+}
+
+impl DeviceExecutable for Executable {
+    fn report(&self) -> report::DeviceReport {
+        let x = &self.inner;
+        report::DeviceReport {
+            system: system_info(x.system()),
+            num_ipus: x.num_ipus(),
+            tiles: x
+                .tile_memory()
+                .into_iter()
+                .map(|t| report::TileMemory {
+                    ipu: t.ipu,
+                    tile: t.tile,
+                    variables: t.variables,
+                    vertex_state: t.vertex_state,
+                    code: t.code,
+                    exchange_code: t.exchange_code,
+                    control_code: t.control_code,
+                })
+                .collect(),
+            plans: x
+                .op_plans()
+                .into_iter()
+                .map(|p| report::OpPlan {
+                    name: p.name,
+                    kind: p.kind,
+                    ipu: p.ipu,
+                    plan: p.plan,
+                    tiles_used: p.tiles_used,
+                    temp_bytes_per_tile: p.temp_bytes_per_tile,
+                    estimated_cycles: p.estimated_cycles,
+                })
+                .collect(),
+            steps: x
+                .step_costs()
+                .into_iter()
+                .map(|c| report::StepCost {
+                    kind: step_kind(c.kind),
+                    name: c.name,
+                    cycles: c.cycles,
+                    bytes: c.bytes,
+                    items: c.items,
+                })
+                .collect(),
+            warnings: x.warnings(),
+            cycles_per_run: x.cycles_per_run(),
+        }
+    }
+
+    fn load(&self, threads: u32) -> Result<Box<dyn DeviceEngine>> {
+        Ok(Box::new(Engine {
+            inner: self.inner.load(threads).map_err(from_cxx)?,
+        }))
+    }
+}
+
+/// A program loaded on simulated tiles: tile memory, host streams, BSP
+/// execution.
+pub struct Engine {
+    inner: UniquePtr<ffi::Engine>,
+}
+
+impl DeviceEngine for Engine {
+    fn run(&mut self, inputs: &[Vec<u8>]) -> Result<Vec<Vec<u8>>> {
+        for (i, data) in inputs.iter().enumerate() {
+            self.inner
+                .pin_mut()
+                .write_input(i as u32, data)
+                .map_err(from_cxx)?;
+        }
+        self.inner.pin_mut().run().map_err(from_cxx)?;
+        (0..self.inner.num_outputs())
+            .map(|i| {
+                let n = self.inner.output_bytes(i).map_err(from_cxx)?;
+                let mut buf = vec![0u8; n as usize];
+                self.inner.read_output(i, &mut buf).map_err(from_cxx)?;
+                Ok(buf)
+            })
+            .collect()
+    }
+
+    fn last_run(&self) -> Option<report::RunStats> {
+        let s = self.inner.last_run();
+        (s.steps > 0).then(|| report::RunStats {
+            cycles: s.cycles,
+            compute_cycles: s.compute_cycles,
+            exchange_cycles: s.exchange_cycles,
+            host_cycles: s.host_cycles,
+            steps: s.steps,
+            exchanged_bytes: s.exchanged_bytes,
+            host_bytes: s.host_bytes,
+            wall_seconds: s.wall_seconds,
+            compute_seconds: s.compute_seconds,
+            exchange_seconds: s.exchange_seconds,
+            host_io_seconds: s.host_io_seconds,
+            host_memory_bytes: self.inner.arena_bytes(),
+        })
+    }
+}

@@ -1,0 +1,291 @@
+//! `GraphBuilder`: the simulator's graph library as the core's [`Backend`].
+
+use cxx::UniquePtr;
+use neurenix_core::backend::{
+    Backend, ConvOptions, DeviceExecutable, MatMulOptions, PoolMode, PoolOptions, ReduceFinal,
+    ReduceOp, TensorId,
+};
+use neurenix_core::dtype::DeviceType;
+use neurenix_core::error::{Error, Result, TileOverflow};
+use neurenix_core::expr::ExprInstr;
+
+use crate::bridge::{ffi, ExprOpCode};
+use crate::error::from_cxx;
+use crate::executable::Executable;
+
+pub(crate) fn device_type(t: DeviceType) -> ffi::DeviceType {
+    match t {
+        DeviceType::F32 => ffi::DeviceType::kFloat32,
+        DeviceType::F16 => ffi::DeviceType::kFloat16,
+        DeviceType::I32 => ffi::DeviceType::kInt32,
+        DeviceType::Bool => ffi::DeviceType::kBool,
+    }
+}
+
+fn reduce_op(op: ReduceOp) -> ffi::ReduceOp {
+    match op {
+        ReduceOp::Sum => ffi::ReduceOp::kSum,
+        ReduceOp::Max => ffi::ReduceOp::kMax,
+        ReduceOp::Min => ffi::ReduceOp::kMin,
+        ReduceOp::Prod => ffi::ReduceOp::kProd,
+        ReduceOp::SumSquare => ffi::ReduceOp::kSumSquare,
+        ReduceOp::SumAbs => ffi::ReduceOp::kSumAbs,
+    }
+}
+
+fn reduce_final(f: ReduceFinal) -> ffi::ReduceFinal {
+    match f {
+        ReduceFinal::None => ffi::ReduceFinal::kNone,
+        ReduceFinal::Scale => ffi::ReduceFinal::kScale,
+        ReduceFinal::Sqrt => ffi::ReduceFinal::kSqrt,
+        ReduceFinal::Log => ffi::ReduceFinal::kLog,
+    }
+}
+
+fn pool_mode(m: PoolMode) -> ffi::PoolMode {
+    match m {
+        PoolMode::Max => ffi::PoolMode::kMax,
+        PoolMode::Average => ffi::PoolMode::kAverage,
+        PoolMode::AverageIncludePad => ffi::PoolMode::kAverageIncludePad,
+    }
+}
+
+fn shape64(shape: &[usize]) -> Vec<u64> {
+    shape.iter().map(|&d| d as u64).collect()
+}
+
+/// A graph under construction for some IPUs of a simulated system.
+pub struct GraphBuilder {
+    builder: UniquePtr<ffi::GraphBuilder>,
+    ipu_memory_bytes: u64,
+}
+
+impl GraphBuilder {
+    /// A graph for `num_ipus` IPUs of the system `spec` describes.
+    pub fn new(spec: &str, num_ipus: u32) -> Result<GraphBuilder> {
+        let system = crate::describe_system(spec)?;
+        Ok(GraphBuilder {
+            builder: ffi::new_graph(spec, num_ipus).map_err(from_cxx)?,
+            ipu_memory_bytes: u64::from(system.tiles_per_ipu).saturating_mul(system.bytes_per_tile),
+        })
+    }
+
+    fn b(&mut self) -> std::pin::Pin<&mut ffi::GraphBuilder> {
+        self.builder.pin_mut()
+    }
+}
+
+impl Backend for GraphBuilder {
+    fn add_input(
+        &mut self,
+        name: &str,
+        dtype: DeviceType,
+        shape: &[usize],
+        ipu: u32,
+    ) -> Result<TensorId> {
+        self.b()
+            .add_input(name, device_type(dtype), &shape64(shape), ipu)
+            .map_err(from_cxx)
+    }
+    fn add_constant(
+        &mut self,
+        name: &str,
+        dtype: DeviceType,
+        shape: &[usize],
+        data: &[u8],
+        ipu: u32,
+    ) -> Result<TensorId> {
+        self.b()
+            .add_constant(name, device_type(dtype), &shape64(shape), data, ipu)
+            .map_err(from_cxx)
+    }
+    fn matmul(&mut self, a: TensorId, b: TensorId, p: &MatMulOptions) -> Result<TensorId> {
+        let options = ffi::MatMulOptions {
+            memory_proportion: p.memory_proportion,
+            partials: device_type(p.partials),
+            out_dtype: device_type(p.out_dtype),
+            ipu: p.ipu,
+            name: p.name.clone(),
+        };
+        self.b().matmul(a, b, &options).map_err(from_cxx)
+    }
+    fn map(
+        &mut self,
+        expr: &[ExprInstr],
+        inputs: &[TensorId],
+        out_dtype: DeviceType,
+        out_shape: &[usize],
+        ipu: u32,
+        name: &str,
+    ) -> Result<TensorId> {
+        let e: Vec<ffi::ExprInstr> = expr
+            .iter()
+            .map(|i| ffi::ExprInstr {
+                op: ExprOpCode(i.op),
+                arg: i.arg,
+                imm: i.imm,
+                imm2: i.imm2,
+                half: i.half,
+            })
+            .collect();
+        self.b()
+            .map(
+                &e,
+                inputs,
+                device_type(out_dtype),
+                &shape64(out_shape),
+                ipu,
+                name,
+            )
+            .map_err(from_cxx)
+    }
+    fn reduce(
+        &mut self,
+        x: TensorId,
+        axes: &[usize],
+        op: ReduceOp,
+        final_op: ReduceFinal,
+        scale: f64,
+        out_dtype: DeviceType,
+        ipu: u32,
+        name: &str,
+    ) -> Result<TensorId> {
+        let axes: Vec<u32> = axes.iter().map(|&a| a as u32).collect();
+        self.b()
+            .reduce(
+                x,
+                &axes,
+                reduce_op(op),
+                reduce_final(final_op),
+                scale,
+                device_type(out_dtype),
+                ipu,
+                name,
+            )
+            .map_err(from_cxx)
+    }
+    fn reshape(&mut self, x: TensorId, shape: &[usize]) -> Result<TensorId> {
+        self.b().reshape(x, &shape64(shape)).map_err(from_cxx)
+    }
+    fn rearrange(
+        &mut self,
+        x: TensorId,
+        offset: i64,
+        shape: &[usize],
+        strides: &[i64],
+        ipu: u32,
+        name: &str,
+    ) -> Result<TensorId> {
+        self.b()
+            .rearrange(x, offset, &shape64(shape), strides, ipu, name)
+            .map_err(from_cxx)
+    }
+    fn concat(&mut self, xs: &[TensorId], axis: usize, ipu: u32, name: &str) -> Result<TensorId> {
+        self.b()
+            .concat(xs, axis as u32, ipu, name)
+            .map_err(from_cxx)
+    }
+    fn fill(
+        &mut self,
+        dtype: DeviceType,
+        shape: &[usize],
+        value: f64,
+        ipu: u32,
+        name: &str,
+    ) -> Result<TensorId> {
+        self.b()
+            .fill(device_type(dtype), &shape64(shape), value, ipu, name)
+            .map_err(from_cxx)
+    }
+    fn copy_to_ipu(&mut self, x: TensorId, ipu: u32, name: &str) -> Result<TensorId> {
+        self.b().copy_to_ipu(x, ipu, name).map_err(from_cxx)
+    }
+    fn mark_output(&mut self, x: TensorId, name: &str) -> Result<()> {
+        self.b().mark_output(x, name).map_err(from_cxx)
+    }
+    fn conv(
+        &mut self,
+        x: TensorId,
+        w: TensorId,
+        bias: Option<TensorId>,
+        p: &ConvOptions,
+    ) -> Result<TensorId> {
+        let options = ffi::ConvOptions {
+            groups: p.groups,
+            kh: p.kernel[0],
+            kw: p.kernel[1],
+            sh: p.strides[0],
+            sw: p.strides[1],
+            dh: p.dilations[0],
+            dw: p.dilations[1],
+            pad_top: p.pads[0],
+            pad_left: p.pads[1],
+            pad_bottom: p.pads[2],
+            pad_right: p.pads[3],
+            memory_proportion: p.memory_proportion,
+            partials: device_type(p.partials),
+            out_dtype: device_type(p.out_dtype),
+            ipu: p.ipu,
+            name: p.name.clone(),
+        };
+        let bias: Vec<u32> = bias.into_iter().collect();
+        self.b().conv(x, w, &bias, &options).map_err(from_cxx)
+    }
+    fn pool(&mut self, x: TensorId, p: &PoolOptions) -> Result<TensorId> {
+        let options = ffi::PoolOptions {
+            mode: pool_mode(p.mode),
+            kh: p.kernel[0],
+            kw: p.kernel[1],
+            sh: p.strides[0],
+            sw: p.strides[1],
+            dh: p.dilations[0],
+            dw: p.dilations[1],
+            pad_top: p.pads[0],
+            pad_left: p.pads[1],
+            pad_bottom: p.pads[2],
+            pad_right: p.pads[3],
+            out_h: p.out_hw[0],
+            out_w: p.out_hw[1],
+            ipu: p.ipu,
+            name: p.name.clone(),
+        };
+        self.b().pool(x, &options).map_err(from_cxx)
+    }
+    fn gather_rows(
+        &mut self,
+        table: TensorId,
+        indices: TensorId,
+        ipu: u32,
+        name: &str,
+    ) -> Result<TensorId> {
+        self.b()
+            .gather_rows(table, indices, ipu, name)
+            .map_err(from_cxx)
+    }
+    fn ipu_memory_bytes(&self) -> u64 {
+        self.ipu_memory_bytes
+    }
+    /// Tiles that overflow are an `Error::OutOfMemory` naming each of them.
+    fn compile(mut self: Box<Self>) -> Result<Box<dyn DeviceExecutable>> {
+        let exe = self.b().compile().map_err(from_cxx)?;
+        if !exe.fits() {
+            let tiles: Vec<TileOverflow> = exe
+                .overflows()
+                .into_iter()
+                .map(|o| TileOverflow {
+                    ipu: o.ipu,
+                    tile: o.tile,
+                    used: o.used,
+                    capacity: o.capacity,
+                    largest: o.largest.into_iter().map(|c| (c.name, c.bytes)).collect(),
+                })
+                .collect();
+            return Err(Error::out_of_memory(
+                tiles,
+                "The model does not fit: use more IPUs (num_ipus), a lower memory_proportion, \
+                 float16 precision, or a smaller batch.",
+            ));
+        }
+        Ok(Box::new(Executable::new(exe)))
+    }
+}
