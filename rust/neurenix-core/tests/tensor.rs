@@ -455,9 +455,9 @@ fn constructors_round_to_their_type() {
     assert_eq!(t.to_i64_vec(), vec![-56, 127, 5], "int8 wraps");
     let t = tint(ElemType::U8, &[2], &[256, -1]);
     assert_eq!(t.to_i64_vec(), vec![0, 255], "uint8 wraps");
-    let t = HostTensor::full(ElemType::Bool, &[2], 3.0);
+    let t = HostTensor::full(ElemType::Bool, &[2], 3.0).unwrap();
     assert_eq!(t.to_i64_vec(), vec![1, 1]);
-    let t = HostTensor::full(ElemType::I32, &[1], -2.7);
+    let t = HostTensor::full(ElemType::I32, &[1], -2.7).unwrap();
     assert_eq!(t.to_i64_vec(), vec![-2]);
 }
 
