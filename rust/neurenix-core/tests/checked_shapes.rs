@@ -424,6 +424,28 @@ fn split_sizes_that_wrap_around_are_errors() {
 }
 
 #[test]
+fn empty_constants_joined_beyond_host_arrays_are_errors_not_bugs() {
+    // Two [0, 2^62] constants hold nothing, but their concatenation along
+    // the long axis is a shape no host array can have: not folded (that was
+    // an internal error), and refused as the model's when it must be built.
+    let empty = || Operand::Const(HostTensor::from_bytes(ElemType::F32, &[0, P62], &[]).unwrap());
+    let mut c = NodeCase::new(
+        13,
+        "Concat",
+        vec![empty(), empty()],
+        vec![("axis", Attr::Int(1))],
+        1,
+    );
+    assert_eq!(c.infer().unwrap()[0].shape, vec![0, 2 * P62]);
+    assert!(c.eval().is_none());
+    let e = c.lower(Precision::Float32).unwrap_err();
+    assert!(
+        matches!(&e, Error::ModelFormat(m) if m.contains("more elements than the host")),
+        "{e:?}"
+    );
+}
+
+#[test]
 fn a_split_of_an_empty_input_with_a_huge_axis_lowers() {
     // split_declared_dim_*: the split's index vectors were as long as the
     // axes; an empty tensor may have a 2^62 axis.

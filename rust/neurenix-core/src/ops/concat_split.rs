@@ -11,7 +11,7 @@ use crate::lower::LowerCx;
 use crate::tensor::{Data, HostTensor};
 
 use super::indexing::{fill_tensor, set_take, take_all_host, AxisIndex};
-use super::{norm_axis, OpCx, Operator, Registry, TypeShape};
+use super::{host_fits, norm_axis, OpCx, Operator, Registry, TypeShape};
 
 /// Host concatenation along `axis` of tensors of one kind.
 fn concat_host(ts: &[&HostTensor], axis: usize) -> Result<HostTensor> {
@@ -90,6 +90,11 @@ impl Operator for Concat {
     fn eval(&self, cx: &OpCx, inputs: &[Option<&HostTensor>]) -> Option<Result<Vec<HostTensor>>> {
         let ts: Vec<&HostTensor> = inputs.iter().copied().collect::<Option<Vec<_>>>()?;
         let axis = tryo!(Concat::axis(cx, ts.first()?.shape().len()));
+        // Empty inputs with long axes can make a shape no host array has.
+        let out = tryo!(self.infer(cx)).into_iter().next()?.shape;
+        if !host_fits(&out, usize::MAX) {
+            return None;
+        }
         Some(concat_host(&ts, axis).map(|t| vec![t]))
     }
     fn lower(&self, cx: &mut LowerCx, node: &Node) -> Result<()> {

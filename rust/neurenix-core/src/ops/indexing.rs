@@ -527,4 +527,62 @@ mod tests {
         );
         assert!(runs(&[]).is_empty());
     }
+
+    #[test]
+    fn axis_indices_hold_their_positions_as_few_runs() {
+        // Any list of positions (and pad values) survives the round trip
+        // through runs, built at once or run by run.
+        let mut seed = 7u64;
+        let mut next = |n: u64| {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (seed >> 33) % n
+        };
+        for _ in 0..500 {
+            let len = next(12) as usize;
+            let idx: Vec<Option<usize>> = (0..len)
+                .map(|_| match next(5) {
+                    0 => None,
+                    _ => Some(next(4) as usize),
+                })
+                .collect();
+            let a = AxisIndex::from_positions(&idx);
+            assert_eq!(a.len(), idx.len());
+            assert_eq!(a.positions().unwrap(), idx, "{a:?}");
+            let mut b = AxisIndex::default();
+            for r in runs(&idx) {
+                match r {
+                    Run::Seq { start, step, len } => b.push_seq(start, step, len),
+                    Run::Fill(len) => b.push_fill(len),
+                }
+            }
+            assert_eq!(b.positions().unwrap(), idx);
+        }
+        // Continuing progressions merge: one run for a whole axis.
+        let mut a = AxisIndex::default();
+        a.push_seq(0, 1, 3);
+        a.push_seq(3, 1, 4);
+        a.push_seq(7, 5, 1);
+        assert_eq!(
+            a.runs,
+            vec![Run::Seq {
+                start: 0,
+                step: 1,
+                len: 8
+            }]
+        );
+        let mut a = AxisIndex::seq(4, 0, 1);
+        a.push_seq(2, -2, 2);
+        assert_eq!(
+            a.runs,
+            vec![Run::Seq {
+                start: 4,
+                step: -2,
+                len: 3
+            }]
+        );
+        assert!(AxisIndex::identity(1 << 40).is_identity(1 << 40));
+        assert_eq!(AxisIndex::identity(1 << 40).runs.len(), 1);
+    }
 }
