@@ -274,14 +274,18 @@ fn legacy_shape(node: &Node, opset: i64, a: &[usize], b: &[usize]) -> Result<Opt
             return Ok(None);
         }
     } else if node.attr_i("broadcast", 0)? == 1 {
-        let axis = node.attr_i("axis", (a.len() - b.len()) as i64)?;
-        if axis < 0 || axis as usize + b.len() > a.len() {
-            return Err(Error::model(format!(
-                "node '{}': axis {axis} does not fit operand shapes {a:?} and {b:?}",
-                node.name
-            )));
+        let lead = i64::try_from(a.len() - b.len()).unwrap_or(i64::MAX);
+        let axis = node.attr_i("axis", lead)?;
+        // The second operand, aligned at `axis`, must end within the first.
+        match usize::try_from(axis) {
+            Ok(k) if k <= a.len() - b.len() => k,
+            _ => {
+                return Err(Error::model(format!(
+                    "node '{}': axis {axis} does not fit operand shapes {a:?} and {b:?}",
+                    node.name
+                )))
+            }
         }
-        axis as usize
     } else {
         return Ok(None);
     };
