@@ -87,6 +87,38 @@ pub fn checked_numel(shape: &[usize]) -> Option<usize> {
     shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d))
 }
 
+/// True when a host array of `shape` can exist: ndarray requires the
+/// product of the non-zero dimensions to fit an `isize`, also for an empty
+/// array (`[0, 2^40, 2^40]` holds no element and is still refused).
+pub fn host_shape_ok(shape: &[usize]) -> bool {
+    shape
+        .iter()
+        .filter(|&&d| d != 0)
+        .try_fold(1usize, |n, &d| n.checked_mul(d))
+        .is_some_and(|n| isize::try_from(n).is_ok())
+}
+
+/// The error for a shape no host array can have.
+fn too_large(shape: &[usize]) -> Error {
+    Error::model(format!(
+        "a tensor of shape {shape:?} has more elements than the host can address"
+    ))
+}
+
+/// `v` as a host array of `shape`: an error, not a panic, when the shape is
+/// one no host array can have or `v` does not fill it.
+pub fn host_array<T>(shape: &[usize], v: Vec<T>) -> Result<ArrayD<T>> {
+    if !host_shape_ok(shape) {
+        return Err(too_large(shape));
+    }
+    let n = v.len();
+    ArrayD::from_shape_vec(IxDyn(shape), v).map_err(|e| {
+        Error::Internal(format!(
+            "{n} values do not make a tensor of shape {shape:?}: {e}"
+        ))
+    })
+}
+
 impl HostTensor {
     pub fn float(dtype: ElemType, a: ArrayD<f64>) -> HostTensor {
         HostTensor {
@@ -119,15 +151,20 @@ impl HostTensor {
             data: Data::Float(ArrayD::from_shape_vec(IxDyn(shape), v).expect("shape")),
         }
     }
-    /// A tensor of `dtype` filled with `value`.
-    pub fn full(dtype: ElemType, shape: &[usize], value: f64) -> HostTensor {
-        if dtype.is_float() {
+    /// A tensor of `dtype` filled with `value`. The caller bounds the
+    /// element count (this allocates them all); a shape no host array can
+    /// have is an error.
+    pub fn full(dtype: ElemType, shape: &[usize], value: f64) -> Result<HostTensor> {
+        if !host_shape_ok(shape) {
+            return Err(too_large(shape));
+        }
+        Ok(if dtype.is_float() {
             HostTensor::float(dtype, ArrayD::from_elem(IxDyn(shape), value))
         } else if dtype == ElemType::Bool {
             HostTensor::boolean(ArrayD::from_elem(IxDyn(shape), value != 0.0))
         } else {
             HostTensor::int(dtype, ArrayD::from_elem(IxDyn(shape), value as i64))
-        }
+        })
     }
 
     pub fn shape(&self) -> &[usize] {
@@ -197,8 +234,7 @@ impl HostTensor {
     }
 
     pub fn reshape(&self, shape: &[usize]) -> Result<HostTensor> {
-        let n: usize = shape.iter().product();
-        if n != self.numel() {
+        if checked_numel(shape) != Some(self.numel()) {
             return Err(Error::Internal(format!(
                 "reshape of {:?} to {:?}",
                 self.shape(),
@@ -206,15 +242,9 @@ impl HostTensor {
             )));
         }
         let data = match &self.data {
-            Data::Float(a) => Data::Float(
-                ArrayD::from_shape_vec(IxDyn(shape), a.iter().copied().collect()).unwrap(),
-            ),
-            Data::Int(a) => Data::Int(
-                ArrayD::from_shape_vec(IxDyn(shape), a.iter().copied().collect()).unwrap(),
-            ),
-            Data::Bool(a) => Data::Bool(
-                ArrayD::from_shape_vec(IxDyn(shape), a.iter().copied().collect()).unwrap(),
-            ),
+            Data::Float(a) => Data::Float(host_array(shape, a.iter().copied().collect())?),
+            Data::Int(a) => Data::Int(host_array(shape, a.iter().copied().collect())?),
+            Data::Bool(a) => Data::Bool(host_array(shape, a.iter().copied().collect())?),
         };
         Ok(HostTensor {
             dtype: self.dtype,
@@ -234,60 +264,50 @@ impl HostTensor {
                 bytes.len(),
             )));
         }
-        let sh = IxDyn(shape);
+        if !host_shape_ok(shape) {
+            return Err(too_large(shape));
+        }
         macro_rules! ints {
             ($t:ty) => {{
                 let v: Vec<i64> = bytes
                     .chunks_exact(std::mem::size_of::<$t>())
                     .map(|c| <$t>::from_le_bytes(c.try_into().unwrap()) as i64)
                     .collect();
-                Data::Int(ArrayD::from_shape_vec(sh, v).unwrap())
+                Data::Int(host_array(shape, v)?)
             }};
         }
         let data = match dtype {
-            ElemType::F32 => Data::Float(
-                ArrayD::from_shape_vec(
-                    sh,
-                    bytes
-                        .chunks_exact(4)
-                        .map(|c| f32::from_le_bytes(c.try_into().unwrap()) as f64)
-                        .collect(),
-                )
-                .unwrap(),
-            ),
-            ElemType::F64 => Data::Float(
-                ArrayD::from_shape_vec(
-                    sh,
-                    bytes
-                        .chunks_exact(8)
-                        .map(|c| f64::from_le_bytes(c.try_into().unwrap()))
-                        .collect(),
-                )
-                .unwrap(),
-            ),
-            ElemType::F16 => Data::Float(
-                ArrayD::from_shape_vec(
-                    sh,
-                    bytes
-                        .chunks_exact(2)
-                        .map(|c| f16::from_le_bytes(c.try_into().unwrap()).to_f64())
-                        .collect(),
-                )
-                .unwrap(),
-            ),
-            ElemType::BF16 => Data::Float(
-                ArrayD::from_shape_vec(
-                    sh,
-                    bytes
-                        .chunks_exact(2)
-                        .map(|c| half::bf16::from_le_bytes(c.try_into().unwrap()).to_f64())
-                        .collect(),
-                )
-                .unwrap(),
-            ),
-            ElemType::Bool => Data::Bool(
-                ArrayD::from_shape_vec(sh, bytes.iter().map(|&b| b != 0).collect()).unwrap(),
-            ),
+            ElemType::F32 => Data::Float(host_array(
+                shape,
+                bytes
+                    .chunks_exact(4)
+                    .map(|c| f32::from_le_bytes(c.try_into().unwrap()) as f64)
+                    .collect(),
+            )?),
+            ElemType::F64 => Data::Float(host_array(
+                shape,
+                bytes
+                    .chunks_exact(8)
+                    .map(|c| f64::from_le_bytes(c.try_into().unwrap()))
+                    .collect(),
+            )?),
+            ElemType::F16 => Data::Float(host_array(
+                shape,
+                bytes
+                    .chunks_exact(2)
+                    .map(|c| f16::from_le_bytes(c.try_into().unwrap()).to_f64())
+                    .collect(),
+            )?),
+            ElemType::BF16 => Data::Float(host_array(
+                shape,
+                bytes
+                    .chunks_exact(2)
+                    .map(|c| half::bf16::from_le_bytes(c.try_into().unwrap()).to_f64())
+                    .collect(),
+            )?),
+            ElemType::Bool => {
+                Data::Bool(host_array(shape, bytes.iter().map(|&b| b != 0).collect())?)
+            }
             ElemType::I8 => ints!(i8),
             ElemType::U8 => ints!(u8),
             ElemType::I16 => ints!(i16),
@@ -305,7 +325,7 @@ impl HostTensor {
                         ))
                     })?);
                 }
-                Data::Int(ArrayD::from_shape_vec(sh, v).unwrap())
+                Data::Int(host_array(shape, v)?)
             }
         };
         Ok(HostTensor { dtype, data })
@@ -484,7 +504,7 @@ mod tests {
             ElemType::Bool,
             ElemType::I8,
         ] {
-            let t = HostTensor::full(dt, &[2, 3], 1.0);
+            let t = HostTensor::full(dt, &[2, 3], 1.0).unwrap();
             let b = t.to_bytes();
             assert_eq!(b.len(), 6 * dt.size());
             assert_eq!(HostTensor::from_bytes(dt, &[2, 3], &b).unwrap(), t);

@@ -7,6 +7,7 @@
 mod common;
 
 mod backend_double;
+mod checked_shapes;
 mod executable;
 mod expr_eval;
 mod fold;

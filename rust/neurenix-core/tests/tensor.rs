@@ -1,7 +1,8 @@
 //! Host tensors and the host <-> device conversions: every element type pair
 //! the compiler uses (float32/float16/float64 <-> float32/float16 tile
 //! memory, int64/int32/uint8 <-> int32, bool <-> bool), the int32 range
-//! check on the way in, raw byte round trips, and ONNX Cast semantics.
+//! check on the way in, raw byte round trips, ONNX Cast semantics, and
+//! shapes no host array can have.
 
 use crate::common::*;
 use half::f16;
@@ -455,9 +456,9 @@ fn constructors_round_to_their_type() {
     assert_eq!(t.to_i64_vec(), vec![-56, 127, 5], "int8 wraps");
     let t = tint(ElemType::U8, &[2], &[256, -1]);
     assert_eq!(t.to_i64_vec(), vec![0, 255], "uint8 wraps");
-    let t = HostTensor::full(ElemType::Bool, &[2], 3.0);
+    let t = HostTensor::full(ElemType::Bool, &[2], 3.0).unwrap();
     assert_eq!(t.to_i64_vec(), vec![1, 1]);
-    let t = HostTensor::full(ElemType::I32, &[1], -2.7);
+    let t = HostTensor::full(ElemType::I32, &[1], -2.7).unwrap();
     assert_eq!(t.to_i64_vec(), vec![-2]);
 }
 
@@ -574,4 +575,22 @@ fn to_device_bytes_range_check_names_the_value() {
         .to_device_bytes(DeviceType::Bool, "c")
         .unwrap();
     assert_eq!(b, vec![0, 1]);
+}
+
+#[test]
+fn shapes_no_host_array_can_have_are_errors() {
+    // ndarray refuses a shape whose non-zero dimensions multiply beyond
+    // isize, even an empty one; these used to panic ("Shape too large", or
+    // an unwrap of its error).
+    let huge = [0, 1 << 40, 1 << 40];
+    assert!(HostTensor::full(ElemType::F32, &huge, 0.0).is_err());
+    let e = HostTensor::from_bytes(ElemType::F32, &[0, 1 << 62, 4], &[]).unwrap_err();
+    assert!(e.to_string().contains("more elements than the host"), "{e}");
+    let empty = HostTensor::from_bytes(ElemType::I64, &[0], &[]).unwrap();
+    assert!(empty.reshape(&huge).is_err());
+    assert!(empty.reshape(&[1 << 40, 1 << 40, 1 << 40, 0]).is_err());
+    // Large but possible empty shapes are fine.
+    let e = HostTensor::full(ElemType::Bool, &[0, 1 << 62], 1.0).unwrap();
+    assert_eq!(e.shape(), &[0, 1 << 62]);
+    assert_eq!(empty.reshape(&[1 << 40, 0]).unwrap().shape(), &[1 << 40, 0]);
 }

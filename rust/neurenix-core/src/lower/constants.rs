@@ -16,7 +16,12 @@ impl LowerCx<'_> {
         if let Some(t) = self.consts.get(&key) {
             return Ok(t.clone());
         }
-        let c = self.graph.constant(v).expect("constant");
+        let c = self.graph.constant(v).ok_or_else(|| {
+            Error::Internal(format!(
+                "value '{}' is not a constant",
+                self.graph.value(v).name
+            ))
+        })?;
         let name = self.graph.value(v).name.clone();
         let t = self.host_constant(c, dt, &name)?;
         self.consts.insert(key, t.clone());

@@ -6,16 +6,25 @@ use crate::backend::{ConvOptions, MatMulOptions, PoolOptions, ReduceFinal, Reduc
 use crate::dtype::DeviceType;
 use crate::error::{Error, Result};
 use crate::expr::Expr;
+use crate::tensor::checked_numel;
 
 use super::{DevTensor, LowerCx};
 
-/// Element strides of a row-major tensor of `shape`.
-pub fn row_major_strides(shape: &[usize]) -> Vec<i64> {
+/// Element strides of a row-major tensor of `shape`; an error when they do
+/// not fit the int64 offsets views take.
+pub fn row_major_strides(shape: &[usize]) -> Result<Vec<i64>> {
     let mut s = vec![1i64; shape.len()];
     for i in (0..shape.len().saturating_sub(1)).rev() {
-        s[i] = s[i + 1] * shape[i + 1] as i64;
+        s[i] = i64::try_from(shape[i + 1])
+            .ok()
+            .and_then(|d| s[i + 1].checked_mul(d))
+            .ok_or_else(|| {
+                Error::model(format!(
+                    "a tensor of shape {shape:?} has more elements than int64 offsets can address"
+                ))
+            })?;
     }
-    s
+    Ok(s)
 }
 
 impl LowerCx<'_> {
@@ -36,11 +45,23 @@ impl LowerCx<'_> {
         dtype: DeviceType,
         shape: &[usize],
     ) -> Result<DevTensor> {
-        let ins: Vec<TensorId> = inputs.iter().map(|t| t.id).collect();
         let name = self.name();
+        self.map_named(expr, inputs, dtype, shape, &name)
+    }
+
+    /// `map_now` under another name than the current node's.
+    pub(super) fn map_named(
+        &mut self,
+        expr: &Expr,
+        inputs: &[DevTensor],
+        dtype: DeviceType,
+        shape: &[usize],
+        name: &str,
+    ) -> Result<DevTensor> {
+        let ins: Vec<TensorId> = inputs.iter().map(|t| t.id).collect();
         let id = self
             .backend
-            .map(&expr.flatten(), &ins, dtype, shape, self.current_ipu, &name)?;
+            .map(&expr.flatten(), &ins, dtype, shape, self.current_ipu, name)?;
         Ok(self.here(id, shape.to_vec(), dtype))
     }
 
@@ -110,8 +131,7 @@ impl LowerCx<'_> {
         if x.shape == shape {
             return Ok(x.clone());
         }
-        let n: usize = shape.iter().product();
-        if n != x.numel() {
+        if checked_numel(shape).is_none() || checked_numel(shape) != checked_numel(&x.shape) {
             return Err(Error::Internal(format!(
                 "reshape {:?} -> {:?}",
                 x.shape, shape
@@ -145,7 +165,7 @@ impl LowerCx<'_> {
         if perm.iter().enumerate().all(|(i, &p)| i == p) {
             return Ok(x.clone());
         }
-        let strides = row_major_strides(&x.shape);
+        let strides = row_major_strides(&x.shape)?;
         let shape: Vec<usize> = perm.iter().map(|&p| x.shape[p]).collect();
         let st: Vec<i64> = perm.iter().map(|&p| strides[p]).collect();
         // Moving only size-1 axes keeps the element order: a free reshape.
@@ -161,8 +181,11 @@ impl LowerCx<'_> {
         if x.shape == shape {
             return Ok(x.clone());
         }
-        let strides = row_major_strides(&x.shape);
-        let lead = shape.len() - x.shape.len();
+        let strides = row_major_strides(&x.shape)?;
+        let lead = shape
+            .len()
+            .checked_sub(x.shape.len())
+            .ok_or_else(|| Error::Internal(format!("expand of {:?} to {shape:?}", x.shape)))?;
         let st: Vec<i64> = (0..shape.len())
             .map(|i| {
                 if i < lead || x.shape[i - lead] == 1 {
@@ -180,7 +203,10 @@ impl LowerCx<'_> {
         let name = self.name();
         let id = self.backend.concat(&ids, axis, self.current_ipu, &name)?;
         let mut shape = xs[0].shape.clone();
-        shape[axis] = xs.iter().map(|t| t.shape[axis]).sum();
+        shape[axis] = xs
+            .iter()
+            .try_fold(0usize, |n, t| n.checked_add(t.shape[axis]))
+            .ok_or_else(|| Error::Internal(format!("concatenated length overflows: {shape:?}")))?;
         Ok(self.here(id, shape, xs[0].dtype))
     }
 

@@ -54,6 +54,14 @@ impl LowerCx<'_> {
         matches!(self.slots.get(&v), Some(Slot::Lazy(l)) if self.uses[v] == 1 && l.ipu == self.current_ipu)
     }
 
+    /// The name of the node whose expression `v` is, when `v` is fusable.
+    pub(super) fn fusable_name(&self, v: ValueId) -> Option<String> {
+        match self.slots.get(&v) {
+            Some(Slot::Lazy(l)) if self.fusable(v) => Some(l.name.clone()),
+            _ => None,
+        }
+    }
+
     /// The value as a device tensor where it was produced: a lazy value is
     /// computed now, once.
     pub(super) fn materialize(&mut self, v: ValueId) -> Result<DevTensor> {

@@ -22,7 +22,7 @@ use crate::dtype::{DeviceType, ElemType};
 use crate::error::{Error, Result};
 use crate::executable::HostStream;
 use crate::ir::{Graph, Node, NodeId, ValueId};
-use crate::tensor::HostTensor;
+use crate::tensor::{checked_numel, HostTensor};
 
 use fusion::LazyMap;
 use precision::{FloatRole, Precision};
@@ -43,9 +43,19 @@ pub struct DevTensor {
 }
 
 impl DevTensor {
+    /// Elements (saturating: a device tensor that exists has fewer than
+    /// `usize::MAX`, and an overflowing count stays large).
     pub fn numel(&self) -> usize {
-        self.shape.iter().product()
+        self.shape.iter().fold(1usize, |n, &d| n.saturating_mul(d))
     }
+}
+
+/// What is being lowered, which names the device operations emitted: a
+/// node, or (outside any node) a model input or output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Site {
+    Node(NodeId),
+    Value(ValueId),
 }
 
 /// What a lowered value is, so far.
@@ -61,7 +71,8 @@ pub struct LowerCx<'a> {
     pub opset: i64,
     pub opts: &'a LowerOptions,
     node_ipu: &'a [u32],
-    current_node: NodeId,
+    /// `None` before anything is lowered.
+    site: Option<Site>,
     current_ipu: u32,
     /// The precision role of what is being lowered: the current node's
     /// operator's, or the model's inputs' and outputs'.
@@ -89,7 +100,7 @@ impl<'a> LowerCx<'a> {
             opset,
             opts,
             node_ipu,
-            current_node: 0,
+            site: None,
             current_ipu: 0,
             role: FloatRole::Compute,
             slots: HashMap::new(),
@@ -104,10 +115,19 @@ impl<'a> LowerCx<'a> {
     /// policy gives model inputs.
     pub(crate) fn bind_input(&mut self, v: ValueId, ipu: u32) -> Result<HostStream> {
         self.role = FloatRole::ModelInput;
+        self.site = Some(Site::Value(v));
         let dtype = self.dtype(v)?;
         let dev = self.device_type(dtype);
         let shape = self.shape(v)?;
         let name = self.graph.value(v).name.clone();
+        if checked_numel(&shape)
+            .and_then(|n| n.checked_mul(dev.size()))
+            .is_none()
+        {
+            return Err(Error::model(format!(
+                "model input '{name}' of shape {shape:?} has more bytes than this host can count"
+            )));
+        }
         let id = self.backend.add_input(&name, dev, &shape, ipu)?;
         self.slots.insert(
             v,
@@ -126,20 +146,36 @@ impl<'a> LowerCx<'a> {
         })
     }
 
-    pub(crate) fn begin_node(&mut self, idx: NodeId, role: FloatRole) {
-        self.current_node = idx;
-        self.current_ipu = self.node_ipu[idx];
+    /// Starts lowering node `idx` of the graph, whose operator plays `role`
+    /// for the precision policy.
+    pub fn begin_node(&mut self, idx: NodeId, role: FloatRole) {
+        self.site = Some(Site::Node(idx));
+        self.current_ipu = self.node_ipu.get(idx).copied().unwrap_or(0);
         self.role = role;
     }
 
     pub fn ipu(&self) -> u32 {
         self.current_ipu
     }
-    pub fn node(&self) -> &'a Node {
-        &self.graph.nodes[self.current_node]
+    /// The node being lowered; `None` while model inputs and outputs are.
+    pub fn node(&self) -> Option<&'a Node> {
+        match self.site {
+            Some(Site::Node(i)) => self.graph.nodes.get(i),
+            _ => None,
+        }
     }
-    fn name(&self) -> String {
-        self.node().name.clone()
+    /// What device operations are named after: the node being lowered, or
+    /// the model input or output being bound or finished.
+    pub fn name(&self) -> String {
+        match self.site {
+            Some(Site::Node(i)) => self
+                .graph
+                .nodes
+                .get(i)
+                .map_or_else(String::new, |n| n.name.clone()),
+            Some(Site::Value(v)) => self.graph.value(v).name.clone(),
+            None => String::new(),
+        }
     }
 
     pub fn shape(&self, v: ValueId) -> Result<Vec<usize>> {
@@ -207,6 +243,7 @@ impl<'a> LowerCx<'a> {
         let graph = self.graph;
         let mut out = Vec::new();
         for &v in &graph.outputs {
+            self.site = Some(Site::Value(v));
             let dtype = self.dtype(v)?;
             let shape = self.shape(v)?;
             match self.slots.get(&v) {
@@ -215,11 +252,12 @@ impl<'a> LowerCx<'a> {
                 None => {}
             }
             let want = self.device_type(dtype);
-            let t = if self.fusable(v) {
-                // Fuse the conversion into the value's own expression.
+            let t = if let Some(name) = self.fusable_name(v) {
+                // Fuse the conversion into the value's own expression, which
+                // keeps the name of the node that made it.
                 let mut ins = Vec::new();
                 let e = self.operand(v, &mut ins, Some(want))?;
-                self.map_now(&e, &ins, want, &shape)?
+                self.map_named(&e, &ins, want, &shape, &name)?
             } else {
                 self.tensor_as(v, want)?
             };

@@ -10,8 +10,8 @@ use crate::ir::Node;
 use crate::lower::LowerCx;
 use crate::tensor::{Data, HostTensor};
 
-use super::indexing::{fill_tensor, identity_index, set_take, take_all_host, AxisIndex};
-use super::{norm_axis, OpCx, Operator, Registry, TypeShape};
+use super::indexing::{fill_tensor, set_take, take_all_host, AxisIndex};
+use super::{host_fits, norm_axis, OpCx, Operator, Registry, TypeShape};
 
 /// Host concatenation along `axis` of tensors of one kind.
 fn concat_host(ts: &[&HostTensor], axis: usize) -> Result<HostTensor> {
@@ -79,18 +79,27 @@ impl Operator for Concat {
                     "input shapes {s0:?} and {s:?} differ outside axis {axis}"
                 )));
             }
-            out[axis] += s[axis];
+            out[axis] = cx.dim_add(
+                out[axis],
+                s[axis],
+                format_args!("the concatenated axis {axis}"),
+            )?;
         }
         Ok(vec![TypeShape::new(t, out)])
     }
     fn eval(&self, cx: &OpCx, inputs: &[Option<&HostTensor>]) -> Option<Result<Vec<HostTensor>>> {
         let ts: Vec<&HostTensor> = inputs.iter().copied().collect::<Option<Vec<_>>>()?;
-        let axis = tryo!(Concat::axis(cx, ts[0].shape().len()));
+        let axis = tryo!(Concat::axis(cx, ts.first()?.shape().len()));
+        // Empty inputs with long axes can make a shape no host array has.
+        let out = tryo!(self.infer(cx)).into_iter().next()?.shape;
+        if !host_fits(&out, usize::MAX) {
+            return None;
+        }
         Some(concat_host(&ts, axis).map(|t| vec![t]))
     }
     fn lower(&self, cx: &mut LowerCx, node: &Node) -> Result<()> {
         let opcx = OpCx::of(cx, node);
-        let axis = Concat::axis(&opcx, cx.shape(node.input(0).unwrap())?.len())?;
+        let axis = Concat::axis(&opcx, opcx.in_shape(0)?.len())?;
         let ins: Vec<usize> = node.inputs.iter().flatten().copied().collect();
         // Computed operands keep their device type when they agree; constants
         // (and disagreeing operands) take the node's type.
@@ -106,7 +115,7 @@ impl Operator for Concat {
                 }
             }
         }
-        let model_t = cx.dtype(ins[0])?;
+        let model_t = opcx.in_dtype(0)?;
         let want = match (dev, same) {
             (Some(d), true) => d,
             _ => cx.device_type(model_t),
@@ -121,7 +130,7 @@ impl Operator for Concat {
         let out_shape = cx.shape(node.outputs[0])?;
         let y = match parts.len() {
             0 => fill_tensor(cx, want, &out_shape, 0.0)?,
-            1 => parts.pop().unwrap(),
+            1 => parts.remove(0),
             _ => cx.concat(&parts, axis)?,
         };
         cx.set(node.outputs[0], y);
@@ -172,7 +181,7 @@ impl Split {
                 )));
             }
             let sizes = cx.dims(&s, "split")?;
-            if sizes.iter().sum::<usize>() != dim {
+            if cx.dim_sum(&sizes, "the sum of split")? != dim {
                 return Err(cx.err(format!(
                     "split {s:?} does not add up to dimension {axis} of {shape:?}"
                 )));
@@ -181,15 +190,15 @@ impl Split {
         }
         if let Some(k) = num_outputs {
             let k = k?;
-            if k < 1 || k as usize != n_out {
+            if k < 1 || usize::try_from(k) != Ok(n_out) {
                 return Err(cx.err(format!(
                     "num_outputs is {k} but the node has {n_out} outputs"
                 )));
             }
-            let k = k as usize;
+            let k = n_out;
             // Equal chunks of ceil(dim / k); the last one takes the rest.
             let chunk = dim.div_ceil(k);
-            let used = chunk * (k - 1);
+            let used = chunk.saturating_mul(k - 1);
             if used > dim {
                 return Err(cx.err(format!(
                     "dimension {axis} of {shape:?} cannot be split into {k} chunks of {chunk} (the last would be negative)"
@@ -207,14 +216,16 @@ impl Split {
         Ok((axis, vec![dim / n_out; n_out]))
     }
 
+    /// Per output, its index into the input; `sizes` add up to the axis.
     fn indices(shape: &[usize], axis: usize, sizes: &[usize]) -> Vec<Vec<AxisIndex>> {
-        let mut at = 0;
+        let mut at = 0usize;
         sizes
             .iter()
             .map(|&len| {
-                let mut idx: Vec<AxisIndex> = shape.iter().map(|&d| identity_index(d)).collect();
-                idx[axis] = (at..at + len).map(Some).collect();
-                at += len;
+                let mut idx: Vec<AxisIndex> =
+                    shape.iter().map(|&d| AxisIndex::identity(d)).collect();
+                idx[axis] = AxisIndex::seq(at, 1, len);
+                at = at.saturating_add(len);
                 idx
             })
             .collect()
@@ -238,14 +249,16 @@ impl Operator for Split {
     fn eval(&self, cx: &OpCx, inputs: &[Option<&HostTensor>]) -> Option<Result<Vec<HostTensor>>> {
         let x = inputs[0]?;
         let (axis, sizes) = tryo!(Split::sizes(cx, x.shape()));
-        Some(Ok(Split::indices(x.shape(), axis, &sizes)
-            .iter()
-            .map(|idx| take_all_host(x, idx, 0.0))
-            .collect()))
+        Some(
+            Split::indices(x.shape(), axis, &sizes)
+                .iter()
+                .map(|idx| take_all_host(x, idx, 0.0))
+                .collect(),
+        )
     }
     fn lower(&self, cx: &mut LowerCx, node: &Node) -> Result<()> {
-        let shape = cx.shape(node.input(0).unwrap())?;
         let opcx = OpCx::of(cx, node);
+        let shape = opcx.in_shape(0)?;
         let (axis, sizes) = Split::sizes(&opcx, &shape)?;
         for (k, idx) in Split::indices(&shape, axis, &sizes).iter().enumerate() {
             set_take(cx, node, k, idx, 0.0)?;

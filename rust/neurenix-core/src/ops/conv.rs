@@ -8,7 +8,7 @@ use crate::ir::Node;
 use crate::lower::LowerCx;
 use crate::tensor::HostTensor;
 
-use super::{OpCx, Operator, Registry, TypeShape};
+use super::{numel_f64, OpCx, Operator, Registry, TypeShape};
 
 /// Spatial window of a convolution or pooling: per spatial dimension (1 or 2
 /// of them), kernel, stride, dilation, pads at both ends, and output size.
@@ -40,27 +40,43 @@ impl Window {
             )));
         }
         let node = cx.node;
+        let positive = |name: &str, v: &[i64]| -> Result<Vec<usize>> {
+            if v.len() != n || v.iter().any(|&x| x < 1) {
+                return Err(cx.err(format!("{name} {v:?} must hold {n} positive values")));
+            }
+            cx.dims(v, name)
+        };
         let attr_list = |name: &str, default: usize| -> Result<Vec<usize>> {
             match node.attr_ints(name)? {
                 None => Ok(vec![default; n]),
-                Some(v) if v.len() == n && v.iter().all(|&x| x >= 1) => {
-                    Ok(v.iter().map(|&x| x as usize).collect())
-                }
-                Some(v) => Err(cx.err(format!("{name} {v:?} must hold {n} positive values"))),
+                Some(v) => positive(name, &v),
             }
         };
         let kernel = match node.attr_ints("kernel_shape")? {
-            Some(k) => {
-                if k.len() != n || k.iter().any(|&x| x < 1) {
-                    return Err(cx.err(format!("kernel_shape {k:?} must hold {n} positive values")));
-                }
-                k.iter().map(|&x| x as usize).collect()
-            }
+            Some(k) => positive("kernel_shape", &k)?,
             None => kernel.ok_or_else(|| cx.err("missing kernel_shape"))?,
         };
+        if kernel.len() != n || kernel.contains(&0) {
+            return Err(cx.err(format!(
+                "the kernel {kernel:?} must hold {n} positive values"
+            )));
+        }
         let strides = attr_list("strides", 1)?;
         let dilations = attr_list("dilations", 1)?;
         let auto_pad = node.attr_s("auto_pad", "NOTSET")?;
+        // The extent of a dilated kernel.
+        let effective = |i: usize| -> Result<usize> {
+            let span = cx.dim_mul(
+                kernel[i] - 1,
+                dilations[i],
+                format_args!("the kernel of spatial axis {i} dilated"),
+            )?;
+            cx.dim_add(
+                span,
+                1,
+                format_args!("the kernel of spatial axis {i} dilated"),
+            )
+        };
         let (mut pb, mut pe) = (vec![0usize; n], vec![0usize; n]);
         let mut out = vec![0usize; n];
         match auto_pad.as_str() {
@@ -72,14 +88,16 @@ impl Window {
                             2 * n
                         )));
                     }
-                    for i in 0..n {
-                        pb[i] = p[i] as usize;
-                        pe[i] = p[n + i] as usize;
-                    }
+                    let p = cx.dims(&p, "pads")?;
+                    pb.copy_from_slice(&p[..n]);
+                    pe.copy_from_slice(&p[n..]);
                 }
                 for i in 0..n {
-                    let eff = (kernel[i] - 1) * dilations[i] + 1;
-                    let total = spatial[i] + pb[i] + pe[i];
+                    let eff = effective(i)?;
+                    let total =
+                        cx.dim_add(spatial[i], pb[i], format_args!("spatial axis {i} padded"))?;
+                    let total =
+                        cx.dim_add(total, pe[i], format_args!("spatial axis {i} padded"))?;
                     if total < eff {
                         return Err(cx.err(format!(
                             "the kernel ({} with dilation {}) is larger than the padded input ({})",
@@ -87,20 +105,24 @@ impl Window {
                         )));
                     }
                     let span = total - eff;
-                    out[i] = if ceil_mode {
-                        span.div_ceil(strides[i]) + 1
+                    let windows = if ceil_mode {
+                        span.div_ceil(strides[i])
                     } else {
-                        span / strides[i] + 1
+                        span / strides[i]
                     };
+                    out[i] =
+                        cx.dim_add(windows, 1, format_args!("the windows of spatial axis {i}"))?;
                     // A window may not start inside the end padding.
-                    if ceil_mode && (out[i] - 1) * strides[i] >= spatial[i] + pb[i] {
+                    if ceil_mode
+                        && windows.saturating_mul(strides[i]) >= spatial[i].saturating_add(pb[i])
+                    {
                         out[i] -= 1;
                     }
                 }
             }
             "VALID" => {
                 for i in 0..n {
-                    let eff = (kernel[i] - 1) * dilations[i] + 1;
+                    let eff = effective(i)?;
                     if spatial[i] < eff {
                         return Err(cx.err("the kernel is larger than the input (auto_pad VALID)"));
                     }
@@ -109,9 +131,13 @@ impl Window {
             }
             "SAME_UPPER" | "SAME_LOWER" => {
                 for i in 0..n {
-                    let eff = (kernel[i] - 1) * dilations[i] + 1;
+                    let eff = effective(i)?;
                     out[i] = spatial[i].div_ceil(strides[i]);
-                    let total = ((out[i] - 1) * strides[i] + eff).saturating_sub(spatial[i]);
+                    // The last window starts below the input's end.
+                    let last = out[i].saturating_sub(1) * strides[i];
+                    let reach =
+                        cx.dim_add(last, eff, format_args!("the window of spatial axis {i}"))?;
+                    let total = reach.saturating_sub(spatial[i]);
                     let small = total / 2;
                     if auto_pad == "SAME_UPPER" {
                         pb[i] = small;
@@ -134,25 +160,43 @@ impl Window {
         })
     }
 
-    /// As 2-D (height, width) arrays; 1-D windows get a unit height.
-    pub fn hw(&self) -> ([u32; 2], [u32; 2], [u32; 2], [u32; 4], [u32; 2]) {
-        let two = |v: &[usize], one: usize| -> [u32; 2] {
-            if v.len() == 1 {
-                [one as u32, v[0] as u32]
-            } else {
-                [v[0] as u32, v[1] as u32]
+    /// As 2-D (height, width) arrays, in the 32 bits the device's planners
+    /// take; 1-D windows get a unit height. A larger value is an error.
+    pub fn hw(&self, cx: &OpCx) -> Result<Hw> {
+        let two = |v: &[usize], one: u32, what: &str| -> Result<[u32; 2]> {
+            let u = |x: usize| {
+                u32::try_from(x).map_err(|_| {
+                    cx.err(format!(
+                        "{what} {v:?}: {x} is beyond the 32-bit window sizes the IPU's planners take"
+                    ))
+                })
+            };
+            match v {
+                [w] => Ok([one, u(*w)?]),
+                [h, w] => Ok([u(*h)?, u(*w)?]),
+                _ => Err(cx.err(format!("{what} {v:?} must hold 1 or 2 values"))),
             }
         };
-        let pb = two(&self.pads_begin, 0);
-        let pe = two(&self.pads_end, 0);
-        (
-            two(&self.kernel, 1),
-            two(&self.strides, 1),
-            two(&self.dilations, 1),
-            [pb[0], pb[1], pe[0], pe[1]],
-            two(&self.out, 1),
-        )
+        let pb = two(&self.pads_begin, 0, "pads")?;
+        let pe = two(&self.pads_end, 0, "pads")?;
+        Ok(Hw {
+            kernel: two(&self.kernel, 1, "kernel")?,
+            strides: two(&self.strides, 1, "strides")?,
+            dilations: two(&self.dilations, 1, "dilations")?,
+            pads: [pb[0], pb[1], pe[0], pe[1]],
+            out: two(&self.out, 1, "the output size")?,
+        })
     }
+}
+
+/// A window in the device's terms: (height, width) pairs, pads as
+/// [top, left, bottom, right].
+pub struct Hw {
+    pub kernel: [u32; 2],
+    pub strides: [u32; 2],
+    pub dilations: [u32; 2],
+    pub pads: [u32; 4],
+    pub out: [u32; 2],
 }
 
 /// Shape with a unit height inserted for 1-D layouts ([N, C, L] -> [N, C, 1, L]).
@@ -185,8 +229,8 @@ impl Conv {
         if group < 1 {
             return Err(cx.err(format!("group must be positive, got {group}")));
         }
-        let group = group as usize;
-        if x[1] % group != 0 || w[0] % group != 0 || w[1] * group != x[1] {
+        let group = cx.to_dim(group, "group")?;
+        if x[1] % group != 0 || w[0] % group != 0 || w[1].checked_mul(group) != Some(x[1]) {
             return Err(cx.err(format!(
                 "input channels {} and weights {w:?} do not fit {group} groups",
                 x[1]
@@ -220,8 +264,14 @@ impl Operator for Conv {
     fn lower(&self, cx: &mut LowerCx, node: &Node) -> Result<()> {
         let opcx = OpCx::of(cx, node);
         let (win, group, out) = Conv::check(&opcx)?;
+        let hw = win.hw(&opcx)?;
+        let groups = u32::try_from(group).map_err(|_| {
+            opcx.err(format!(
+                "{group} groups are beyond the 32 bits the IPU takes"
+            ))
+        })?;
         let ft = cx.float_type();
-        let (vx, vw) = (node.input(0).unwrap(), node.input(1).unwrap());
+        let (vx, vw) = (opcx.input(0)?, opcx.input(1)?);
         let x = cx.tensor_as(vx, ft)?;
         let x = cx.reshape(&x, &as_2d(&x.shape))?;
         let w = match cx.constant(vw) {
@@ -239,20 +289,19 @@ impl Operator for Conv {
             Some(b) => Some(cx.tensor_as(b, ft)?),
             None => None,
         };
-        let (kernel, strides, dilations, pads, out_hw) = win.hw();
         let p = ConvOptions {
-            groups: group as u32,
-            kernel,
-            strides,
-            dilations,
-            pads,
+            groups,
+            kernel: hw.kernel,
+            strides: hw.strides,
+            dilations: hw.dilations,
+            pads: hw.pads,
             memory_proportion: 0.0,
             partials: DeviceType::F32,
             out_dtype: ft,
             ipu: 0,
             name: String::new(),
         };
-        let out4 = vec![out[0], out[1], out_hw[0] as usize, out_hw[1] as usize];
+        let out4 = vec![out[0], out[1], hw.out[0] as usize, hw.out[1] as usize];
         let y = cx.conv(&x, &w, bias.as_ref(), p, &out4)?;
         let y = cx.reshape(&y, &out)?;
         cx.set(node.outputs[0], y);
@@ -261,9 +310,7 @@ impl Operator for Conv {
 
     fn flops(&self, cx: &OpCx) -> f64 {
         match (Conv::check(cx), cx.in_shape(1)) {
-            (Ok((_, _, out)), Ok(w)) => {
-                2.0 * out.iter().product::<usize>() as f64 * w[1..].iter().product::<usize>() as f64
-            }
+            (Ok((_, _, out)), Ok(w)) => 2.0 * numel_f64(&out) * numel_f64(&w[1..]),
             _ => 0.0,
         }
     }

@@ -6,14 +6,15 @@
 //! the device's map vertices when lowering.
 
 use crate::dtype::{DeviceType, ElemType};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::expr::eval::eval_host;
 use crate::expr::{Expr, ExprOp};
 use crate::ir::Node;
 use crate::lower::LowerCx;
 use crate::tensor::{round_float, HostTensor};
 
-use super::{broadcast_shapes, OpCx, Operator, Registry, TypeShape};
+use super::indexing::FOLD_LIMIT;
+use super::{broadcast_shapes, host_fits, OpCx, Operator, Registry, TypeShape};
 
 /// Which element types the operator accepts.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -51,8 +52,26 @@ struct Elementwise {
     max_inputs: usize,
 }
 
-fn first(args: Vec<Option<Expr>>) -> Expr {
-    args.into_iter().next().flatten().expect("first operand")
+/// The present operands, in order (inference requires the ones an
+/// operator cannot do without).
+struct Operands(std::vec::IntoIter<Expr>);
+
+impl Operands {
+    fn of(args: Vec<Option<Expr>>) -> Operands {
+        Operands(args.into_iter().flatten().collect::<Vec<_>>().into_iter())
+    }
+    fn next(&mut self) -> Result<Expr> {
+        self.0
+            .next()
+            .ok_or_else(|| Error::Internal("an operand is missing".into()))
+    }
+}
+
+fn first(args: Vec<Option<Expr>>) -> Result<Expr> {
+    args.into_iter()
+        .next()
+        .flatten()
+        .ok_or_else(|| Error::Internal("the first operand is missing".into()))
 }
 
 fn build_expr(
@@ -63,17 +82,17 @@ fn build_expr(
     half: bool,
 ) -> Result<Expr> {
     Ok(match ew.build {
-        Build::Un(op) => Expr::un(op, first(args), half),
+        Build::Un(op) => Expr::un(op, first(args)?, half),
         Build::Bin(op) => {
-            let mut it = args.into_iter().flatten();
-            let a = it.next().unwrap();
-            let b = it.next().unwrap();
+            let mut it = Operands::of(args);
+            let a = it.next()?;
+            let b = it.next()?;
             Expr::bin(op, a, b, half)
         }
         Build::Fold(op) => {
-            let mut it = args.into_iter().flatten();
-            let mut acc = it.next().unwrap();
-            for b in it {
+            let mut it = Operands::of(args);
+            let mut acc = it.next()?;
+            for b in it.0 {
                 acc = Expr::bin(op, acc, b, half);
             }
             acc
@@ -85,9 +104,9 @@ fn build_expr(
 fn mean(_n: &Node, _o: i64, args: Vec<Option<Expr>>, half: bool) -> Result<Expr> {
     let args: Vec<Expr> = args.into_iter().flatten().collect();
     let n = args.len();
-    let mut it = args.into_iter();
-    let mut acc = it.next().unwrap();
-    for b in it {
+    let mut it = Operands(args.into_iter());
+    let mut acc = it.next()?;
+    for b in it.0 {
         acc = Expr::bin(ExprOp::Add, acc, b, half);
     }
     Ok(if n > 1 {
@@ -100,7 +119,7 @@ fn mean(_n: &Node, _o: i64, args: Vec<Option<Expr>>, half: bool) -> Result<Expr>
 fn leaky_relu(n: &Node, _o: i64, a: Vec<Option<Expr>>, half: bool) -> Result<Expr> {
     Ok(Expr::param(
         ExprOp::LeakyRelu,
-        first(a),
+        first(a)?,
         n.attr_f("alpha", 0.01)? as f64,
         0.0,
         half,
@@ -109,7 +128,7 @@ fn leaky_relu(n: &Node, _o: i64, a: Vec<Option<Expr>>, half: bool) -> Result<Exp
 fn elu(n: &Node, _o: i64, a: Vec<Option<Expr>>, half: bool) -> Result<Expr> {
     Ok(Expr::param(
         ExprOp::Elu,
-        first(a),
+        first(a)?,
         n.attr_f("alpha", 1.0)? as f64,
         0.0,
         half,
@@ -118,7 +137,7 @@ fn elu(n: &Node, _o: i64, a: Vec<Option<Expr>>, half: bool) -> Result<Expr> {
 fn selu(n: &Node, _o: i64, a: Vec<Option<Expr>>, half: bool) -> Result<Expr> {
     let alpha = n.attr_f("alpha", 1.673_263_2)? as f64;
     let gamma = n.attr_f("gamma", 1.050_701)? as f64;
-    let e = Expr::param(ExprOp::Elu, first(a), alpha, 0.0, half);
+    let e = Expr::param(ExprOp::Elu, first(a)?, alpha, 0.0, half);
     Ok(Expr::bin(ExprOp::Mul, e, Expr::constf(gamma, half), half))
 }
 fn hard_sigmoid(n: &Node, _o: i64, a: Vec<Option<Expr>>, half: bool) -> Result<Expr> {
@@ -126,20 +145,20 @@ fn hard_sigmoid(n: &Node, _o: i64, a: Vec<Option<Expr>>, half: bool) -> Result<E
     let beta = n.attr_f("beta", 0.5)? as f64;
     Ok(Expr::param(
         ExprOp::HardSigmoid,
-        first(a),
+        first(a)?,
         alpha,
         beta,
         half,
     ))
 }
 fn hard_swish(_n: &Node, _o: i64, a: Vec<Option<Expr>>, half: bool) -> Result<Expr> {
-    let x = first(a);
+    let x = first(a)?;
     let hs = Expr::param(ExprOp::HardSigmoid, x.clone(), 1.0 / 6.0, 0.5, half);
     Ok(Expr::bin(ExprOp::Mul, x, hs, half))
 }
 fn thresholded_relu(n: &Node, _o: i64, a: Vec<Option<Expr>>, half: bool) -> Result<Expr> {
     let alpha = n.attr_f("alpha", 1.0)? as f64;
-    let x = first(a);
+    let x = first(a)?;
     let cond = Expr::bin(ExprOp::Gt, x.clone(), Expr::constf(alpha, half), false);
     Ok(Expr::select(cond, x, Expr::constf(0.0, half), half))
 }
@@ -148,18 +167,18 @@ fn gelu(n: &Node, _o: i64, a: Vec<Option<Expr>>, half: bool) -> Result<Expr> {
         "none" => ExprOp::GeluErf,
         "tanh" => ExprOp::GeluTanh,
         other => {
-            return Err(crate::error::Error::model(format!(
+            return Err(Error::model(format!(
                 "node '{}': Gelu approximate='{other}' is not one of 'none', 'tanh'",
                 n.name
             )))
         }
     };
-    Ok(Expr::un(op, first(a), half))
+    Ok(Expr::un(op, first(a)?, half))
 }
 fn prelu(_n: &Node, _o: i64, a: Vec<Option<Expr>>, half: bool) -> Result<Expr> {
-    let mut it = a.into_iter().flatten();
-    let x = it.next().unwrap();
-    let slope = it.next().unwrap();
+    let mut it = Operands::of(a);
+    let x = it.next()?;
+    let slope = it.next()?;
     let neg = Expr::bin(ExprOp::Lt, x.clone(), Expr::constf(0.0, half), false);
     Ok(Expr::select(
         neg,
@@ -175,21 +194,16 @@ fn modulo(n: &Node, _o: i64, a: Vec<Option<Expr>>, half: bool) -> Result<Expr> {
     } else {
         ExprOp::Mod
     };
-    let mut it = a.into_iter().flatten();
-    Ok(Expr::bin(op, it.next().unwrap(), it.next().unwrap(), half))
+    let mut it = Operands::of(a);
+    Ok(Expr::bin(op, it.next()?, it.next()?, half))
 }
 fn where_(_n: &Node, _o: i64, a: Vec<Option<Expr>>, half: bool) -> Result<Expr> {
-    let mut it = a.into_iter().flatten();
-    Ok(Expr::select(
-        it.next().unwrap(),
-        it.next().unwrap(),
-        it.next().unwrap(),
-        half,
-    ))
+    let mut it = Operands::of(a);
+    Ok(Expr::select(it.next()?, it.next()?, it.next()?, half))
 }
 fn clip(n: &Node, opset: i64, a: Vec<Option<Expr>>, half: bool) -> Result<Expr> {
     let mut it = a.into_iter();
-    let mut x = it.next().flatten().unwrap();
+    let mut x = first(vec![it.next().flatten()])?;
     if opset < 11 {
         let lo = n.attr_f("min", f32::MIN)? as f64;
         let hi = n.attr_f("max", f32::MAX)? as f64;
@@ -260,14 +274,18 @@ fn legacy_shape(node: &Node, opset: i64, a: &[usize], b: &[usize]) -> Result<Opt
             return Ok(None);
         }
     } else if node.attr_i("broadcast", 0)? == 1 {
-        let axis = node.attr_i("axis", (a.len() - b.len()) as i64)?;
-        if axis < 0 || axis as usize + b.len() > a.len() {
-            return Err(crate::error::Error::model(format!(
-                "node '{}': axis {axis} does not fit operand shapes {a:?} and {b:?}",
-                node.name
-            )));
+        let lead = i64::try_from(a.len() - b.len()).unwrap_or(i64::MAX);
+        let axis = node.attr_i("axis", lead)?;
+        // The second operand, aligned at `axis`, must end within the first.
+        match usize::try_from(axis) {
+            Ok(k) if k <= a.len() - b.len() => k,
+            _ => {
+                return Err(Error::model(format!(
+                    "node '{}': axis {axis} does not fit operand shapes {a:?} and {b:?}",
+                    node.name
+                )))
+            }
         }
-        axis as usize
     } else {
         return Ok(None);
     };
@@ -305,6 +323,11 @@ impl Operator for Elementwise {
                 self.min_inputs, self.max_inputs
             )));
         }
+        // Only Clip's bounds may be omitted.
+        let required = if cx.node.op_type == "Clip" { 1 } else { n };
+        if let Some(i) = (0..required).find(|&i| !cx.has_input(i)) {
+            return Err(cx.err(format!("input {i} is missing")));
+        }
         let t = self.check_types(cx)?;
         let shapes: Vec<Vec<usize>> = self.aligned_shapes(cx)?.into_iter().flatten().collect();
         let shape = broadcast_shapes(&shapes)
@@ -329,7 +352,18 @@ impl Operator for Elementwise {
     }
 
     fn eval(&self, cx: &OpCx, inputs: &[Option<&HostTensor>]) -> Option<Result<Vec<HostTensor>>> {
-        let out = tryo!(self.infer(cx)).into_iter().next().unwrap();
+        let out = tryo!(self.infer(cx)).into_iter().next()?;
+        // Broadcasting can make a result far larger than its operands: only
+        // a bounded one is folded.
+        let largest = inputs
+            .iter()
+            .flatten()
+            .map(|t| t.numel())
+            .max()
+            .unwrap_or(0);
+        if !host_fits(&out.shape, FOLD_LIMIT.max(largest)) {
+            return None;
+        }
         let aligned = tryo!(self.aligned_shapes(cx));
         // Operands as the expression sees them (legacy alignment applied).
         let mut present: Vec<HostTensor> = Vec::new();
@@ -367,14 +401,10 @@ impl Operator for Elementwise {
     fn lower(&self, cx: &mut LowerCx, node: &Node) -> Result<()> {
         let out = node.outputs[0];
         let shape = cx.shape(out)?;
-        let operand_t = if node.op_type == "Where" {
-            cx.dtype(node.input(1).unwrap())?
-        } else {
-            cx.dtype(node.input(0).unwrap())?
-        };
+        let opcx = OpCx::of(cx, node);
+        let operand_t = self.operand_type(&opcx)?;
         let compute = cx.device_type(operand_t);
         let half = compute == DeviceType::F16;
-        let opcx = OpCx::of(cx, node);
         let aligned = self.aligned_shapes(&opcx)?;
         let mut ins = Vec::new();
         let mut args = Vec::new();
@@ -419,7 +449,9 @@ impl Cast {
             return cx.in_dtype(1);
         }
         let to = cx.node.attr_i("to", -1)?;
-        ElemType::from_onnx(to as i32)
+        i32::try_from(to)
+            .ok()
+            .and_then(ElemType::from_onnx)
             .ok_or_else(|| cx.unsupported_form(&format!("cast to element type {to}")))
     }
 }
@@ -435,10 +467,11 @@ impl Operator for Cast {
     fn lower(&self, cx: &mut LowerCx, node: &Node) -> Result<()> {
         let out = node.outputs[0];
         let to = cx.dtype(out)?;
-        let from = cx.dtype(node.input(0).unwrap())?;
+        let x = OpCx::of(cx, node).input(0)?;
+        let from = cx.dtype(x)?;
         let dev = cx.device_type(to);
         let mut ins = Vec::new();
-        let mut e = cx.operand(node.input(0).unwrap(), &mut ins, None)?;
+        let mut e = cx.operand(x, &mut ins, None)?;
         // A cast to half rounds even when the policy keeps floats in float32.
         if to == ElemType::F16 && dev != DeviceType::F16 {
             e = Expr::cast(e, DeviceType::F16);

@@ -1,15 +1,21 @@
 //! Expand and Tile: elements repeated, by numpy broadcasting or whole
 //! copies. On the device each is one strided view with zero strides.
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::ir::Node;
 use crate::lower::{row_major_strides, LowerCx};
 use crate::tensor::HostTensor;
 
 use super::indexing::{
-    broadcast_host, fill_tensor, take_all_host, view, AxisIndex, View, FOLD_LIMIT,
+    broadcast_host, empty_like, fill_tensor, take_all_host, view, AxisIndex, View, FOLD_LIMIT,
 };
-use super::{broadcast_shapes, numel, OpCx, Operator, Registry, TypeShape};
+use super::{broadcast_shapes, checked_numel, host_fits, OpCx, Operator, Registry, TypeShape};
+
+/// Input 0 of `node`, which inference has checked is there.
+fn input0(node: &Node) -> Result<usize> {
+    node.input(0)
+        .ok_or_else(|| Error::Internal(format!("node '{}' has no input 0", node.name)))
+}
 
 struct Expand;
 
@@ -17,11 +23,13 @@ impl Expand {
     fn out_shape(cx: &OpCx, input: &[usize]) -> Result<Vec<usize>> {
         let spec = cx.const_ints(1, "shape")?;
         let spec = cx.dims(&spec, "shape")?;
-        broadcast_shapes(&[input.to_vec(), spec.clone()]).ok_or_else(|| {
+        let out = broadcast_shapes(&[input.to_vec(), spec.clone()]).ok_or_else(|| {
             cx.err(format!(
                 "input {input:?} does not broadcast with shape {spec:?}"
             ))
-        })
+        })?;
+        cx.numel(&out, "the output shape")?;
+        Ok(out)
     }
 }
 
@@ -35,7 +43,7 @@ impl Operator for Expand {
     fn eval(&self, cx: &OpCx, inputs: &[Option<&HostTensor>]) -> Option<Result<Vec<HostTensor>>> {
         let x = inputs[0]?;
         let shape = tryo!(Expand::out_shape(cx, x.shape()));
-        if numel(&shape) > FOLD_LIMIT {
+        if !host_fits(&shape, FOLD_LIMIT) {
             return None;
         }
         Some(
@@ -46,8 +54,8 @@ impl Operator for Expand {
     }
     fn lower(&self, cx: &mut LowerCx, node: &Node) -> Result<()> {
         let shape = cx.shape(node.outputs[0])?;
-        let x = cx.tensor(node.input(0).unwrap())?;
-        let y = if numel(&shape) == 0 {
+        let x = cx.tensor(input0(node)?)?;
+        let y = if checked_numel(&shape) == Some(0) {
             fill_tensor(cx, x.dtype, &shape, 0.0)?
         } else {
             cx.expand(&x, &shape)?
@@ -63,6 +71,18 @@ impl Operator for Expand {
 struct Tile;
 
 impl Tile {
+    /// Every dimension times its repeat count.
+    fn out_shape(cx: &OpCx, shape: &[usize], repeats: &[usize]) -> Result<Vec<usize>> {
+        let out = shape
+            .iter()
+            .zip(repeats)
+            .enumerate()
+            .map(|(i, (&d, &k))| cx.dim_mul(d, k, format_args!("dimension {i} x repeats")))
+            .collect::<Result<Vec<_>>>()?;
+        cx.numel(&out, "the output shape")?;
+        Ok(out)
+    }
+
     fn repeats(cx: &OpCx, rank: usize) -> Result<Vec<usize>> {
         let r = cx.const_ints(1, "repeats")?;
         if r.len() != rank {
@@ -81,36 +101,48 @@ impl Operator for Tile {
         let r = Tile::repeats(cx, s.len())?;
         Ok(vec![TypeShape::new(
             cx.in_dtype(0)?,
-            s.iter().zip(&r).map(|(a, b)| a * b).collect(),
+            Tile::out_shape(cx, &s, &r)?,
         )])
     }
     fn eval(&self, cx: &OpCx, inputs: &[Option<&HostTensor>]) -> Option<Result<Vec<HostTensor>>> {
         let x = inputs[0]?;
         let r = tryo!(Tile::repeats(cx, x.shape().len()));
+        let out = tryo!(Tile::out_shape(cx, x.shape(), &r));
+        if !host_fits(&out, FOLD_LIMIT) {
+            return None;
+        }
+        if checked_numel(&out) == Some(0) {
+            return Some(empty_like(x, &out).map(|y| vec![y]));
+        }
+        // Each axis is its positions once per repeat: the result is not
+        // empty, so no repeat count exceeds its (bounded) element count.
         let idx: Vec<AxisIndex> = x
             .shape()
             .iter()
             .zip(&r)
-            .map(|(&d, &k)| (0..d * k).map(|i| Some(i % d.max(1))).collect())
+            .map(|(&d, &k)| {
+                let mut a = AxisIndex::default();
+                for _ in 0..k {
+                    a.push_seq(0, 1, d);
+                }
+                a
+            })
             .collect();
-        if numel(&idx.iter().map(Vec::len).collect::<Vec<_>>()) > FOLD_LIMIT {
-            return None;
-        }
-        Some(Ok(vec![take_all_host(x, &idx, 0.0)]))
+        Some(take_all_host(x, &idx, 0.0).map(|y| vec![y]))
     }
     fn lower(&self, cx: &mut LowerCx, node: &Node) -> Result<()> {
-        let x = cx.tensor(node.input(0).unwrap())?;
+        let x = cx.tensor(input0(node)?)?;
         let out = cx.shape(node.outputs[0])?;
         let opcx = OpCx::of(cx, node);
         let r = Tile::repeats(&opcx, x.shape.len())?;
-        if numel(&out) == 0 {
+        if checked_numel(&out) == Some(0) {
             let y = fill_tensor(cx, x.dtype, &out, 0.0)?;
             cx.set(node.outputs[0], y);
             return Ok(());
         }
         // One view: every repeated axis d becomes (repeat, d) with a zero
         // stride on the repeat, then a free reshape merges the pairs.
-        let st = row_major_strides(&x.shape);
+        let st = row_major_strides(&x.shape)?;
         let mut shape = Vec::new();
         let mut strides = Vec::new();
         for a in 0..x.shape.len() {

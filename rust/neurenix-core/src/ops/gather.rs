@@ -9,8 +9,8 @@ use crate::ir::Node;
 use crate::lower::LowerCx;
 use crate::tensor::HostTensor;
 
-use super::indexing::{identity_index, lower_take, take_all_host, AxisIndex};
-use super::{norm_axis, OpCx, Operator, Registry, TypeShape};
+use super::indexing::{lower_take, take_all_host, AxisIndex, FOLD_LIMIT};
+use super::{host_fits, norm_axis, OpCx, Operator, Registry, TypeShape};
 
 struct Gather;
 
@@ -24,17 +24,17 @@ impl Gather {
 
     /// Normalised constant indices, checked against the axis.
     fn indices(cx: &OpCx, t: &HostTensor, dim: usize) -> Result<Vec<usize>> {
+        let d = cx.to_i64(dim, "the gathered axis")?;
         t.to_i64_vec()
             .into_iter()
             .map(|i| {
-                let j = if i < 0 { i + dim as i64 } else { i };
-                if j < 0 || j >= dim as i64 {
-                    Err(cx.err(format!(
+                // -d <= i < d, so i + d cannot overflow.
+                let j = if (-d..0).contains(&i) { i + d } else { i };
+                usize::try_from(j).ok().filter(|&j| j < dim).ok_or_else(|| {
+                    cx.err(format!(
                         "index {i} is out of range for an axis of size {dim}"
-                    )))
-                } else {
-                    Ok(j as usize)
-                }
+                    ))
+                })
             })
             .collect()
     }
@@ -42,8 +42,9 @@ impl Gather {
     /// Outer-indexing form of a gather with constant indices: the indices
     /// flattened along `axis`.
     fn take_index(shape: &[usize], axis: usize, idx: &[usize]) -> Vec<AxisIndex> {
-        let mut all: Vec<AxisIndex> = shape.iter().map(|&d| identity_index(d)).collect();
-        all[axis] = idx.iter().map(|&i| Some(i)).collect();
+        let mut all: Vec<AxisIndex> = shape.iter().map(|&d| AxisIndex::identity(d)).collect();
+        let flat: Vec<Option<usize>> = idx.iter().map(|&i| Some(i)).collect();
+        all[axis] = AxisIndex::from_positions(&flat);
         all
     }
 }
@@ -69,26 +70,30 @@ impl Operator for Gather {
         let (x, ind) = (inputs[0]?, inputs[1]?);
         let s = x.shape().to_vec();
         let axis = tryo!(Gather::axis(cx, s.len()));
-        let idx = tryo!(Gather::indices(cx, ind, s[axis]));
         let mut out = s[..axis].to_vec();
         out.extend(ind.shape());
         out.extend(&s[axis + 1..]);
-        let y = take_all_host(x, &Gather::take_index(&s, axis, &idx), 0.0);
+        // Repeated indices make a result larger than both inputs: only a
+        // bounded one is folded.
+        let bound = FOLD_LIMIT.max(x.numel());
+        if !host_fits(&out, bound) {
+            return None;
+        }
+        let idx = tryo!(Gather::indices(cx, ind, s[axis]));
+        let y = tryo!(take_all_host(x, &Gather::take_index(&s, axis, &idx), 0.0));
         Some(y.reshape(&out).map(|y| vec![y]))
     }
     fn lower(&self, cx: &mut LowerCx, node: &Node) -> Result<()> {
         let opcx = OpCx::of(cx, node);
+        let s = opcx.in_shape(0)?;
+        let axis = Gather::axis(&opcx, s.len())?;
         let Some(ind) = opcx.const_input(1) else {
             // Indices known only at run time: the device's table lookup.
-            let rank = cx.shape(node.input(0).unwrap())?.len();
-            let axis = Gather::axis(&opcx, rank)?;
-            return lower_dynamic(cx, node, axis);
+            return lower_dynamic(cx, &opcx, axis);
         };
-        let s = cx.shape(node.input(0).unwrap())?;
-        let axis = Gather::axis(&opcx, s.len())?;
         let idx = Gather::indices(&opcx, ind, s[axis])?;
         let out = cx.shape(node.outputs[0])?;
-        let x = cx.tensor(node.input(0).unwrap())?;
+        let x = cx.tensor(opcx.input(0)?)?;
         // A single index or an arithmetic progression is one rearrange;
         // anything else concatenates one view per run of indices.
         let y = lower_take(cx, &x, &Gather::take_index(&s, axis, &idx), 0.0)?;
@@ -104,13 +109,14 @@ impl Operator for Gather {
 /// Lowers `Gather(data, indices, axis)` with run-time indices: data is viewed
 /// as a [V, rest] table (after moving `axis` first when it is not), every
 /// index picks a row, and the rows are put back in ONNX's output order.
-fn lower_dynamic(cx: &mut LowerCx, node: &Node, axis: usize) -> Result<()> {
-    let vd = node.input(0).unwrap();
-    let vi = node.input(1).unwrap();
-    let s = cx.shape(vd)?;
+fn lower_dynamic(cx: &mut LowerCx, opcx: &OpCx, axis: usize) -> Result<()> {
+    let node = opcx.node;
+    let (vd, vi) = (opcx.input(0)?, opcx.input(1)?);
+    let s = opcx.in_shape(0)?;
     let out = cx.shape(node.outputs[0])?;
-    let before: usize = s[..axis].iter().product();
-    let after: usize = s[axis + 1..].iter().product();
+    let before = opcx.numel(&s[..axis], "the dimensions before the axis")?;
+    let after = opcx.numel(&s[axis + 1..], "the dimensions after the axis")?;
+    let rows = opcx.dim_mul(before, after, "a table row")?;
     let v = s[axis];
     let data = cx.tensor(vd)?;
     // [before, V, after] -> [V, before * after]
@@ -119,7 +125,7 @@ fn lower_dynamic(cx: &mut LowerCx, node: &Node, axis: usize) -> Result<()> {
     } else {
         let d3 = cx.reshape(&data, &[before, v, after])?;
         let t = cx.transpose(&d3, &[1, 0, 2])?;
-        cx.reshape(&t, &[v, before * after])?
+        cx.reshape(&t, &[v, rows])?
     };
     let idx = cx.tensor_as(vi, DeviceType::I32)?;
     let n = idx.numel();

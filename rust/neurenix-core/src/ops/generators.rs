@@ -3,16 +3,14 @@
 //! large ConstantOfShape results (a fill on the device) are folded at
 //! compile time.
 
-use ndarray::{ArrayD, IxDyn};
-
 use crate::dtype::ElemType;
 use crate::error::{Error, Result};
 use crate::ir::{Attr, Node};
 use crate::lower::LowerCx;
-use crate::tensor::{round_float, HostTensor};
+use crate::tensor::{host_array, round_float, HostTensor};
 
 use super::indexing::{broadcast_host, fill_tensor};
-use super::{numel, OpCx, Operator, Registry, TypeShape};
+use super::{host_fits, OpCx, Operator, Registry, TypeShape};
 
 /// ConstantOfShape folds only small results (the shape arithmetic it is used
 /// for); a large one is a fill on the device rather than a stored constant.
@@ -28,7 +26,7 @@ impl Constant {
             return Ok(t.clone());
         }
         if let Some(Attr::Float(f)) = n.attr("value_float") {
-            return Ok(HostTensor::full(ElemType::F32, &[], *f as f64));
+            return HostTensor::full(ElemType::F32, &[], *f as f64);
         }
         if let Some(Attr::Int(i)) = n.attr("value_int") {
             return Ok(HostTensor::from_i64s(&[], vec![*i]));
@@ -77,20 +75,32 @@ impl ShapeOf {
     fn value(&self, cx: &OpCx) -> Result<HostTensor> {
         let s = cx.in_shape(0)?;
         if self.size {
+            let n = cx.numel(&s, "the input shape")?;
             return Ok(HostTensor::from_i64s(
                 &[],
-                vec![s.iter().product::<usize>() as i64],
+                vec![cx.to_i64(n, "the element count")?],
             ));
         }
-        let r = s.len() as i64;
-        let clampi = |v: i64| -> usize { (if v < 0 { v + r } else { v }).clamp(0, r) as usize };
+        let rank = s.len();
+        // Negative positions count from the end; both clamp to [0, rank].
+        let clampi = |v: i64| -> usize {
+            if v < 0 {
+                rank.saturating_sub(usize::try_from(v.unsigned_abs()).unwrap_or(usize::MAX))
+            } else {
+                usize::try_from(v).map_or(rank, |v| v.min(rank))
+            }
+        };
         let start = clampi(cx.node.attr_i("start", 0)?);
         let end = match cx.node.attr("end") {
-            Some(_) => clampi(cx.node.attr_i("end", r)?),
-            None => r as usize,
+            Some(_) => clampi(cx.node.attr_i("end", 0)?),
+            None => rank,
         };
         let dims: Vec<i64> = if start < end {
-            s[start..end].iter().map(|&d| d as i64).collect()
+            s[start..end]
+                .iter()
+                .enumerate()
+                .map(|(i, &d)| cx.to_i64(d, format_args!("dimension {}", start + i)))
+                .collect::<Result<_>>()?
         } else {
             vec![]
         };
@@ -126,7 +136,7 @@ impl ConstantOfShape {
     /// The one-element fill value (float32 0 by default) and the shape.
     fn parts(cx: &OpCx) -> Result<(HostTensor, Vec<usize>)> {
         let value = match cx.node.attr("value") {
-            None => HostTensor::full(ElemType::F32, &[], 0.0),
+            None => HostTensor::full(ElemType::F32, &[], 0.0)?,
             Some(Attr::Tensor(t)) if t.numel() == 1 => t.reshape(&[])?,
             Some(other) => {
                 return Err(cx.err(format!(
@@ -134,8 +144,9 @@ impl ConstantOfShape {
                 )))
             }
         };
-        let shape = cx.const_ints(0, "shape")?;
-        Ok((value, cx.dims(&shape, "shape")?))
+        let shape = cx.dims(&cx.const_ints(0, "shape")?, "shape")?;
+        cx.numel(&shape, "shape")?;
+        Ok((value, shape))
     }
 }
 
@@ -146,7 +157,7 @@ impl Operator for ConstantOfShape {
     }
     fn eval(&self, cx: &OpCx, _inputs: &[Option<&HostTensor>]) -> Option<Result<Vec<HostTensor>>> {
         let (v, shape) = tryo!(ConstantOfShape::parts(cx));
-        if numel(&shape) > FILL_FOLD_LIMIT {
+        if !host_fits(&shape, FILL_FOLD_LIMIT) {
             return None;
         }
         Some(
@@ -159,7 +170,8 @@ impl Operator for ConstantOfShape {
         let opcx = OpCx::of(cx, node);
         let (v, shape) = ConstantOfShape::parts(&opcx)?;
         let dt = cx.device_type(v.dtype);
-        let y = fill_tensor(cx, dt, &shape, v.to_f64_vec()[0])?;
+        let value = v.to_f64_vec().first().copied().unwrap_or(0.0);
+        let y = fill_tensor(cx, dt, &shape, value)?;
         cx.set(node.outputs[0], y);
         Ok(())
     }
@@ -167,7 +179,22 @@ impl Operator for ConstantOfShape {
 
 struct Range;
 
+/// Range is always folded: its result is a constant, and one longer than
+/// this is refused rather than built on the host.
+const RANGE_LIMIT: usize = 1 << 24;
+
 impl Range {
+    /// The element count, checked against [`RANGE_LIMIT`].
+    fn count(cx: &OpCx, n: f64, what: std::fmt::Arguments) -> Result<usize> {
+        if !n.is_finite() || n > RANGE_LIMIT as f64 {
+            return Err(cx.err(format!(
+                "{what} makes {n:e} elements; Range is computed at compile time and may make at most {RANGE_LIMIT}"
+            )));
+        }
+        // Finite, in [0, RANGE_LIMIT], integral: exact as an integer.
+        Ok(n.max(0.0) as usize)
+    }
+
     fn value(cx: &OpCx) -> Result<HostTensor> {
         let t = cx.same_dtype(&[0, 1, 2])?;
         let mut sc = [0.0f64; 3];
@@ -184,15 +211,20 @@ impl Range {
                     c.shape()
                 )));
             }
-            sc[i] = c.to_f64_vec()[0];
-            si[i] = c.to_i64_vec()[0];
+            sc[i] = c.to_f64_vec().first().copied().unwrap_or(0.0);
+            si[i] = c.to_i64_vec().first().copied().unwrap_or(0);
         }
         if t.is_float() {
             let (start, limit, delta) = (sc[0], sc[1], sc[2]);
             if delta == 0.0 || !delta.is_finite() || !start.is_finite() || !limit.is_finite() {
                 return Err(cx.err(format!("cannot count from {start} to {limit} by {delta}")));
             }
-            let n = (round_float(t, limit - start) / delta).ceil().max(0.0) as usize;
+            let n = (round_float(t, limit - start) / delta).ceil();
+            let n = Range::count(
+                cx,
+                n,
+                format_args!("counting from {start} to {limit} by {delta}"),
+            )?;
             // Accumulated in the element type, as the reference loop does.
             let mut v = Vec::with_capacity(n);
             let mut x = start;
@@ -200,23 +232,33 @@ impl Range {
                 v.push(x);
                 x = round_float(t, x + delta);
             }
-            Ok(HostTensor::float(
-                t,
-                ArrayD::from_shape_vec(IxDyn(&[n]), v).unwrap(),
-            ))
+            Ok(HostTensor::float(t, host_array(&[n], v)?))
         } else if t.is_int() {
             let (start, limit, delta) = (si[0], si[1], si[2]);
             if delta == 0 {
                 return Err(cx.err("delta cannot be 0"));
             }
-            let n = ((limit as f64 - start as f64) / delta as f64)
-                .ceil()
-                .max(0.0) as usize;
-            let v: Vec<i64> = (0..n as i64).map(|i| start + i * delta).collect();
-            Ok(HostTensor::int(
-                t,
-                ArrayD::from_shape_vec(IxDyn(&[n]), v).unwrap(),
-            ))
+            // ceil((limit - start) / delta), exactly: in i128 nothing
+            // overflows, whatever the int64 values.
+            let (span, d) = (i128::from(limit) - i128::from(start), i128::from(delta));
+            let n = if span == 0 || (span > 0) != (d > 0) {
+                0
+            } else {
+                (span.abs() + d.abs() - 1) / d.abs()
+            };
+            let n = Range::count(
+                cx,
+                n as f64,
+                format_args!("counting from {start} to {limit} by {delta}"),
+            )?;
+            // Every element lies between start and limit, so fits int64.
+            let v: Vec<i64> = (0..n)
+                .map(|i| {
+                    i64::try_from(i128::from(start) + i as i128 * d)
+                        .map_err(|_| cx.err(format!("element {i} overflows int64")))
+                })
+                .collect::<Result<_>>()?;
+            Ok(HostTensor::int(t, host_array(&[n], v)?))
         } else {
             Err(cx.err(format!("does not accept {t} inputs")))
         }

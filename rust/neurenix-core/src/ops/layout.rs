@@ -11,7 +11,7 @@ use crate::ir::Node;
 use crate::lower::LowerCx;
 use crate::tensor::{Data, HostTensor};
 
-use super::{norm_axis, OpCx, Operator, Registry, TypeShape};
+use super::{checked_numel, norm_axis, OpCx, Operator, Registry, TypeShape};
 
 /// Host transpose with numpy's `perm`.
 pub fn host_transpose(t: &HostTensor, perm: &[usize]) -> HostTensor {
@@ -62,14 +62,15 @@ impl<R: Relabel> Operator for Alias<R> {
         let shape = tryo!(self.0.out_shape(cx, x.shape()));
         let mut out = vec![x.reshape(&shape).ok()?];
         if cx.node.op_type == "Dropout" && cx.node.outputs.len() > 1 {
-            out.push(HostTensor::full(ElemType::Bool, &shape, 1.0));
+            // The mask is as large as the (existing) input.
+            out.push(tryo!(HostTensor::full(ElemType::Bool, &shape, 1.0)));
         }
         Some(Ok(out))
     }
     fn lower(&self, cx: &mut LowerCx, node: &Node) -> Result<()> {
         let out = node.outputs[0];
         let shape = cx.shape(out)?;
-        let x = cx.tensor(node.input(0).unwrap())?;
+        let x = cx.tensor(OpCx::of(cx, node).input(0)?)?;
         let y = cx.reshape(&x, &shape)?;
         cx.set(out, y);
         if node.outputs.len() > 1 {
@@ -97,7 +98,7 @@ impl Relabel for ReshapeShape {
             })?
         };
         let allow_zero = cx.node.attr_i("allowzero", 0)? != 0;
-        let total: usize = input.iter().product();
+        let total = cx.numel(input, "the input shape")?;
         let mut out = Vec::with_capacity(spec.len());
         let mut infer = None;
         for (i, &d) in spec.iter().enumerate() {
@@ -113,22 +114,18 @@ impl Relabel for ReshapeShape {
                     cx.err(format!("0 at position {i} copies a missing dimension"))
                 })?),
                 d if d < 0 => return Err(cx.err(format!("invalid dimension {d} in target shape"))),
-                d => out.push(d as usize),
+                d => out.push(cx.to_dim(d, format_args!("dimension {i} of the target shape"))?),
             }
         }
         if let Some(i) = infer {
-            let known: usize = out
-                .iter()
-                .enumerate()
-                .filter(|(j, _)| *j != i)
-                .map(|(_, &d)| d)
-                .product();
+            // The other entries (the -1 counts as 1 so far).
+            let known = cx.numel(&out, "the target shape")?;
             if known == 0 || total % known != 0 {
                 return Err(cx.err(format!("cannot reshape {input:?} to {spec:?}")));
             }
             out[i] = total / known;
         }
-        if out.iter().product::<usize>() != total {
+        if checked_numel(&out) != Some(total) {
             return Err(cx.err(format!(
                 "cannot reshape {input:?} ({total} elements) to {spec:?}"
             )));
@@ -146,10 +143,10 @@ impl Relabel for FlattenShape {
         if a < 0 || a > r {
             return Err(cx.err(format!("axis {axis} out of range for rank {r}")));
         }
-        let a = a as usize;
+        let a = usize::try_from(a).unwrap_or(input.len());
         Ok(vec![
-            input[..a].iter().product(),
-            input[a..].iter().product(),
+            cx.numel(&input[..a], "the dimensions before the axis")?,
+            cx.numel(&input[a..], "the dimensions from the axis")?,
         ])
     }
 }
@@ -210,16 +207,18 @@ impl Relabel for UnsqueezeShape {
         if norm.windows(2).any(|w| w[0] == w[1]) {
             return Err(cx.err("repeated axis"));
         }
-        let mut out = Vec::with_capacity(rank);
+        // `norm` holds axes.len() distinct positions below rank: the others
+        // take the input's dimensions, in order.
         let mut it = input.iter();
-        for i in 0..rank {
-            if norm.contains(&i) {
-                out.push(1);
-            } else {
-                out.push(*it.next().unwrap());
-            }
-        }
-        Ok(out)
+        Ok((0..rank)
+            .map(|i| {
+                if norm.contains(&i) {
+                    1
+                } else {
+                    it.next().copied().unwrap_or(1)
+                }
+            })
+            .collect())
     }
 }
 
@@ -260,8 +259,8 @@ impl Operator for Transpose {
         Some(Ok(vec![host_transpose(x, &p)]))
     }
     fn lower(&self, cx: &mut LowerCx, node: &Node) -> Result<()> {
-        let x = cx.tensor(node.input(0).unwrap())?;
         let opcx = OpCx::of(cx, node);
+        let x = cx.tensor(opcx.input(0)?)?;
         let p = Transpose::perm(&opcx, x.shape.len())?;
         let y = cx.transpose(&x, &p)?;
         cx.set(node.outputs[0], y);

@@ -1,15 +1,15 @@
 //! MatMul (numpy semantics, batched with broadcasting) and Gemm.
 
-use ndarray::{ArrayD, IxDyn};
+use ndarray::IxDyn;
 
 use crate::dtype::ElemType;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::expr::{Expr, ExprOp};
 use crate::ir::Node;
 use crate::lower::{DevTensor, LowerCx};
-use crate::tensor::HostTensor;
+use crate::tensor::{host_array, HostTensor};
 
-use super::{broadcast_shapes, OpCx, Operator, Registry, TypeShape};
+use super::{broadcast_shapes, host_fits, numel_f64, OpCx, Operator, Registry, TypeShape};
 
 /// Host products are only folded below this many multiply-adds.
 const FOLD_LIMIT: usize = 1 << 22;
@@ -17,6 +17,9 @@ const FOLD_LIMIT: usize = 1 << 22;
 /// Shapes of a numpy matmul: promoted operand shapes, batch shape, output.
 struct MatMulShapes {
     batch: Vec<usize>,
+    /// Elements of the batch, and rows of all its matrices.
+    g: usize,
+    rows: usize,
     a_batch: Vec<usize>,
     b_batch: Vec<usize>,
     m: usize,
@@ -51,6 +54,8 @@ fn matmul_shapes(cx: &OpCx, a: &[usize], b: &[usize]) -> Result<MatMulShapes> {
             "batch dimensions of {a:?} and {b:?} do not broadcast"
         ))
     })?;
+    let g = cx.numel(&batch, "the batch shape")?;
+    let rows = cx.dim_mul(g, m, "the rows of the batch")?;
     let mut out = batch.clone();
     if a.len() > 1 {
         out.push(m);
@@ -60,6 +65,8 @@ fn matmul_shapes(cx: &OpCx, a: &[usize], b: &[usize]) -> Result<MatMulShapes> {
     }
     Ok(MatMulShapes {
         batch,
+        g,
+        rows,
         a_batch,
         b_batch,
         m,
@@ -69,8 +76,23 @@ fn matmul_shapes(cx: &OpCx, a: &[usize], b: &[usize]) -> Result<MatMulShapes> {
     })
 }
 
-fn host_matmul(a: &HostTensor, b: &HostTensor, s: &MatMulShapes, dtype: ElemType) -> HostTensor {
-    let g: usize = s.batch.iter().product();
+/// Multiply-adds of a product, saturating (for limits and estimates).
+fn macs(s: &MatMulShapes) -> usize {
+    s.batch
+        .iter()
+        .chain([&s.m, &s.k, &s.n])
+        .fold(1usize, |n, &d| n.saturating_mul(d))
+}
+
+/// The host product; the caller bounds its size (see `FOLD_LIMIT`).
+fn host_matmul(
+    a: &HostTensor,
+    b: &HostTensor,
+    s: &MatMulShapes,
+    dtype: ElemType,
+) -> Result<HostTensor> {
+    let bad = |e: ndarray::ShapeError| Error::Internal(format!("host matmul: {e}"));
+    let g = s.g;
     let mut full_a = s.batch.clone();
     full_a.extend([s.m, s.k]);
     let mut full_b = s.batch.clone();
@@ -79,17 +101,24 @@ fn host_matmul(a: &HostTensor, b: &HostTensor, s: &MatMulShapes, dtype: ElemType
     a_shape.extend([s.m, s.k]);
     let mut b_shape = s.b_batch.clone();
     b_shape.extend([s.k, s.n]);
-    let av = a.as_float().into_shape_with_order(IxDyn(&a_shape)).unwrap();
-    let bv = b.as_float().into_shape_with_order(IxDyn(&b_shape)).unwrap();
+    let av = a
+        .as_float()
+        .into_shape_with_order(IxDyn(&a_shape))
+        .map_err(bad)?;
+    let bv = b
+        .as_float()
+        .into_shape_with_order(IxDyn(&b_shape))
+        .map_err(bad)?;
+    let no_broadcast = || Error::Internal("host matmul: operands do not broadcast".into());
     let av: Vec<f64> = av
         .broadcast(IxDyn(&full_a))
-        .unwrap()
+        .ok_or_else(no_broadcast)?
         .iter()
         .copied()
         .collect();
     let bv: Vec<f64> = bv
         .broadcast(IxDyn(&full_b))
-        .unwrap()
+        .ok_or_else(no_broadcast)?
         .iter()
         .copied()
         .collect();
@@ -104,7 +133,7 @@ fn host_matmul(a: &HostTensor, b: &HostTensor, s: &MatMulShapes, dtype: ElemType
             }
         }
     }
-    HostTensor::float(dtype, ArrayD::from_shape_vec(IxDyn(&s.out), out).unwrap())
+    Ok(HostTensor::float(dtype, host_array(&s.out, out)?))
 }
 
 /// [.., M, K] x [.., K, N] on the device, with numpy's promotions.
@@ -119,14 +148,13 @@ fn lower_matmul(
     let b = cx.cast(b.clone(), ft)?;
     let b_shared = s.b_batch.iter().all(|&d| d == 1);
     let a_full = s.a_batch == s.batch;
+    let g = s.g;
     let r = if b_shared && a_full {
         // One weight matrix for every batch element: fold the batch into M.
-        let rows = s.batch.iter().product::<usize>() * s.m;
-        let a3 = cx.reshape(&a, &[1, rows, s.k])?;
+        let a3 = cx.reshape(&a, &[1, s.rows, s.k])?;
         let b3 = cx.reshape(&b, &[1, s.k, s.n])?;
         cx.matmul(&a3, &b3, ft)?
     } else {
-        let g: usize = s.batch.iter().product();
         let mut ea = s.batch.clone();
         ea.extend([s.m, s.k]);
         let mut eb = s.batch.clone();
@@ -162,16 +190,15 @@ impl Operator for MatMul {
     fn eval(&self, cx: &OpCx, inputs: &[Option<&HostTensor>]) -> Option<Result<Vec<HostTensor>>> {
         let (a, b) = (inputs[0]?, inputs[1]?);
         let s = tryo!(matmul_shapes(cx, a.shape(), b.shape()));
-        if s.batch.iter().product::<usize>() * s.m * s.n * s.k > FOLD_LIMIT {
+        if macs(&s) > FOLD_LIMIT || !host_fits(&s.out, FOLD_LIMIT) {
             return None;
         }
-        Some(Ok(vec![host_matmul(a, b, &s, a.dtype)]))
+        Some(host_matmul(a, b, &s, a.dtype).map(|y| vec![y]))
     }
     fn lower(&self, cx: &mut LowerCx, node: &Node) -> Result<()> {
-        let (va, vb) = (node.input(0).unwrap(), node.input(1).unwrap());
-        let (sa, sb) = (cx.shape(va)?, cx.shape(vb)?);
         let opcx = OpCx::of(cx, node);
-        let s = matmul_shapes(&opcx, &sa, &sb)?;
+        let (va, vb) = (opcx.input(0)?, opcx.input(1)?);
+        let s = matmul_shapes(&opcx, &opcx.in_shape(0)?, &opcx.in_shape(1)?)?;
         let a = cx.tensor(va)?;
         let b = cx.tensor(vb)?;
         let r = lower_matmul(cx, &a, &b, &s)?;
@@ -181,7 +208,7 @@ impl Operator for MatMul {
     fn flops(&self, cx: &OpCx) -> f64 {
         match (cx.in_shape(0), cx.in_shape(1)) {
             (Ok(a), Ok(b)) => match matmul_shapes(cx, &a, &b) {
-                Ok(s) => 2.0 * (s.batch.iter().product::<usize>() * s.m * s.n * s.k) as f64,
+                Ok(s) => 2.0 * numel_f64(&s.batch) * numel_f64(&[s.m, s.n, s.k]),
                 Err(_) => 0.0,
             },
             _ => 0.0,
@@ -237,7 +264,7 @@ impl Operator for Gemm {
     }
     fn eval(&self, cx: &OpCx, inputs: &[Option<&HostTensor>]) -> Option<Result<Vec<HostTensor>>> {
         let (m, k, n) = Gemm::dims(cx).ok()?;
-        if m * n * k > FOLD_LIMIT {
+        if [m, n, k].iter().fold(1usize, |p, &d| p.saturating_mul(d)) > FOLD_LIMIT {
             return None;
         }
         let mut a = inputs[0]?.clone();
@@ -255,6 +282,8 @@ impl Operator for Gemm {
         }
         let s = MatMulShapes {
             batch: vec![],
+            g: 1,
+            rows: m,
             a_batch: vec![],
             b_batch: vec![],
             m,
@@ -263,7 +292,7 @@ impl Operator for Gemm {
             out: vec![m, n],
         };
         let dt = a.dtype;
-        let ab = host_matmul(&a, &b, &s, ElemType::F64).as_float();
+        let ab = tryo!(host_matmul(&a, &b, &s, ElemType::F64)).as_float();
         let alpha = cx.node.attr_f("alpha", 1.0).ok()? as f64;
         let beta = cx.node.attr_f("beta", 1.0).ok()? as f64;
         let mut y = ab.mapv(|v| crate::tensor::round_float(dt, v) * alpha);
@@ -293,8 +322,8 @@ impl Operator for Gemm {
                 Ok(t)
             }
         };
-        let a = operand(cx, node.input(0).unwrap(), ta)?;
-        let b = operand(cx, node.input(1).unwrap(), tb)?;
+        let a = operand(cx, opcx.input(0)?, ta)?;
+        let b = operand(cx, opcx.input(1)?, tb)?;
         let a3 = cx.reshape(&a, &[1, m, k])?;
         let b3 = cx.reshape(&b, &[1, k, n])?;
         let y = cx.matmul(&a3, &b3, ft)?;
@@ -315,7 +344,7 @@ impl Operator for Gemm {
             e = Expr::bin(ExprOp::Add, e, ce, half);
         }
         if ins.len() == 1 && e == Expr::input(0) {
-            cx.set(node.outputs[0], ins.pop().unwrap());
+            cx.set(node.outputs[0], ins.remove(0));
         } else {
             cx.set_lazy(node.outputs[0], e, ins, vec![m, n], ft);
         }
@@ -323,7 +352,7 @@ impl Operator for Gemm {
     }
     fn flops(&self, cx: &OpCx) -> f64 {
         Gemm::dims(cx)
-            .map(|(m, k, n)| 2.0 * (m * k * n) as f64)
+            .map(|(m, k, n)| 2.0 * numel_f64(&[m, k, n]))
             .unwrap_or(0.0)
     }
 }

@@ -5,6 +5,7 @@
 //! [`registry`]; adding an operator never touches the passes or the driver.
 
 use std::collections::BTreeMap;
+use std::fmt::Display;
 use std::sync::OnceLock;
 
 use crate::dtype::ElemType;
@@ -12,7 +13,8 @@ use crate::error::{Error, Result};
 use crate::ir::{Graph, Node, ValueId};
 use crate::lower::precision::FloatRole;
 use crate::lower::LowerCx;
-use crate::tensor::HostTensor;
+pub use crate::tensor::checked_numel;
+use crate::tensor::{host_shape_ok, HostTensor};
 
 /// Unwraps a step inside [`Operator::eval`], which reports errors as
 /// `Some(Err(..))`.
@@ -136,10 +138,53 @@ impl<'a> OpCx<'a> {
                 if d < 0 {
                     Err(self.err(format!("{what} {v:?} has a negative entry")))
                 } else {
-                    Ok(d as usize)
+                    self.to_dim(d, what)
                 }
             })
             .collect()
+    }
+
+    // Checked shape arithmetic. Dimensions, pads, repeats, steps and counts
+    // come from the model, so every product, sum and conversion of them is
+    // checked: an overflow is the model's error, named after the node, never
+    // a panic or a value that silently wrapped.
+
+    /// `v` (an attribute or constant input) as a dimension, size or count.
+    pub fn to_dim(&self, v: i64, what: impl Display) -> Result<usize> {
+        usize::try_from(v).map_err(|_| {
+            self.err(format!(
+                "{what} is {v}, which is not a valid dimension (it must be 0 or more)"
+            ))
+        })
+    }
+    /// Dimension `d` as a signed index, for ONNX's index arithmetic.
+    pub fn to_i64(&self, d: usize, what: impl Display) -> Result<i64> {
+        i64::try_from(d)
+            .map_err(|_| self.err(format!("{what} ({d}) is beyond the int64 range of indices")))
+    }
+    /// `a * b`, or the error saying that `what` overflows.
+    pub fn dim_mul(&self, a: usize, b: usize, what: impl Display) -> Result<usize> {
+        a.checked_mul(b)
+            .ok_or_else(|| self.err(format!("{what} ({a} x {b}) overflows")))
+    }
+    /// `a + b`, or the error saying that `what` overflows.
+    pub fn dim_add(&self, a: usize, b: usize, what: impl Display) -> Result<usize> {
+        a.checked_add(b)
+            .ok_or_else(|| self.err(format!("{what} ({a} + {b}) overflows")))
+    }
+    /// The sum of `dims`, or the error saying that `what` overflows.
+    pub fn dim_sum(&self, dims: &[usize], what: impl Display) -> Result<usize> {
+        dims.iter()
+            .try_fold(0usize, |s, &d| s.checked_add(d))
+            .ok_or_else(|| self.err(format!("{what} {dims:?} overflows")))
+    }
+    /// Elements of a tensor of `shape` (`what` names it in the error).
+    pub fn numel(&self, shape: &[usize], what: impl Display) -> Result<usize> {
+        checked_numel(shape).ok_or_else(|| {
+            self.err(format!(
+                "{what} {shape:?} has more elements than this host can count"
+            ))
+        })
     }
     pub fn err(&self, msg: impl Into<String>) -> Error {
         Error::shape(
@@ -202,7 +247,7 @@ pub trait Operator: Sync + Send {
             .outputs
             .iter()
             .filter_map(|&o| cx.graph.shape_of(o))
-            .map(|s| s.iter().product::<usize>() as f64)
+            .map(|s| numel_f64(&s))
             .sum()
     }
 }
@@ -281,17 +326,25 @@ pub fn broadcast_shapes(shapes: &[Vec<usize>]) -> Option<Vec<usize>> {
     Some(out)
 }
 
-/// Number of elements of a tensor of `shape`.
-pub fn numel(shape: &[usize]) -> usize {
-    shape.iter().product()
+/// Number of elements of a tensor of `shape`, as a float: for estimates
+/// (flops, weights), which must not overflow.
+pub fn numel_f64(shape: &[usize]) -> f64 {
+    shape.iter().map(|&d| d as f64).product()
 }
 
-/// Normalises a possibly negative axis against `rank`.
+/// True when host folding may build a tensor of `shape`: at most `limit`
+/// elements, and a shape the host's arrays can have at all.
+pub(crate) fn host_fits(shape: &[usize], limit: usize) -> bool {
+    checked_numel(shape).is_some_and(|n| n <= limit) && host_shape_ok(shape)
+}
+
+/// Normalises a possibly negative axis against `rank` (a scalar has none).
 pub fn norm_axis(axis: i64, rank: usize, cx: &OpCx) -> Result<usize> {
-    let r = rank as i64;
+    let r = i64::try_from(rank).unwrap_or(i64::MAX);
+    // `axis < 0 <= r`: the sum cannot overflow.
     let a = if axis < 0 { axis + r } else { axis };
-    if a < 0 || a >= r.max(1) {
-        return Err(cx.err(format!("axis {axis} is out of range for rank {rank}")));
+    match usize::try_from(a) {
+        Ok(a) if a < rank => Ok(a),
+        _ => Err(cx.err(format!("axis {axis} is out of range for rank {rank}"))),
     }
-    Ok(a as usize)
 }

@@ -5,8 +5,6 @@
 //! map (and is folded into a preceding Conv by the fusion pass); the others
 //! are two reductions (mean, then mean of squared deviations) around maps.
 
-use ndarray::{ArrayD, IxDyn};
-
 use crate::backend::{ReduceFinal, ReduceOp};
 use crate::dtype::ElemType;
 use crate::error::Result;
@@ -14,7 +12,7 @@ use crate::expr::{Expr, ExprOp};
 use crate::ir::Node;
 use crate::lower::precision::FloatRole;
 use crate::lower::{DevTensor, LowerCx};
-use crate::tensor::HostTensor;
+use crate::tensor::{host_array, HostTensor};
 
 use super::{norm_axis, OpCx, Operator, Registry, TypeShape};
 
@@ -72,28 +70,22 @@ impl Operator for BatchNorm {
     }
 
     fn lower(&self, cx: &mut LowerCx, node: &Node) -> Result<()> {
-        let v = node.input(0).unwrap();
-        let shape = cx.shape(v)?;
+        let opcx = OpCx::of(cx, node);
+        let v = opcx.input(0)?;
+        let shape = opcx.in_shape(0)?;
         let ft = cx.float_type();
         let half = cx.half();
         let eps = node.attr_f("epsilon", 1e-5)? as f64;
         let mut bshape = vec![1usize; shape.len()];
         bshape[1] = shape[1];
-        let consts: Vec<Option<&HostTensor>> = (1..5)
-            .map(|i| cx.constant(node.input(i).unwrap()))
-            .collect();
+        let stats: Vec<usize> = (1..5).map(|i| opcx.input(i)).collect::<Result<_>>()?;
+        let consts: Vec<Option<&HostTensor>> = stats.iter().map(|&s| cx.constant(s)).collect();
         let mut ins = Vec::new();
         let xe = cx.operand(v, &mut ins, Some(ft))?;
         let e = if let [Some(s), Some(b), Some(m), Some(var)] = consts[..] {
             let (a, sh) = batchnorm_affine(s, b, m, var, eps);
-            let ah = HostTensor::float(
-                ElemType::F32,
-                ArrayD::from_shape_vec(IxDyn(&bshape), a).unwrap(),
-            );
-            let bh = HostTensor::float(
-                ElemType::F32,
-                ArrayD::from_shape_vec(IxDyn(&bshape), sh).unwrap(),
-            );
+            let ah = HostTensor::float(ElemType::F32, host_array(&bshape, a)?);
+            let bh = HostTensor::float(ElemType::F32, host_array(&bshape, sh)?);
             let name = node.name.clone();
             let at = cx.host_constant(&ah, ft, &format!("{name}/scale"))?;
             let bt = cx.host_constant(&bh, ft, &format!("{name}/shift"))?;
@@ -103,8 +95,8 @@ impl Operator for BatchNorm {
         } else {
             // Statistics computed at run time: (x - mean) / sqrt(var + eps) * scale + bias.
             let mut p = Vec::new();
-            for i in 1..5 {
-                let t = cx.tensor_as(node.input(i).unwrap(), ft)?;
+            for &st in &stats {
+                let t = cx.tensor_as(st, ft)?;
                 let t = cx.reshape(&t, &bshape)?;
                 p.push(cx.operand_tensor(t, &mut ins));
             }
@@ -134,10 +126,17 @@ struct Moments {
     inv_std: DevTensor,
 }
 
-fn normalize(cx: &mut LowerCx, x: &DevTensor, axes: &[usize], eps: f64) -> Result<Moments> {
+fn normalize(
+    cx: &mut LowerCx,
+    opcx: &OpCx,
+    x: &DevTensor,
+    axes: &[usize],
+    eps: f64,
+) -> Result<Moments> {
     let ft = cx.float_type();
     let half = cx.half();
-    let n: usize = axes.iter().map(|&a| x.shape[a]).product();
+    let reduced: Vec<usize> = axes.iter().map(|&a| x.shape[a]).collect();
+    let n = opcx.numel(&reduced, "the normalised dimensions")?;
     let mut keep = x.shape.clone();
     for &a in axes {
         keep[a] = 1;
@@ -230,14 +229,14 @@ impl Operator for LayerNorm {
     fn lower(&self, cx: &mut LowerCx, node: &Node) -> Result<()> {
         let opcx = OpCx::of(cx, node);
         let axis = LayerNorm::axis(&opcx)?;
-        let v = node.input(0).unwrap();
-        let shape = cx.shape(v)?;
+        let v = opcx.input(0)?;
+        let shape = opcx.in_shape(0)?;
         let ft = cx.float_type();
         let half = cx.half();
         let eps = node.attr_f("epsilon", 1e-5)? as f64;
         let x = cx.tensor_as(v, ft)?;
         let axes: Vec<usize> = (axis..shape.len()).collect();
-        let m = normalize(cx, &x, &axes, eps)?;
+        let m = normalize(cx, &opcx, &x, &axes, eps)?;
         if node.outputs.len() > 1 {
             cx.set(node.outputs[1], m.mean.clone());
         }
@@ -283,19 +282,20 @@ impl Operator for InstanceNorm {
     }
 
     fn lower(&self, cx: &mut LowerCx, node: &Node) -> Result<()> {
-        let v = node.input(0).unwrap();
-        let shape = cx.shape(v)?;
+        let opcx = OpCx::of(cx, node);
+        let v = opcx.input(0)?;
+        let shape = opcx.in_shape(0)?;
         let ft = cx.float_type();
         let half = cx.half();
         let eps = node.attr_f("epsilon", 1e-5)? as f64;
         let x = cx.tensor_as(v, ft)?;
         let axes: Vec<usize> = (2..shape.len()).collect();
-        let m = normalize(cx, &x, &axes, eps)?;
+        let m = normalize(cx, &opcx, &x, &axes, eps)?;
         let mut cshape = vec![1usize; shape.len()];
         cshape[1] = shape[1];
-        let s = cx.tensor_as(node.input(1).unwrap(), ft)?;
+        let s = cx.tensor_as(opcx.input(1)?, ft)?;
         let s = cx.reshape(&s, &cshape)?;
-        let b = cx.tensor_as(node.input(2).unwrap(), ft)?;
+        let b = cx.tensor_as(opcx.input(2)?, ft)?;
         let b = cx.reshape(&b, &cshape)?;
         let e = Expr::bin(
             ExprOp::Add,

@@ -2,13 +2,13 @@
 //! elements (negative pads crop). Outer indexing with pad values, see
 //! `indexing`.
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::ir::Node;
 use crate::lower::LowerCx;
 use crate::tensor::HostTensor;
 
-use super::indexing::{set_take, take_all_host, AxisIndex, FOLD_LIMIT};
-use super::{norm_axis, numel, OpCx, Operator, Registry, TypeShape};
+use super::indexing::{empty_like, fill_tensor, set_take, take_all_host, AxisIndex, FOLD_LIMIT};
+use super::{checked_numel, host_fits, norm_axis, OpCx, Operator, Registry, TypeShape};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum PadMode {
@@ -92,54 +92,147 @@ impl Pad {
         Ok(PadSpec { pads, mode, value })
     }
 
-    /// Per axis, which input position each output position reads. Negative
-    /// pads crop first; the border modes then extend what remains, as
-    /// onnxruntime does (reflect and wrap repeat as often as needed).
-    fn indices(cx: &OpCx, shape: &[usize], spec: &PadSpec) -> Result<Vec<AxisIndex>> {
+    /// Per axis, what is kept of the input and what is added around it.
+    /// Negative pads crop first; the border modes then extend what remains,
+    /// as onnxruntime does (reflect and wrap repeat as often as needed).
+    /// Pure arithmetic, checked: nothing here is proportional to the sizes.
+    fn axes(cx: &OpCx, shape: &[usize], spec: &PadSpec) -> Result<Vec<AxisPad>> {
         let mut out = Vec::with_capacity(shape.len());
         for (a, (&n, &(pb, pe))) in shape.iter().zip(&spec.pads).enumerate() {
-            let lo = (-pb).max(0);
-            let hi = n as i64 - (-pe).max(0);
-            if hi < lo {
-                return Err(cx.err(format!(
-                    "pads ({pb}, {pe}) crop more than axis {a} of size {n} has"
-                )));
-            }
-            let m = hi - lo;
-            let (before, after) = (pb.max(0), pe.max(0));
-            if m == 0 && (before > 0 || after > 0) && spec.mode != PadMode::Constant {
+            // A negative pad crops, a positive one adds.
+            let split = |p: i64| -> Result<(usize, usize)> {
+                let mag = usize::try_from(p.unsigned_abs()).map_err(|_| {
+                    cx.err(format!("pad {p} of axis {a} is beyond this host's sizes"))
+                })?;
+                Ok(if p < 0 { (mag, 0) } else { (0, mag) })
+            };
+            let (crop_b, before) = split(pb)?;
+            let (crop_e, after) = split(pe)?;
+            let kept = n
+                .checked_sub(crop_b)
+                .and_then(|k| k.checked_sub(crop_e))
+                .ok_or_else(|| {
+                    cx.err(format!(
+                        "pads ({pb}, {pe}) crop more than axis {a} of size {n} has"
+                    ))
+                })?;
+            if kept == 0 && (before > 0 || after > 0) && spec.mode != PadMode::Constant {
                 return Err(cx.err(format!(
                     "cannot extend the empty axis {a} in {:?} mode",
                     spec.mode
                 )));
             }
-            let idx: AxisIndex = (-before..m + after)
-                .map(|j| {
-                    let k = if (0..m).contains(&j) {
-                        j
-                    } else {
-                        match spec.mode {
-                            PadMode::Constant => return None,
-                            PadMode::Edge => j.clamp(0, m - 1),
-                            PadMode::Wrap => j.rem_euclid(m),
-                            PadMode::Reflect if m == 1 => 0,
-                            PadMode::Reflect => {
-                                let p = 2 * (m - 1);
-                                let r = j.rem_euclid(p);
-                                if r < m {
-                                    r
-                                } else {
-                                    p - r
-                                }
-                            }
-                        }
-                    };
-                    Some((lo + k) as usize)
-                })
-                .collect();
-            out.push(idx);
+            let len = kept
+                .checked_add(before)
+                .and_then(|l| l.checked_add(after))
+                .ok_or_else(|| {
+                    cx.err(format!(
+                        "axis {a} of size {n} padded by ({pb}, {pe}) overflows"
+                    ))
+                })?;
+            out.push(AxisPad {
+                lo: crop_b,
+                kept,
+                before,
+                after,
+                len,
+            });
         }
         Ok(out)
+    }
+
+    fn out_shape(cx: &OpCx, shape: &[usize], spec: &PadSpec) -> Result<Vec<usize>> {
+        let out: Vec<usize> = Pad::axes(cx, shape, spec)?.iter().map(|p| p.len).collect();
+        cx.numel(&out, "the padded shape")?;
+        Ok(out)
+    }
+
+    /// Per axis, which input position each output position reads, as runs.
+    /// Called for results that exist (on the host or the device), so the
+    /// runs, at most a few per period of the border, are bounded by them.
+    fn indices(cx: &OpCx, shape: &[usize], spec: &PadSpec) -> Result<Vec<AxisIndex>> {
+        Pad::axes(cx, shape, spec)?
+            .iter()
+            .map(|p| p.index(spec.mode))
+            .collect()
+    }
+}
+
+/// One padded axis: `kept` input positions from `lo`, with `before` and
+/// `after` positions added around them, `len` in all.
+struct AxisPad {
+    lo: usize,
+    kept: usize,
+    before: usize,
+    after: usize,
+    len: usize,
+}
+
+impl AxisPad {
+    fn index(&self, mode: PadMode) -> Result<AxisIndex> {
+        let AxisPad {
+            lo,
+            kept: m,
+            before,
+            after,
+            len,
+        } = *self;
+        let mut idx = AxisIndex::default();
+        // Output position j reads input position lo + k(j - before), for the
+        // source position k(i) of an unclamped position i.
+        match mode {
+            PadMode::Constant => {
+                idx.push_fill(before);
+                idx.push_seq(lo, 1, m);
+                idx.push_fill(after);
+            }
+            // Nothing to extend: `axes` allows no border around it.
+            _ if m == 0 => {}
+            _ if m == 1 => idx.push_seq(lo, 0, len),
+            PadMode::Edge => {
+                let last = lo + m - 1;
+                idx.push_seq(lo, 0, before);
+                idx.push_seq(lo, 1, m);
+                idx.push_seq(last, 0, after);
+            }
+            PadMode::Wrap => {
+                // k(i) = i mod m: ascending runs of up to m positions.
+                let mut k = (m - before % m) % m;
+                let mut left = len;
+                while left > 0 {
+                    let n = (m - k).min(left);
+                    idx.push_seq(lo + k, 1, n);
+                    left -= n;
+                    k = 0;
+                }
+            }
+            PadMode::Reflect => {
+                // k(i) = r or p - r for r = i mod p, p = 2 (m - 1): runs up
+                // (r < m) and down (r >= m), alternately.
+                let p = (m - 1).checked_mul(2).ok_or_else(|| {
+                    Error::model(format!("reflecting an axis of {m} positions overflows"))
+                })?;
+                let mut r = (p - before % p) % p;
+                let mut left = len;
+                while left > 0 {
+                    if r < m {
+                        let n = (m - r).min(left);
+                        idx.push_seq(lo + r, 1, n);
+                        left -= n;
+                        r += n;
+                    } else {
+                        let n = (p - r).min(left);
+                        idx.push_seq(lo + (p - r), -1, n);
+                        left -= n;
+                        r += n;
+                    }
+                    if r >= p {
+                        r -= p;
+                    }
+                }
+            }
+        }
+        Ok(idx)
     }
 }
 
@@ -147,25 +240,35 @@ impl Operator for Pad {
     fn infer(&self, cx: &OpCx) -> Result<Vec<TypeShape>> {
         let s = cx.in_shape(0)?;
         let spec = Pad::spec(cx, s.len())?;
-        let idx = Pad::indices(cx, &s, &spec)?;
         Ok(vec![TypeShape::new(
             cx.in_dtype(0)?,
-            idx.iter().map(Vec::len).collect(),
+            Pad::out_shape(cx, &s, &spec)?,
         )])
     }
     fn eval(&self, cx: &OpCx, inputs: &[Option<&HostTensor>]) -> Option<Result<Vec<HostTensor>>> {
         let x = inputs[0]?;
         let spec = tryo!(Pad::spec(cx, x.shape().len()));
-        let idx = tryo!(Pad::indices(cx, x.shape(), &spec));
-        if numel(&idx.iter().map(Vec::len).collect::<Vec<_>>()) > FOLD_LIMIT {
+        let out = tryo!(Pad::out_shape(cx, x.shape(), &spec));
+        if !host_fits(&out, FOLD_LIMIT) {
             return None;
         }
-        Some(Ok(vec![take_all_host(x, &idx, spec.value)]))
+        if checked_numel(&out) == Some(0) {
+            return Some(empty_like(x, &out).map(|y| vec![y]));
+        }
+        let idx = tryo!(Pad::indices(cx, x.shape(), &spec));
+        Some(take_all_host(x, &idx, spec.value).map(|y| vec![y]))
     }
     fn lower(&self, cx: &mut LowerCx, node: &Node) -> Result<()> {
-        let shape = cx.shape(node.input(0).unwrap())?;
         let opcx = OpCx::of(cx, node);
+        let shape = opcx.in_shape(0)?;
         let spec = Pad::spec(&opcx, shape.len())?;
+        let out = Pad::out_shape(&opcx, &shape, &spec)?;
+        if checked_numel(&out) == Some(0) {
+            let x = cx.tensor(opcx.input(0)?)?;
+            let y = fill_tensor(cx, x.dtype, &out, spec.value)?;
+            cx.set(node.outputs[0], y);
+            return Ok(());
+        }
         let idx = Pad::indices(&opcx, &shape, &spec)?;
         set_take(cx, node, 0, &idx, spec.value)
     }

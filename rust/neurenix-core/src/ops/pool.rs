@@ -10,7 +10,7 @@ use crate::lower::precision::FloatRole;
 use crate::lower::LowerCx;
 
 use super::conv::{as_2d, Window};
-use super::{OpCx, Operator, Registry, TypeShape};
+use super::{numel_f64, OpCx, Operator, Registry, TypeShape};
 
 struct Pool {
     max: bool,
@@ -52,11 +52,11 @@ impl Operator for Pool {
     fn lower(&self, cx: &mut LowerCx, node: &Node) -> Result<()> {
         let opcx = OpCx::of(cx, node);
         let win = Pool::window(&opcx)?;
+        let hw = win.hw(&opcx)?;
         let out_shape = cx.shape(node.outputs[0])?;
         let ft = cx.float_type();
-        let x = cx.tensor_as(node.input(0).unwrap(), ft)?;
+        let x = cx.tensor_as(opcx.input(0)?, ft)?;
         let x = cx.reshape(&x, &as_2d(&x.shape))?;
-        let (kernel, strides, dilations, pads, out_hw) = win.hw();
         let mode = if self.max {
             PoolMode::Max
         } else if node.attr_i("count_include_pad", 0)? != 0 {
@@ -66,11 +66,11 @@ impl Operator for Pool {
         };
         let p = PoolOptions {
             mode,
-            kernel,
-            strides,
-            dilations,
-            pads,
-            out_hw,
+            kernel: hw.kernel,
+            strides: hw.strides,
+            dilations: hw.dilations,
+            pads: hw.pads,
+            out_hw: hw.out,
             ipu: 0,
             name: String::new(),
         };
@@ -81,14 +81,9 @@ impl Operator for Pool {
     }
 
     fn flops(&self, cx: &OpCx) -> f64 {
-        match Pool::window(cx) {
-            Ok(w) => {
-                let x = cx.in_shape(0).unwrap_or_default();
-                (x[..2].iter().product::<usize>()
-                    * w.out.iter().product::<usize>()
-                    * w.kernel.iter().product::<usize>()) as f64
-            }
-            Err(_) => 0.0,
+        match (Pool::window(cx), cx.in_shape(0)) {
+            (Ok(w), Ok(x)) => numel_f64(&x[..2]) * numel_f64(&w.out) * numel_f64(&w.kernel),
+            _ => 0.0,
         }
     }
 }
@@ -112,12 +107,13 @@ impl Operator for GlobalPool {
     }
 
     fn lower(&self, cx: &mut LowerCx, node: &Node) -> Result<()> {
-        let v = node.input(0).unwrap();
-        let shape = cx.shape(v)?;
+        let opcx = OpCx::of(cx, node);
+        let v = opcx.input(0)?;
+        let shape = opcx.in_shape(0)?;
         let ft = cx.float_type();
         let x = cx.tensor_as(v, ft)?;
         let axes: Vec<usize> = (2..shape.len()).collect();
-        let n: usize = shape[2..].iter().product();
+        let n = opcx.numel(&shape[2..], "the pooled dimensions")?;
         let y = if self.max {
             cx.reduce(&x, &axes, ReduceOp::Max, ReduceFinal::None, 1.0, ft)?
         } else {
@@ -156,9 +152,10 @@ impl Operator for Lrn {
     }
 
     fn lower(&self, cx: &mut LowerCx, node: &Node) -> Result<()> {
-        let v = node.input(0).unwrap();
-        let shape = cx.shape(v)?;
-        let size = node.attr_i("size", 1)? as usize;
+        let opcx = OpCx::of(cx, node);
+        let v = opcx.input(0)?;
+        let shape = opcx.in_shape(0)?;
+        let size = opcx.to_dim(node.attr_i("size", 1)?, "size")?.max(1);
         let alpha = node.attr_f("alpha", 1e-4)? as f64;
         let beta = node.attr_f("beta", 0.75)? as f64;
         let bias = node.attr_f("bias", 1.0)? as f64;
@@ -172,17 +169,27 @@ impl Operator for Lrn {
             &shape,
         )?;
         // [N, C, rest] as planes N of C x rest: pool along C with a size x 1 window.
-        let rest: usize = shape[2..].iter().product();
+        let rest = opcx.numel(&shape[2..], "the dimensions after the channels")?;
         let planes = cx.reshape(&sq, &[shape[0], shape[1], rest])?;
         let before = (size - 1) / 2;
         let after = size - 1 - before;
+        let u = |x: usize, what: &str| {
+            u32::try_from(x).map_err(|_| {
+                opcx.err(format!(
+                    "{what} {x} is beyond the 32-bit window sizes the IPU's planners take"
+                ))
+            })
+        };
         let p = PoolOptions {
             mode: PoolMode::AverageIncludePad,
-            kernel: [size as u32, 1],
+            kernel: [u(size, "size")?, 1],
             strides: [1, 1],
             dilations: [1, 1],
-            pads: [before as u32, 0, after as u32, 0],
-            out_hw: [shape[1] as u32, rest as u32],
+            pads: [u(before, "size")?, 0, u(after, "size")?, 0],
+            out_hw: [
+                u(shape[1], "the channel count")?,
+                u(rest, "the plane size")?,
+            ],
             ipu: 0,
             name: String::new(),
         };

@@ -13,20 +13,18 @@
 //! element-wise part of the op (x², |x|, log x, ...), as onnxruntime and
 //! the ONNX reference compute it.
 
-use ndarray::{ArrayD, IxDyn};
-
 use crate::backend::{ReduceFinal, ReduceOp};
 use crate::dtype::{DeviceType, ElemType};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::expr::{Expr, ExprOp};
 use crate::ir::Node;
 use crate::lower::precision::FloatRole;
 use crate::lower::{DevTensor, LowerCx};
-use crate::tensor::HostTensor;
+use crate::tensor::{host_array, HostTensor};
 
-use super::indexing::fill_tensor;
+use super::indexing::{fill_tensor, FOLD_LIMIT};
 use super::layout::host_transpose;
-use super::{norm_axis, OpCx, Operator, Registry, TypeShape};
+use super::{checked_numel, host_fits, norm_axis, numel_f64, OpCx, Operator, Registry, TypeShape};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {
@@ -211,32 +209,29 @@ impl Reduce {
         }
     }
 
-    fn host(&self, x: &HostTensor, plan: &Plan) -> HostTensor {
+    fn host(&self, x: &HostTensor, plan: &Plan) -> Result<HostTensor> {
         let (moved, len) = rows_of(x, &plan.axes);
-        let rows = moved
-            .numel()
-            .checked_div(len)
-            .unwrap_or_else(|| plan.out_shape.iter().product());
-        let sh = IxDyn(&plan.out_shape);
-        if x.dtype.is_float() {
+        // Rows of the reduction: an empty set reduces to as many results as
+        // the output has (bounded by the caller).
+        let rows = match moved.numel().checked_div(len) {
+            Some(r) => r,
+            None => checked_numel(&plan.out_shape).unwrap_or(0),
+        };
+        let row = |r: usize| r * len..(r + 1) * len;
+        let sh = &plan.out_shape;
+        Ok(if x.dtype.is_float() {
             let v = moved.to_f64_vec();
-            let out: Vec<f64> = (0..rows)
-                .map(|r| self.row_float(&v[r * len..(r + 1) * len]))
-                .collect();
-            HostTensor::float(x.dtype, ArrayD::from_shape_vec(sh, out).unwrap())
+            let out: Vec<f64> = (0..rows).map(|r| self.row_float(&v[row(r)])).collect();
+            HostTensor::float(x.dtype, host_array(sh, out)?)
         } else {
             let v = moved.to_i64_vec();
-            let out: Vec<i64> = (0..rows)
-                .map(|r| self.row_int(&v[r * len..(r + 1) * len]))
-                .collect();
+            let out: Vec<i64> = (0..rows).map(|r| self.row_int(&v[row(r)])).collect();
             if x.dtype == ElemType::Bool {
-                HostTensor::boolean(
-                    ArrayD::from_shape_vec(sh, out.into_iter().map(|b| b != 0).collect()).unwrap(),
-                )
+                HostTensor::boolean(host_array(sh, out.into_iter().map(|b| b != 0).collect())?)
             } else {
-                HostTensor::int(x.dtype, ArrayD::from_shape_vec(sh, out).unwrap())
+                HostTensor::int(x.dtype, host_array(sh, out)?)
             }
-        }
+        })
     }
 
     /// The reduction of an empty set, as the host computes it.
@@ -288,7 +283,8 @@ impl Reduce {
     ) -> Result<()> {
         let half = t == DeviceType::F16;
         let mut ins = Vec::new();
-        let x = cx.operand(node.input(0).unwrap(), &mut ins, Some(t))?;
+        let v = OpCx::of(cx, node).input(0)?;
+        let x = cx.operand(v, &mut ins, Some(t))?;
         let e = match (self.kind, t) {
             (Kind::SumSquare, _) => Expr::bin(ExprOp::Mul, x.clone(), x, half),
             (Kind::L1 | Kind::L2, _) => Expr::un(ExprOp::Abs, x, half),
@@ -311,8 +307,8 @@ impl Reduce {
         x: &DevTensor,
         axes: &[usize],
         t: DeviceType,
+        n: usize,
     ) -> Result<DevTensor> {
-        let n: usize = axes.iter().map(|&a| x.shape[a]).product();
         let half = t == DeviceType::F16;
         Ok(match self.kind {
             Kind::Sum => cx.reduce(x, axes, ReduceOp::Sum, ReduceFinal::None, 1.0, t)?,
@@ -320,7 +316,17 @@ impl Reduce {
                 // Scaling by 1/n would not truncate like integer division.
                 let s = cx.reduce(x, axes, ReduceOp::Sum, ReduceFinal::None, 1.0, t)?;
                 let shape = s.shape.clone();
-                let e = Expr::bin(ExprOp::Div, Expr::input(0), Expr::consti(n as i64), false);
+                let n = i32::try_from(n).map_err(|_| {
+                    Error::model(format!(
+                        "an integer mean over {n} elements is beyond the int32 range the IPU counts in"
+                    ))
+                })?;
+                let e = Expr::bin(
+                    ExprOp::Div,
+                    Expr::input(0),
+                    Expr::consti(i64::from(n)),
+                    false,
+                );
                 cx.map_now(&e, &[s], t, &shape)?
             }
             Kind::Mean => cx.reduce(
@@ -386,21 +392,27 @@ impl Operator for Reduce {
             return Some(Err(e));
         }
         let plan = tryo!(self.plan(cx, x.shape()));
-        Some(Ok(vec![self.host(x, &plan)]))
+        // Reducing nothing makes as many results as the output holds.
+        if x.numel() == 0 && !host_fits(&plan.out_shape, FOLD_LIMIT) {
+            return None;
+        }
+        Some(self.host(x, &plan).map(|y| vec![y]))
     }
 
     fn lower(&self, cx: &mut LowerCx, node: &Node) -> Result<()> {
-        let v = node.input(0).unwrap();
-        let shape = cx.shape(v)?;
         let opcx = OpCx::of(cx, node);
+        let v = opcx.input(0)?;
+        let shape = opcx.in_shape(0)?;
         let plan = self.plan(&opcx, &shape)?;
-        let dtype = cx.dtype(v)?;
+        let dtype = opcx.in_dtype(0)?;
         let t = cx.device_type(dtype);
         if plan.axes.is_empty() {
             return self.lower_elementwise(cx, node, t, shape);
         }
         let out = node.outputs[0];
-        if shape.iter().product::<usize>() == 0 {
+        let reduced: Vec<usize> = plan.axes.iter().map(|&a| shape[a]).collect();
+        let n = opcx.numel(&reduced, "the reduced dimensions")?;
+        if opcx.numel(&shape, "the input shape")? == 0 {
             let y = fill_tensor(cx, t, &plan.out_shape, self.empty_value(t))?;
             cx.set(out, y);
             return Ok(());
@@ -410,7 +422,7 @@ impl Operator for Reduce {
             t == DeviceType::I32 && matches!(self.kind, Kind::L2 | Kind::LogSum | Kind::LogSumExp);
         let work = if float_detour { DeviceType::F32 } else { t };
         let x = cx.tensor_as(v, work)?;
-        let r = self.lower_reduce(cx, &x, &plan.axes, work)?;
+        let r = self.lower_reduce(cx, &x, &plan.axes, work, n)?;
         let r = cx.cast(r, t)?;
         let y = cx.reshape(&r, &plan.out_shape)?;
         cx.set(out, y);
@@ -427,9 +439,7 @@ impl Operator for Reduce {
         } else {
             1.0
         };
-        cx.in_shape(0)
-            .map(|s| per * s.iter().product::<usize>() as f64)
-            .unwrap_or(0.0)
+        cx.in_shape(0).map(|s| per * numel_f64(&s)).unwrap_or(0.0)
     }
 }
 
@@ -511,13 +521,20 @@ impl Operator for ArgReduce {
     }
 
     fn lower(&self, cx: &mut LowerCx, node: &Node) -> Result<()> {
-        let v = node.input(0).unwrap();
-        let shape = cx.shape(v)?;
         let opcx = OpCx::of(cx, node);
+        let v = opcx.input(0)?;
+        let shape = opcx.in_shape(0)?;
         let (axis, keep, last) = ArgReduce::params(&opcx, &shape)?;
-        let t = cx.device_type(cx.dtype(v)?);
-        let x = cx.tensor_as(v, t)?;
+        // Positions are int32 on the device (and a constant on the host
+        // first): refused before anything that large is built.
         let n = shape[axis];
+        let n32 = i32::try_from(n).map_err(|_| {
+            opcx.err(format!(
+                "axis {axis} has {n} positions, beyond the int32 range the IPU computes indices in"
+            ))
+        })?;
+        let t = cx.device_type(opcx.in_dtype(0)?);
+        let x = cx.tensor_as(v, t)?;
         // The extremum, broadcast back; the positions that hold it (or a
         // NaN, which wins as in numpy); the smallest (largest) of those
         // positions, with n (-1) standing for the others.
@@ -532,7 +549,7 @@ impl Operator for ArgReduce {
         let m = cx.reshape(&m, &keep_shape)?;
         let mut iota_shape = vec![n];
         iota_shape.extend(vec![1; shape.len() - axis - 1]);
-        let iota = HostTensor::from_i64s(&iota_shape, (0..n as i64).collect());
+        let iota = HostTensor::from_i64s(&iota_shape, (0..i64::from(n32)).collect());
         let name = format!("{}/positions", node.name);
         let iota = cx.host_constant(&iota, DeviceType::I32, &name)?;
         let mut hit = Expr::bin(ExprOp::Eq, Expr::input(0), Expr::input(1), false);
@@ -544,7 +561,7 @@ impl Operator for ArgReduce {
                 false,
             );
         }
-        let other = if last { -1 } else { n as i64 };
+        let other = if last { -1 } else { i64::from(n32) };
         let pos = Expr::select(hit, Expr::input(2), Expr::consti(other), false);
         let p = cx.map_now(&pos, &[x, m, iota], DeviceType::I32, &shape)?;
         let pick = if last { ReduceOp::Max } else { ReduceOp::Min };
@@ -559,9 +576,7 @@ impl Operator for ArgReduce {
     }
 
     fn flops(&self, cx: &OpCx) -> f64 {
-        cx.in_shape(0)
-            .map(|s| 3.0 * s.iter().product::<usize>() as f64)
-            .unwrap_or(0.0)
+        cx.in_shape(0).map(|s| 3.0 * numel_f64(&s)).unwrap_or(0.0)
     }
 }
 

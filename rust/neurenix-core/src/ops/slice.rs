@@ -12,20 +12,19 @@ use super::{norm_axis, OpCx, Operator, Registry, TypeShape};
 /// One axis of a slice, after ONNX's clamping.
 #[derive(Debug, Clone, Copy, PartialEq)]
 struct AxisSlice {
-    start: i64,
+    start: usize,
     step: i64,
     len: usize,
 }
 
-/// ONNX Slice on one axis of size `dim` (opset 10+ semantics, which are
+/// ONNX Slice on one axis of size `d` (opset 10+ semantics, which are
 /// opset 1's with a step): negative positions count from the end, then
-/// positions are clamped to the axis ([0, dim] forwards, [-1, dim - 1]
+/// positions are clamped to the axis ([0, d] forwards, [-1, d - 1]
 /// backwards, so a backward slice can run to the first element).
 ///
 /// An end of INT_MAX (int32's or int64's) means "to the end in the step's
 /// direction", as onnxruntime and exporters read it, also backwards.
-fn slice_axis(dim: usize, start: i64, end: i64, step: i64) -> AxisSlice {
-    let d = dim as i64;
+fn slice_axis(d: i64, start: i64, end: i64, step: i64) -> AxisSlice {
     let s = if start < 0 {
         start.saturating_add(d)
     } else {
@@ -47,21 +46,18 @@ fn slice_axis(dim: usize, start: i64, end: i64, step: i64) -> AxisSlice {
     } else {
         (s.clamp(0, (d - 1).max(0)), e.clamp(-1, d - 1))
     };
-    let len = if step > 0 {
-        if e > s {
-            (e - s + step - 1) / step
-        } else {
-            0
-        }
-    } else if s > e {
-        (s - e + (-step) - 1) / (-step)
-    } else {
+    // Both ends are within [-1, d], so their distance is too; an empty axis
+    // has no position to start from, whichever the direction.
+    let span = if step > 0 { e - s } else { s - e };
+    let len = if d == 0 || span <= 0 {
         0
+    } else {
+        (span.unsigned_abs() - 1) / step.unsigned_abs() + 1
     };
     AxisSlice {
-        start: s,
+        start: usize::try_from(s).unwrap_or(0),
         step,
-        len: len as usize,
+        len: usize::try_from(len).unwrap_or(0),
     }
 }
 
@@ -122,7 +118,8 @@ impl Slice {
             if steps[k] == 0 {
                 return Err(cx.err("steps cannot be 0"));
             }
-            out[a] = Some(slice_axis(shape[a], starts[k], ends[k], steps[k]));
+            let d = cx.to_i64(shape[a], format_args!("dimension {a}"))?;
+            out[a] = Some(slice_axis(d, starts[k], ends[k], steps[k]));
         }
         Ok(out
             .into_iter()
@@ -139,11 +136,7 @@ impl Slice {
 
     fn indices(sl: &[AxisSlice]) -> Vec<AxisIndex> {
         sl.iter()
-            .map(|s| {
-                (0..s.len)
-                    .map(|i| Some((s.start + i as i64 * s.step) as usize))
-                    .collect()
-            })
+            .map(|s| AxisIndex::seq(s.start, s.step, s.len))
             .collect()
     }
 }
@@ -159,11 +152,11 @@ impl Operator for Slice {
     fn eval(&self, cx: &OpCx, inputs: &[Option<&HostTensor>]) -> Option<Result<Vec<HostTensor>>> {
         let x = inputs[0]?;
         let sl = tryo!(Slice::axes(cx, x.shape()));
-        Some(Ok(vec![take_all_host(x, &Slice::indices(&sl), 0.0)]))
+        Some(take_all_host(x, &Slice::indices(&sl), 0.0).map(|y| vec![y]))
     }
     fn lower(&self, cx: &mut LowerCx, node: &Node) -> Result<()> {
-        let shape = cx.shape(node.input(0).unwrap())?;
         let opcx = OpCx::of(cx, node);
+        let shape = opcx.in_shape(0)?;
         let sl = Slice::axes(&opcx, &shape)?;
         // Every axis is one arithmetic run, so this is one rearrange.
         set_take(cx, node, 0, &Slice::indices(&sl), 0.0)

@@ -10,7 +10,7 @@ use crate::ir::Node;
 use crate::lower::precision::FloatRole;
 use crate::lower::LowerCx;
 
-use super::{norm_axis, OpCx, Operator, Registry, TypeShape};
+use super::{norm_axis, numel_f64, OpCx, Operator, Registry, TypeShape};
 
 struct Softmax {
     log: bool,
@@ -21,9 +21,9 @@ impl Softmax {
     /// coerced to 2-D at `axis`.
     fn layout(cx: &OpCx, shape: &[usize]) -> Result<(Vec<usize>, usize)> {
         if cx.opset < 13 {
-            let a = norm_axis(cx.node.attr_i("axis", 1)?, shape.len().max(1), cx)?;
-            let outer: usize = shape[..a].iter().product();
-            let inner: usize = shape[a..].iter().product();
+            let a = norm_axis(cx.node.attr_i("axis", 1)?, shape.len(), cx)?;
+            let outer = cx.numel(&shape[..a], "the dimensions before the axis")?;
+            let inner = cx.numel(&shape[a..], "the dimensions from the axis")?;
             Ok((vec![outer, inner], 1))
         } else {
             let a = norm_axis(cx.node.attr_i("axis", -1)?, shape.len(), cx)?;
@@ -47,9 +47,9 @@ impl Operator for Softmax {
     }
 
     fn lower(&self, cx: &mut LowerCx, node: &Node) -> Result<()> {
-        let v = node.input(0).unwrap();
-        let shape = cx.shape(v)?;
         let opcx = OpCx::of(cx, node);
+        let v = opcx.input(0)?;
+        let shape = opcx.in_shape(0)?;
         let (work, axis) = Softmax::layout(&opcx, &shape)?;
         let t = cx.float_type();
         let half = cx.half();
@@ -94,9 +94,7 @@ impl Operator for Softmax {
     }
 
     fn flops(&self, cx: &OpCx) -> f64 {
-        cx.in_shape(0)
-            .map(|s| 5.0 * s.iter().product::<usize>() as f64)
-            .unwrap_or(0.0)
+        cx.in_shape(0).map(|s| 5.0 * numel_f64(&s)).unwrap_or(0.0)
     }
 }
 

@@ -10,7 +10,7 @@ use crate::error::Result;
 use crate::ir::{Attr, Dim, Graph, Node, Value};
 use crate::tensor::HostTensor;
 
-use super::{lookup, numel, OpCx};
+use super::{checked_numel, lookup, OpCx};
 
 pub fn f32s(shape: &[usize], v: &[f64]) -> HostTensor {
     HostTensor::float(
@@ -24,7 +24,9 @@ pub fn i64s(shape: &[usize], v: &[i64]) -> HostTensor {
 pub fn arange(shape: &[usize]) -> HostTensor {
     f32s(
         shape,
-        &(0..numel(shape)).map(|i| i as f64).collect::<Vec<_>>(),
+        &(0..checked_numel(shape).unwrap())
+            .map(|i| i as f64)
+            .collect::<Vec<_>>(),
     )
 }
 pub fn ints(a: &[i64]) -> Attr {
