@@ -111,3 +111,15 @@ def test_mutated_models_fail_cleanly(runner):
             raise FAILURES[res.outcome](res.report())
 
     case_fails_cleanly()
+
+
+@pytest.mark.parametrize("name", [f.name for f in __import__("fuzz_findings").FINDINGS])
+def test_catalogued_findings_end_cleanly(runner, name):
+    """Every failure the harness ever found, reduced to a small model, now ends
+    in success or an IPUError that is not an internal one (in the worker, so a
+    regression that crashes or hangs fails this test, not the run)."""
+    import fuzz_findings
+
+    finding = next(f for f in fuzz_findings.FINDINGS if f.name == name)
+    res = runner.run(fuzz_findings.to_case(finding))
+    assert not res.is_failure and res.klass() != "ipu:IPUInternalError", res.report()

@@ -13,7 +13,7 @@ from typing import List, Optional, Sequence, Tuple, Union, final
 __all__ = [
     "Model", "Executable", "DeviceManager", "Device", "SystemInfo", "TileMemory", "OpPlan", "StepCost",
     "RunStats", "PassStats", "Placement", "TensorSpec", "HostStream", "DeviceInfo", "ValueParts", "TensorParts",
-    "AttrParts", "NodeParts", "ModelParts", "compile", "describe_system", "supported_ops", "supported_opsets",
+    "AttrParts", "NodeParts", "ModelParts", "compile", "describe_system", "supported_ops", "supported_opsets", "_panic",
 ]
 
 # -- systems and devices ---------------------------------------------------------

@@ -17,6 +17,16 @@ pub struct TileOverflow {
     pub largest: Vec<(String, u64)>,
 }
 
+/// A tensor larger than one IPU's memory (so no plan can place it).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TensorOverflow {
+    pub name: String,
+    /// Bytes it needs on the device (saturating at `u64::MAX`).
+    pub bytes: u64,
+    /// Bytes of tile memory of one IPU.
+    pub capacity: u64,
+}
+
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum Error {
     /// A malformed argument or option.
@@ -25,10 +35,11 @@ pub enum Error {
     /// Shapes or element types that do not agree inside the model.
     #[error("{message}")]
     ShapeMismatch { node: String, message: String },
-    /// Some tiles overflow.
+    /// Some tiles overflow, or one tensor is larger than an IPU.
     #[error("{message}")]
     OutOfMemory {
         tiles: Vec<TileOverflow>,
+        tensor: Option<TensorOverflow>,
         message: String,
     },
     /// The IPUs asked for are attached elsewhere.
@@ -138,7 +149,11 @@ impl Error {
             let _ = writeln!(message, "... and {} more tiles", tiles.len() - shown);
         }
         message.push_str(hint);
-        Error::OutOfMemory { tiles, message }
+        Error::OutOfMemory {
+            tiles,
+            tensor: None,
+            message,
+        }
     }
 }
 

@@ -84,6 +84,9 @@ pub fn float_to_int(dtype: ElemType, v: f64) -> i64 {
 
 /// Elements of a tensor of `shape`, or None if the count overflows.
 pub fn checked_numel(shape: &[usize]) -> Option<usize> {
+    if shape.contains(&0) {
+        return Some(0);
+    }
     shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d))
 }
 

@@ -30,7 +30,7 @@ fn build(py: Python<'_>, err: &Error) -> PyResult<PyErr> {
             "ModelFormatError"
         }
         Error::ModelFormat(_) => "ModelFormatError",
-        Error::OutOfMemory { tiles, .. } => {
+        Error::OutOfMemory { tiles, tensor, .. } => {
             let list = PyList::empty(py);
             for t in tiles {
                 let largest = PyList::empty(py);
@@ -52,6 +52,9 @@ fn build(py: Python<'_>, err: &Error) -> PyResult<PyErr> {
                 list.append(d)?;
             }
             kwargs.set_item("tiles", list)?;
+            if let Some(t) = tensor {
+                kwargs.set_item("tensor", (t.name.clone(), t.bytes, t.capacity))?;
+            }
             "IPUOutOfMemoryError"
         }
         Error::DeviceUnavailable { ipus, pids, .. } => {

@@ -18,6 +18,7 @@ pub(crate) fn from_cxx(e: cxx::Exception) -> Error {
         },
         ffi::ErrorCode::kOutOfMemory => Error::OutOfMemory {
             tiles: Vec::new(),
+            tensor: None,
             message,
         },
         ffi::ErrorCode::kDeviceUnavailable => Error::DeviceUnavailable {

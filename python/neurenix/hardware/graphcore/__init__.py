@@ -20,6 +20,7 @@ from .errors import (
     IPUOutOfMemoryError,
     IPUStateError,
     ModelFormatError,
+    TensorOverflow,
     TileOverflow,
     UnsupportedOperatorError,
 )
@@ -51,6 +52,7 @@ __all__ = [
     "DeviceNotAttachedError",
     "IPUOutOfMemoryError",
     "TileOverflow",
+    "TensorOverflow",
     "UnsupportedOperatorError",
     "ModelFormatError",
     "InputMismatchError",

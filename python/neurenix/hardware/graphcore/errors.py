@@ -56,19 +56,30 @@ class TileOverflow(NamedTuple):
     largest: Tuple[Tuple[str, int], ...]
 
 
+class TensorOverflow(NamedTuple):
+    """A tensor larger than one IPU's tile memory (so no plan can place it)."""
+
+    name: str
+    bytes: int
+    capacity: int
+
+
 class IPUOutOfMemoryError(IPUError, MemoryError):
     """The compiled model does not fit in tile memory.
 
     ``tiles`` lists every overflowing tile (:class:`TileOverflow`): its IPU,
     its index, the bytes it needs, its capacity and its largest consumers.
+    When one tensor alone is larger than an IPU, nothing is planned:
+    ``tensor`` (:class:`TensorOverflow`) names it and ``tiles`` is empty.
     """
 
-    def __init__(self, message: str, tiles: Sequence[dict] = ()):
+    def __init__(self, message: str, tiles: Sequence[dict] = (), tensor: Optional[Tuple[str, int, int]] = None):
         super().__init__(message)
         self.tiles: List[TileOverflow] = [
             TileOverflow(t["ipu"], t["tile"], t["used"], t["capacity"], tuple(tuple(x) for x in t["largest"]))
             for t in tiles
         ]
+        self.tensor: Optional[TensorOverflow] = None if tensor is None else TensorOverflow(*tensor)
 
 
 class UnsupportedOperatorError(IPUError, NotImplementedError):
@@ -129,6 +140,7 @@ __all__ = [
     "DeviceNotAttachedError",
     "IPUOutOfMemoryError",
     "TileOverflow",
+    "TensorOverflow",
     "UnsupportedOperatorError",
     "ModelFormatError",
     "InputMismatchError",

@@ -231,11 +231,6 @@ pub trait Operator: Sync + Send {
     fn folds_without_values(&self) -> bool {
         false
     }
-    /// True for operators that only the host computes (at compile time,
-    /// from constant inputs): they have no device lowering.
-    fn host_only(&self) -> bool {
-        false
-    }
     /// How the precision policy treats this operator's float arithmetic:
     /// `Compute` or `Sensitive`.
     fn float_role(&self) -> FloatRole {

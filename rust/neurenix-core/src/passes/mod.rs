@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 
 use crate::dtype::ElemType;
-use crate::error::{group_digits, Error, Result};
+use crate::error::{group_digits, Error, Result, TensorOverflow};
 use crate::ir::{Dim, Model};
 use crate::ops::{lookup, OpCx};
 use crate::tensor::checked_numel;
@@ -42,9 +42,15 @@ impl Default for Limits {
 }
 
 impl Limits {
-    /// Checks that a tensor of `dtype` and `shape` can exist on one IPU:
-    /// `what` names it in the error.
-    pub fn check_tensor(&self, what: &str, dtype: ElemType, shape: &[usize]) -> Result<()> {
+    /// Checks that tensor `name` of `dtype` and `shape` can exist on one IPU;
+    /// `what` describes it in the error.
+    pub fn check_tensor(
+        &self,
+        name: &str,
+        what: &str,
+        dtype: ElemType,
+        shape: &[usize],
+    ) -> Result<()> {
         let elem = if dtype.is_float() {
             self.float_bytes
         } else {
@@ -59,6 +65,11 @@ impl Limits {
         if bytes > self.tensor_bytes as u128 {
             return Err(Error::OutOfMemory {
                 tiles: Vec::new(),
+                tensor: Some(TensorOverflow {
+                    name: name.to_string(),
+                    bytes: u64::try_from(bytes).unwrap_or(u64::MAX),
+                    capacity: self.tensor_bytes,
+                }),
                 message: format!(
                     "{what} would be {dtype}{shape:?}: {} bytes on the device, but one IPU has {} bytes of tile \
                      memory, and a tensor lives on one IPU; no number of IPUs can hold it. Use smaller inputs \
@@ -171,7 +182,7 @@ pub fn bind_inputs(model: &mut Model, specs: &[TensorSpec], limits: &Limits) -> 
                 }
             }
         }
-        limits.check_tensor(&format!("input '{name}'"), spec.dtype, &spec.shape)?;
+        limits.check_tensor(&name, &format!("input '{name}'"), spec.dtype, &spec.shape)?;
         let val = g.value_mut(v);
         val.dtype = Some(spec.dtype);
         val.shape = Some(spec.shape.iter().map(|&d| Dim::Fixed(d)).collect());
@@ -261,13 +272,12 @@ pub fn infer_and_fold(model: &mut Model, limits: &Limits) -> Result<usize> {
             // cannot exist.
             let mut elements = 0usize;
             for (k, ts) in outs.iter().enumerate().take(node.outputs.len()) {
+                let name = &g.value(node.outputs[k]).name;
                 let what = format!(
-                    "tensor '{}' (output {k} of node '{}', {})",
-                    g.value(node.outputs[k]).name,
-                    node.name,
-                    node.op_type
+                    "tensor '{name}' (output {k} of node '{}', {})",
+                    node.name, node.op_type
                 );
-                limits.check_tensor(&what, ts.dtype, &ts.shape)?;
+                limits.check_tensor(name, &what, ts.dtype, &ts.shape)?;
                 elements = elements.saturating_add(checked_numel(&ts.shape).unwrap_or(usize::MAX));
             }
             let all_const = node
@@ -276,13 +286,6 @@ pub fn infer_and_fold(model: &mut Model, limits: &Limits) -> Result<usize> {
                 .flatten()
                 .all(|&v| g.constant(v).is_some());
             let within_budget = elements <= limits.host_eval_elements;
-            if !within_budget && op.host_only() {
-                return Err(cx.err(format!(
-                    "produces {elements} elements, which are computed on the host at compile time, and the \
-                     host evaluates at most {} elements per node",
-                    limits.host_eval_elements
-                )));
-            }
             let values = if within_budget && (all_const || op.folds_without_values()) {
                 let ins: Vec<_> = node
                     .inputs

@@ -1,16 +1,17 @@
-"""Failures found by the fuzz harness (tests/fuzz_models.py, benchmarks/fuzz.py),
-each reduced by hand to a small model built with onnx.helper.
+"""Failures the fuzz harness found (tests/fuzz_models.py, benchmarks/fuzz.py),
+each reduced by hand to a small model built with onnx.helper; all fixed, and
+kept as regression tests (tests/test_fuzz.py runs every one).
 
 Every finding is a function returning ``(model, example_inputs)`` (model: an
 ``onnx.ModelProto`` or serialized bytes; example_inputs: a list of arrays or
-None), registered with what it does today (``observed``), where the fault
-probably is (``location``), and the manager options it needs. The contract each
+None), registered with what it did when found (``observed``), where the fault
+was (``location``), and the manager options it needs. The contract each
 one breaks: compile_model/execute_model either succeed or raise an IPUError
 subclass; no crash, no hang, no other exception, no absurd host memory.
 
-    PYTHONPATH=python python benchmarks/fuzz_findings.py            # each in a worker: crash/hang-safe
-    PYTHONPATH=python python benchmarks/fuzz_findings.py --list
-    PYTHONPATH=python python benchmarks/fuzz_findings.py range_1e12 --here   # in this process (may abort it!)
+    python tests/fuzz_findings.py            # each in a worker: crash/hang-safe
+    python tests/fuzz_findings.py --list
+    python tests/fuzz_findings.py range_1e12 --here   # in this process
 
 As regression tests: for each finding, run it (in a worker, as ``main`` does)
 and require the outcome to be ``ok`` or ``ipu:<IPUError subclass>`` other than
@@ -30,7 +31,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "tests"))
+sys.path.insert(0, HERE)
 
 F, I64 = TensorProto.FLOAT, TensorProto.INT64
 
