@@ -917,7 +917,8 @@ fn inputs_larger_than_an_ipu_are_out_of_memory_before_anything_runs() {
     .unwrap_err();
     assert!(
         matches!(e, Error::ModelFormat(_))
-            && e.to_string().contains("more elements than can be counted"),
+            && e.to_string()
+                .contains("more elements than a host array can address"),
         "{e}"
     );
 }
@@ -978,4 +979,43 @@ fn folding_stops_at_the_host_budget() {
         m.graph.shape_of(m.graph.find("ce").unwrap()),
         Some(vec![64, 4])
     );
+}
+
+#[test]
+fn empty_tensors_with_dimensions_no_host_array_can_have_are_refused() {
+    // [0, 2^63 - 1] holds no element, but numpy and ndarray cannot make it.
+    let mut b = ModelBuilder::new(13);
+    b.input_fixed("x", ElemType::F32, &[0, 4]);
+    b.init("shape", HostTensor::from_i64s(&[2], vec![0, i64::MAX]));
+    b.node_a(
+        "Reshape",
+        "r",
+        &["x", "shape"],
+        &["y"],
+        vec![("allowzero", Attr::Int(1))],
+    );
+    b.output("y");
+    let e = prepare(
+        &mut b.build(),
+        &[spec("x", ElemType::F32, &[0, 4])],
+        &Limits::default(),
+    )
+    .unwrap_err();
+    assert!(matches!(e, Error::ModelFormat(_)), "{e:?}");
+    assert!(
+        e.to_string()
+            .contains("tensor 'y' (output 0 of node 'r', Reshape)"),
+        "{e}"
+    );
+    // Empty tensors of ordinary shapes are fine.
+    let mut b = ModelBuilder::new(13);
+    b.input_fixed("x", ElemType::F32, &[0, 4]);
+    b.node("Relu", "r", &["x"], &["y"]);
+    b.output("y");
+    prepare(
+        &mut b.build(),
+        &[spec("x", ElemType::F32, &[0, 4])],
+        &Limits::default(),
+    )
+    .unwrap();
 }

@@ -291,7 +291,14 @@ impl View {
             .and_then(|s| s.checked_mul(src_stride))
             .and_then(|o| o.checked_add(self.offset))
             .ok_or_else(overflow)?;
-        let stride = step.checked_mul(src_stride).ok_or_else(overflow)?;
+        // One position has no step (a slice may step by i64::MAX past it);
+        // more positions stay inside the source axis, so their stride does
+        // not overflow.
+        let stride = if len <= 1 {
+            0
+        } else {
+            step.checked_mul(src_stride).ok_or_else(overflow)?
+        };
         self.offset = off;
         self.shape[a] = len;
         self.strides[a] = stride;

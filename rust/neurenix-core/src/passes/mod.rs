@@ -56,11 +56,21 @@ impl Limits {
         } else {
             dtype.device_default().size() as u64
         };
-        let numel = checked_numel(shape).ok_or_else(|| {
-            Error::model(format!(
-                "{what} would have shape {shape:?}: more elements than can be counted"
+        // Host arrays (ndarray's, numpy's) need the product of the non-zero
+        // dimensions, in bytes of the widest element, to fit an isize, even
+        // when the tensor holds no element.
+        let addressable = shape
+            .iter()
+            .filter(|&&d| d != 0)
+            .try_fold(8usize, |n, &d| n.checked_mul(d))
+            .is_some_and(|n| isize::try_from(n).is_ok());
+        let numel = checked_numel(shape)
+            .filter(|_| addressable)
+            .ok_or_else(|| {
+                Error::model(format!(
+                "{what} would have shape {shape:?}: more elements than a host array can address"
             ))
-        })?;
+            })?;
         let bytes = (numel as u128) * (elem as u128);
         if bytes > self.tensor_bytes as u128 {
             return Err(Error::OutOfMemory {
