@@ -303,6 +303,7 @@ class RunStats:
     exchange_seconds: float
     host_io_seconds: float
     host_memory_bytes: int  # host memory the loaded program's tile memory occupies
+    checked: bool  # the program's memory bounds were verified at load (NEURENIX_SIM_CHECKED)
     def __new__(
         cls,
         cycles: int,
@@ -317,6 +318,7 @@ class RunStats:
         exchange_seconds: float,
         host_io_seconds: float,
         host_memory_bytes: int,
+        checked: bool,
     ) -> "RunStats": ...
 
 @final

@@ -118,6 +118,9 @@ pub struct RunStats {
     pub host_io_seconds: f64,
     /// Host memory the loaded program's tile memory occupies.
     pub host_memory_bytes: u64,
+    /// The program's memory bounds were verified when it was loaded (the
+    /// simulator's checked mode).
+    pub checked: bool,
 }
 
 /// Everything a device says about a compiled program.

@@ -134,6 +134,7 @@ class Engine {
   void read_output(uint32_t index, rust::Slice<uint8_t> out) const;
   RunStats last_run() const;
   uint64_t arena_bytes() const { return engine_.arena_bytes(); }
+  bool checked() const { return engine_.checked(); }
 
  private:
   ::neurenix::Engine engine_;

@@ -370,6 +370,7 @@ pub mod ffi {
         fn read_output(self: &Engine, index: u32, out: &mut [u8]) -> Result<()>;
         fn last_run(self: &Engine) -> RunStats;
         fn arena_bytes(self: &Engine) -> u64;
+        fn checked(self: &Engine) -> bool;
 
         fn new_device_manager(spec: &str, lock_dir: &str) -> Result<UniquePtr<DeviceManager>>;
         fn devices(self: &DeviceManager) -> Vec<DeviceInfo>;

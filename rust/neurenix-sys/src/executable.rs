@@ -144,6 +144,7 @@ impl DeviceEngine for Engine {
             exchange_seconds: s.exchange_seconds,
             host_io_seconds: s.host_io_seconds,
             host_memory_bytes: self.inner.arena_bytes(),
+            checked: self.inner.checked(),
         })
     }
 }

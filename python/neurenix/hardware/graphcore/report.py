@@ -181,6 +181,8 @@ class ExecutionReport:
     compute_seconds: float = 0.0
     exchange_seconds: float = 0.0
     host_io_seconds: float = 0.0
+    # The program's memory bounds were verified at load (checked mode).
+    checked: bool = False
 
     @classmethod
     def from_run_stats(cls, s: Any, clock_hz: float, batch_size: int) -> "ExecutionReport":
@@ -200,6 +202,7 @@ class ExecutionReport:
             compute_seconds=s.compute_seconds,
             exchange_seconds=s.exchange_seconds,
             host_io_seconds=s.host_io_seconds,
+            checked=s.checked,
         )
 
     @property
