@@ -57,12 +57,12 @@ impl Limits {
             dtype.device_default().size() as u64
         };
         // Host arrays (ndarray's, numpy's) need the product of the non-zero
-        // dimensions, in bytes of the widest element, to fit an isize, even
-        // when the tensor holds no element.
+        // dimensions, in bytes of the widest element numpy has (16), to fit
+        // an isize, even when the tensor holds no element.
         let addressable = shape
             .iter()
             .filter(|&&d| d != 0)
-            .try_fold(8usize, |n, &d| n.checked_mul(d))
+            .try_fold(16usize, |n, &d| n.checked_mul(d))
             .is_some_and(|n| isize::try_from(n).is_ok());
         let numel = checked_numel(shape)
             .filter(|_| addressable)
