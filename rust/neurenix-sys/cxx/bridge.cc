@@ -148,20 +148,30 @@ uint32_t GraphBuilder::copy_to_ipu(uint32_t x, uint32_t ipu, rust::Str name) {
 
 void GraphBuilder::mark_output(uint32_t x, rust::Str name) { graph().add_output_stream(str(name), tensor(x)); }
 
+namespace {
+
+// The window fields ops::ConvOptions and ops::PoolOptions share.
+template <typename Options>
+void set_window(Options& o, const Window& w) {
+  o.kh = w.kh;
+  o.kw = w.kw;
+  o.sh = w.sh;
+  o.sw = w.sw;
+  o.dh = w.dh;
+  o.dw = w.dw;
+  o.pad_top = w.pad_top;
+  o.pad_left = w.pad_left;
+  o.pad_bottom = w.pad_bottom;
+  o.pad_right = w.pad_right;
+}
+
+}  // namespace
+
 uint32_t GraphBuilder::conv(uint32_t x, uint32_t w, rust::Slice<const uint32_t> bias, const ConvOptions& options) {
   if (bias.size() > 1) fail(ErrorCode::kInvalidArgument, "a convolution has at most one bias");
   ops::ConvOptions o;
   o.groups = options.groups;
-  o.kh = options.kh;
-  o.kw = options.kw;
-  o.sh = options.sh;
-  o.sw = options.sw;
-  o.dh = options.dh;
-  o.dw = options.dw;
-  o.pad_top = options.pad_top;
-  o.pad_left = options.pad_left;
-  o.pad_bottom = options.pad_bottom;
-  o.pad_right = options.pad_right;
+  set_window(o, options.window);
   o.memory_proportion = options.memory_proportion;
   o.partials = options.partials;
   o.out_dtype = options.out_dtype;
@@ -176,16 +186,7 @@ uint32_t GraphBuilder::conv(uint32_t x, uint32_t w, rust::Slice<const uint32_t> 
 uint32_t GraphBuilder::pool(uint32_t x, const PoolOptions& options) {
   ops::PoolOptions o;
   o.mode = options.mode;
-  o.kh = options.kh;
-  o.kw = options.kw;
-  o.sh = options.sh;
-  o.sw = options.sw;
-  o.dh = options.dh;
-  o.dw = options.dw;
-  o.pad_top = options.pad_top;
-  o.pad_left = options.pad_left;
-  o.pad_bottom = options.pad_bottom;
-  o.pad_right = options.pad_right;
+  set_window(o, options.window);
   o.out_h = options.out_h;
   o.out_w = options.out_w;
   o.ipu = options.ipu;

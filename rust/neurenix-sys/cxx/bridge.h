@@ -56,6 +56,7 @@ static void trycatch(Try&& func, Fail&& fail) noexcept try {
 namespace neurenix::bridge {
 
 struct ExprInstr;
+struct Window;
 struct MatMulOptions;
 struct ConvOptions;
 struct PoolOptions;

@@ -108,9 +108,9 @@ pub mod ffi {
         name: String,
     }
 
-    /// 2-D convolution (NCHW / OIHW).
-    struct ConvOptions {
-        groups: u32,
+    /// A 2-D window: kernel, strides, dilations and pads (top, left, bottom,
+    /// right) over the two innermost dimensions.
+    struct Window {
         kh: u32,
         kw: u32,
         sh: u32,
@@ -121,6 +121,12 @@ pub mod ffi {
         pad_left: u32,
         pad_bottom: u32,
         pad_right: u32,
+    }
+
+    /// 2-D convolution (NCHW / OIHW).
+    struct ConvOptions {
+        groups: u32,
+        window: Window,
         memory_proportion: f64,
         partials: DeviceType,
         out_dtype: DeviceType,
@@ -131,16 +137,7 @@ pub mod ffi {
     /// Pooling over the two innermost dimensions.
     struct PoolOptions {
         mode: PoolMode,
-        kh: u32,
-        kw: u32,
-        sh: u32,
-        sw: u32,
-        dh: u32,
-        dw: u32,
-        pad_top: u32,
-        pad_left: u32,
-        pad_bottom: u32,
-        pad_right: u32,
+        window: Window,
         out_h: u32,
         out_w: u32,
         ipu: u32,

@@ -50,6 +50,21 @@ fn pool_mode(m: PoolMode) -> ffi::PoolMode {
     }
 }
 
+fn window(kernel: [u32; 2], strides: [u32; 2], dilations: [u32; 2], pads: [u32; 4]) -> ffi::Window {
+    ffi::Window {
+        kh: kernel[0],
+        kw: kernel[1],
+        sh: strides[0],
+        sw: strides[1],
+        dh: dilations[0],
+        dw: dilations[1],
+        pad_top: pads[0],
+        pad_left: pads[1],
+        pad_bottom: pads[2],
+        pad_right: pads[3],
+    }
+}
+
 fn shape64(shape: &[usize]) -> Vec<u64> {
     shape.iter().map(|&d| d as u64).collect()
 }
@@ -212,16 +227,7 @@ impl Backend for GraphBuilder {
     ) -> Result<TensorId> {
         let options = ffi::ConvOptions {
             groups: p.groups,
-            kh: p.kernel[0],
-            kw: p.kernel[1],
-            sh: p.strides[0],
-            sw: p.strides[1],
-            dh: p.dilations[0],
-            dw: p.dilations[1],
-            pad_top: p.pads[0],
-            pad_left: p.pads[1],
-            pad_bottom: p.pads[2],
-            pad_right: p.pads[3],
+            window: window(p.kernel, p.strides, p.dilations, p.pads),
             memory_proportion: p.memory_proportion,
             partials: device_type(p.partials),
             out_dtype: device_type(p.out_dtype),
@@ -234,16 +240,7 @@ impl Backend for GraphBuilder {
     fn pool(&mut self, x: TensorId, p: &PoolOptions) -> Result<TensorId> {
         let options = ffi::PoolOptions {
             mode: pool_mode(p.mode),
-            kh: p.kernel[0],
-            kw: p.kernel[1],
-            sh: p.strides[0],
-            sw: p.strides[1],
-            dh: p.dilations[0],
-            dw: p.dilations[1],
-            pad_top: p.pads[0],
-            pad_left: p.pads[1],
-            pad_bottom: p.pads[2],
-            pad_right: p.pads[3],
+            window: window(p.kernel, p.strides, p.dilations, p.pads),
             out_h: p.out_hw[0],
             out_w: p.out_hw[1],
             ipu: p.ipu,
