@@ -143,7 +143,13 @@ def test_num_ipus_spreads_the_model_over_the_ipus():
     assert sorted(set(ipus_used)) == [0, 1, 2, 3]
     assert ipus_used == sorted(ipus_used), "stages follow the model's order"
     assert all(m["tiles_used"] > 0 for m in rep.memory_per_ipu())
-    assert any(o.kind == "ipu_copy" for o in rep.plans)
+    # Every stage after the first receives the activations over the IPU-Links.
+    stages = rep.estimate.stages
+    assert [s.ipu for s in stages] == [0, 1, 2, 3]
+    assert not stages[0].carried_in
+    for s in stages[1:]:
+        assert s.carried_in and all(c.from_ipu < s.ipu for c in s.carried_in)
+        assert s.copy_cycles > 0
     np.testing.assert_allclose(y, mlp_reference(params, x), rtol=1e-5, atol=1e-5)
     # Each IPU holds only its stage's weights: less than the whole model.
     weights = sum(p.nbytes for p in params)

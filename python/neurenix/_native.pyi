@@ -12,7 +12,7 @@ from typing import List, Optional, Sequence, Tuple, Union, final
 
 __all__ = [
     "Model", "Executable", "DeviceManager", "Device", "SystemInfo", "TileMemory", "OpPlan", "StepCost",
-    "RunStats", "PassStats", "Placement", "TensorSpec", "HostStream", "DeviceInfo", "ValueParts", "TensorParts",
+    "CarriedTensor", "StageEstimate", "PipelineEstimate", "RunStats", "PassStats", "Placement", "TensorSpec", "HostStream", "DeviceInfo", "ValueParts", "TensorParts",
     "AttrParts", "NodeParts", "ModelParts", "compile", "describe_system", "supported_ops", "supported_opsets", "_panic",
 ]
 
@@ -270,12 +270,74 @@ class OpPlan:
 class StepCost:
     """The estimated cost of one program step."""
 
+    ipu: int  # the IPU of the replica whose program it belongs to (its pipeline stage)
     kind: str  # "compute", "exchange", "host_to_device", "device_to_host"
     name: str
     cycles: int
     bytes: int  # exchanged or streamed (0 for compute)
     items: int  # vertices of a compute step, copy descriptors of an exchange
-    def __new__(cls, kind: str, name: str, cycles: int, bytes: int, items: int) -> "StepCost": ...
+    def __new__(cls, ipu: int, kind: str, name: str, cycles: int, bytes: int, items: int) -> "StepCost": ...
+
+@final
+class CarriedTensor:
+    """A tensor one pipeline stage receives from an earlier one over the IPU-Links."""
+
+    name: str
+    bytes: int  # one micro-batch's, on the device
+    from_ipu: int
+    def __new__(cls, name: str, bytes: int, from_ipu: int) -> "CarriedTensor": ...
+
+@final
+class StageEstimate:
+    """What one pipeline stage (one IPU of a replica) costs per micro-batch."""
+
+    ipu: int
+    nodes: int
+    compute_cycles: int  # compute sets, exchanges and syncs of its program
+    host_cycles: int  # model inputs and outputs it streams (shared host links included)
+    copy_cycles: int  # receiving its carried tensors over the IPU-Links
+    interval_cycles: int  # the sum of the three: one micro-batch on this stage
+    carried_in: List[CarriedTensor]
+    max_tile_bytes: int
+    memory_bytes: int
+    def __new__(
+        cls,
+        ipu: int,
+        nodes: int,
+        compute_cycles: int,
+        host_cycles: int,
+        copy_cycles: int,
+        interval_cycles: int,
+        carried_in: List[CarriedTensor],
+        max_tile_bytes: int,
+        memory_bytes: int,
+    ) -> "StageEstimate": ...
+
+@final
+class PipelineEstimate:
+    """The estimate of one call: its stages, pipeline fill and drain, the steady-state interval and the
+    whole call's cycles; ``attempts``: plans the automatic sharder compiled (0 for one IPU or a manual
+    plan)."""
+
+    execution: str  # "pipelined" or "sharded"
+    stages: List[StageEstimate]
+    replicas: int
+    device_iterations: int
+    fill_cycles: int
+    interval_cycles: int
+    cycles_per_call: int
+    attempts: int
+    def __new__(
+        cls,
+        execution: str,
+        stages: List[StageEstimate],
+        replicas: int,
+        device_iterations: int,
+        fill_cycles: int,
+        interval_cycles: int,
+        cycles_per_call: int,
+        attempts: int,
+    ) -> "PipelineEstimate": ...
 
 @final
 class Placement:
@@ -323,13 +385,18 @@ class RunStats:
 
 @final
 class Executable:
-    """A model compiled for simulated IPUs: its reports, and its program, loaded on demand."""
+    """A model compiled for simulated IPUs (one program per pipeline stage): its reports, and its
+    programs, loaded on every replica on demand."""
 
-    inputs: List[HostStream]
-    outputs: List[HostStream]
+    inputs: List[HostStream]  # one micro-batch
+    outputs: List[HostStream]  # one micro-batch
     system: str
     system_info: SystemInfo
-    num_ipus: int
+    num_ipus: int  # all replicas' IPUs
+    num_stages: int
+    replication_factor: int
+    device_iterations: int
+    estimate: PipelineEstimate
     precision: str
     memory_proportion: float
     enable_half_partials: bool
@@ -340,7 +407,7 @@ class Executable:
     plans: List[OpPlan]
     steps: List[StepCost]
     warnings: List[str]
-    cycles_per_run: int
+    cycles_per_run: int  # one call: every micro-batch of every replica
     loaded: bool
     def load(self, threads: int = 0) -> None:
         """Loads the program into fresh tile memory (``threads``: simulator threads, 0 = default)."""
@@ -348,7 +415,9 @@ class Executable:
         """Frees the simulated tile memory."""
     def run(self, inputs: Sequence[bytes]) -> List[bytes]:
         """Runs once (loading first if needed) on each input's little-endian bytes in its declared type,
-        in input order; returns the outputs' bytes in their declared types."""
+        in input order, for micro-batch x device_iterations x replication_factor samples (micro-batch
+        ``d * replicas + r`` to replica ``r`` in iteration ``d``); returns the outputs' bytes in their
+        declared types, the micro-batches concatenated in order."""
     def last_run(self) -> Optional[RunStats]: ...
 
 def compile(
@@ -359,5 +428,12 @@ def compile(
     precision: str,
     memory_proportion: float,
     enable_half_partials: bool,
+    replication_factor: int = 1,
+    device_iterations: int = 1,
+    sharding: Union[None, str, List[str], List[Tuple[str, int]]] = None,
+    execution: Optional[str] = None,
 ) -> Executable:
-    """Compiles ``model`` for ``inputs`` on ``num_ipus`` IPUs of ``system``."""
+    """Compiles ``model`` for ``inputs`` (one micro-batch) on ``num_ipus`` IPUs of ``system``, in
+    ``replication_factor`` replicas; ``sharding``: "auto" (or None), the node names at which stages begin, or
+    (node name, IPU) pairs; ``execution``: "pipelined", "sharded" or None (pipelined when the device
+    iterations fill the pipeline)."""

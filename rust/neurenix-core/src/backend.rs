@@ -152,7 +152,6 @@ pub trait Backend {
         ipu: u32,
         name: &str,
     ) -> Result<TensorId>;
-    fn copy_to_ipu(&mut self, x: TensorId, ipu: u32, name: &str) -> Result<TensorId>;
     /// Streams `x` back to the host as output number (call order).
     fn mark_output(&mut self, x: TensorId, name: &str) -> Result<()>;
     /// x [N, C, H, W] (*) w [Co, C/groups, kh, kw] (+ bias [Co]) -> [N, Co, Ho, Wo].
@@ -183,6 +182,10 @@ pub trait Backend {
     /// Bytes of tile memory of one IPU (the most one tensor can occupy).
     fn ipu_memory_bytes(&self) -> u64 {
         u64::MAX
+    }
+    /// The system the backend compiles for (None: not described).
+    fn system(&self) -> Option<crate::report::SystemInfo> {
+        None
     }
     /// Compiles everything built so far into a program for the device.
     /// Tiles that overflow are an `Error::OutOfMemory` naming each of them.

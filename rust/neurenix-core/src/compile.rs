@@ -1,5 +1,5 @@
-//! The compiler driver: passes, sharding and lowering of a model onto a
-//! backend, then the backend's compile into an [`Executable`].
+//! The compiler driver: passes, sharding into pipeline stages, lowering and
+//! the device's compile of each stage, into an [`Executable`].
 
 use std::time::Instant;
 
@@ -11,7 +11,15 @@ use crate::lower::precision::Precision;
 use crate::lower::{LowerCx, LowerOptions};
 use crate::ops::lookup;
 use crate::passes::{prepare, Limits, PassStats, TensorSpec};
-use crate::shard::assign_ipus;
+use crate::pipeline::{
+    compile_stages, estimate, host_stream_cycles, node_cycles, Carry, Execution, ModelStreams,
+    PipelineEstimate, Stage,
+};
+use crate::report::SystemInfo;
+use crate::shard::{
+    estimate_costs, manual_stages, stages_from_starts, NodeCost, Sharding, SplitProblem,
+};
+use crate::topology::Topology;
 
 #[derive(Debug, Clone)]
 pub struct CompileOptions {
@@ -21,7 +29,31 @@ pub struct CompileOptions {
     pub memory_proportion: f64,
     /// Matmul/conv partial sums in half precision (half operands only).
     pub enable_half_partials: bool,
+    /// IPUs in all: `replication_factor` replicas of `num_ipus /
+    /// replication_factor` IPUs each.
     pub num_ipus: u32,
+    pub replication_factor: u32,
+    /// Micro-batches one run streams through each replica.
+    pub device_iterations: u32,
+    pub sharding: Sharding,
+    /// None: pipelined when a replica has several IPUs and enough device
+    /// iterations to fill its pipeline, sharded otherwise (with a warning).
+    pub execution: Option<Execution>,
+}
+
+impl Default for CompileOptions {
+    fn default() -> Self {
+        CompileOptions {
+            precision: Precision::Float32,
+            memory_proportion: 0.6,
+            enable_half_partials: false,
+            num_ipus: 1,
+            replication_factor: 1,
+            device_iterations: 1,
+            sharding: Sharding::Auto,
+            execution: None,
+        }
+    }
 }
 
 impl CompileOptions {
@@ -38,7 +70,40 @@ impl CompileOptions {
                 self.num_ipus
             )));
         }
+        if self.replication_factor == 0 || self.num_ipus % self.replication_factor != 0 {
+            return Err(Error::InvalidArgument(format!(
+                "replication_factor must divide num_ipus={} (each replica gets num_ipus / replication_factor IPUs), \
+                 got {}",
+                self.num_ipus, self.replication_factor
+            )));
+        }
+        if self.device_iterations == 0 {
+            return Err(Error::InvalidArgument(
+                "device_iterations must be at least 1".into(),
+            ));
+        }
         Ok(())
+    }
+
+    /// IPUs of one replica: the pipeline stages.
+    pub fn ipus_per_replica(&self) -> u32 {
+        self.num_ipus / self.replication_factor.max(1)
+    }
+
+    fn lower_options(&self) -> LowerOptions {
+        LowerOptions {
+            precision: self.precision,
+            memory_proportion: self.memory_proportion,
+            enable_half_partials: self.enable_half_partials,
+        }
+    }
+
+    fn float_bytes(&self) -> usize {
+        if self.precision == Precision::Float32 {
+            4
+        } else {
+            2
+        }
     }
 }
 
@@ -62,26 +127,353 @@ pub struct Lowered {
     pub placement: Vec<Placement>,
 }
 
-/// Compiles `model` for `inputs` on the device whose graph library is
-/// `backend`: passes, sharding, lowering, then the device's own compile.
+/// What the sharder did, for the report.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ShardReport {
+    pub execution: Execution,
+    /// Plans the automatic sharder compiled before settling (0: manual).
+    pub attempts: u32,
+    /// Warnings about the plan (e.g. too few device iterations to pipeline).
+    pub warnings: Vec<String>,
+}
+
+/// A device backend for one IPU (one stage), made fresh for each program.
+pub type NewBackend<'a> = &'a mut dyn FnMut() -> Result<Box<dyn Backend>>;
+
+/// Compiles `model` for `inputs` (one micro-batch): passes, sharding into
+/// one program per IPU of a replica, and each program's compile on a backend
+/// from `new_backend`.
 pub fn compile(
     model: &Model,
     inputs: &[TensorSpec],
     opts: &CompileOptions,
-    mut backend: Box<dyn Backend>,
+    new_backend: NewBackend<'_>,
 ) -> Result<Executable> {
     let t0 = Instant::now();
-    let lowered = lower_model(model, inputs, opts, backend.as_mut())?;
-    let device = backend.compile()?;
+    opts.validate()?;
+    let probe = new_backend()?;
+    let system = probe.system();
+    let limits = Limits {
+        tensor_bytes: probe.ipu_memory_bytes(),
+        float_bytes: opts.float_bytes() as u64,
+        ..Limits::default()
+    };
+    drop(probe);
+    let mut m = model.clone();
+    let passes = prepare(&mut m, inputs, &limits)?;
+    let ipus = opts.ipus_per_replica();
+    let stages = ipus.min(m.graph.nodes.len().max(1) as u32);
+    let mut warnings = Vec::new();
+    let execution = match opts.execution {
+        Some(e) => e,
+        None if stages > 1 && opts.device_iterations < stages => {
+            warnings.push(format!(
+                "running sharded, one IPU at a time: pipelining {stages} stages needs device_iterations >= {stages} \
+                 (got {}); set device_iterations={stages} or more to pipeline",
+                opts.device_iterations
+            ));
+            Execution::Sharded
+        }
+        None => Execution::Pipelined,
+    };
+    if execution == Execution::Pipelined && stages > 1 && opts.device_iterations < stages {
+        return Err(Error::InvalidArgument(format!(
+            "pipelined execution over {stages} IPUs needs device_iterations >= {stages} to fill the pipeline, got \
+             {}; raise device_iterations or use execution='sharded'",
+            opts.device_iterations
+        )));
+    }
+    let sync = 800;
+    let topology = system
+        .as_ref()
+        .map(|s| Topology::new(s, ipus, sync))
+        .unwrap_or_else(|| Topology::new(&default_system(), ipus, sync));
+    let (built, carries, streams, attempts) = match &opts.sharding {
+        Sharding::Auto if stages > 1 => {
+            auto_shard(&m, opts, stages, system.as_ref(), &topology, new_backend)?
+        }
+        Sharding::Auto => {
+            let stage_of = vec![0; m.graph.nodes.len()];
+            let (s, c, io) = compile_stages(&m, &stage_of, 1, &opts.lower_options(), new_backend)?;
+            (s, c, io, 0)
+        }
+        plan => {
+            let stage_of = manual_stages(model, &m, plan, ipus)?;
+            let used = stage_of.iter().copied().max().map_or(1, |x| x + 1);
+            let (s, c, io) =
+                compile_stages(&m, &stage_of, used, &opts.lower_options(), new_backend)?;
+            (s, c, io, 0)
+        }
+    };
+    let used = built.len() as u32;
+    if execution == Execution::Pipelined && used > 1 && opts.device_iterations < used {
+        return Err(Error::InvalidArgument(format!(
+            "pipelined execution over {used} stages needs device_iterations >= {used}, got {}",
+            opts.device_iterations
+        )));
+    }
+    let est = estimate(
+        &built,
+        &carries,
+        execution,
+        opts.replication_factor,
+        opts.device_iterations,
+        &topology,
+    );
+    let placement = built.iter().flat_map(|s| s.placement.clone()).collect();
+    let lowered = Lowered {
+        inputs: streams.inputs,
+        outputs: streams.outputs,
+        passes,
+        placement,
+    };
+    let shard = ShardReport {
+        execution,
+        attempts,
+        warnings,
+    };
     Ok(Executable::new(
-        device,
+        built,
+        carries,
         lowered,
+        est,
+        shard,
         opts.clone(),
         t0.elapsed().as_secs_f64(),
     ))
 }
 
-/// Prepares `model` for `inputs` and lowers it onto `backend`.
+type Built = (Vec<Stage>, Vec<Carry>, ModelStreams, u32);
+
+/// Chooses stages automatically: a split from the estimated node costs,
+/// compiled; the costs are then replaced by what the compiler reported (each
+/// node's cycles, each stage's busiest tile against its estimate) and the
+/// split chosen again, until it no longer changes. A plan is only accepted
+/// once every stage compiled and fits.
+fn auto_shard(
+    m: &Model,
+    opts: &CompileOptions,
+    stages: u32,
+    system: Option<&SystemInfo>,
+    topology: &Topology,
+    new_backend: NewBackend<'_>,
+) -> Result<Built> {
+    let sys = system.cloned().unwrap_or_else(default_system);
+    let g = &m.graph;
+    let n = g.nodes.len();
+    let rate = if opts.precision == Precision::Float32 {
+        sys.fp32_flops_per_cycle
+    } else {
+        sys.fp16_flops_per_cycle
+    } as f64;
+    let host_rate = sys.host_link_bytes_per_sec / sys.clock_hz;
+    let mut costs: Vec<NodeCost> = estimate_costs(
+        m,
+        sys.tiles_per_ipu,
+        rate.max(1.0),
+        opts.float_bytes(),
+        host_rate,
+    );
+    // The node that streams each model input in (its first reader) and each
+    // output out (its producer).
+    let mut stream_node: std::collections::HashMap<String, usize> = Default::default();
+    for &v in &g.inputs {
+        if let Some(i) = g
+            .nodes
+            .iter()
+            .position(|n| n.inputs.iter().flatten().any(|&x| x == v))
+        {
+            stream_node.insert(g.value(v).name.clone(), i);
+        }
+    }
+    let producers = g.producers();
+    for &v in &g.outputs {
+        if let Some(&p) = producers.get(&v) {
+            stream_node.insert(g.value(v).name.clone(), p);
+        }
+    }
+    let reads = SplitProblem::reads_of(g, opts.float_bytes());
+    let capacity = sys.tiles_per_ipu as f64 * sys.bytes_per_tile as f64;
+    // How much more the busiest tile holds than an even spread would.
+    let mut imbalance: f64 = 1.25;
+    let neighbour_bw = topology.links_between(0, 1).max(1) as f64 * topology.link_bytes_per_cycle;
+    let mut tried: Vec<Vec<usize>> = Vec::new();
+    let mut best: Option<(u64, Built)> = None;
+    let mut attempts = 0;
+    let mut last_oom: Option<Error> = None;
+    for _ in 0..6 {
+        let problem = SplitProblem {
+            costs: &costs,
+            reads: reads.clone(),
+            capacity: capacity / imbalance,
+            copy_bytes_per_cycle: neighbour_bw,
+            copy_sync_cycles: topology.sync_cycles as f64,
+        };
+        let Some((starts, _)) = problem.best_split(stages as usize) else {
+            break;
+        };
+        if tried.contains(&starts) {
+            break;
+        }
+        tried.push(starts.clone());
+        attempts += 1;
+        let stage_of = stages_from_starts(n, &starts);
+        match compile_stages(m, &stage_of, stages, &opts.lower_options(), new_backend) {
+            Ok((built, carries, io)) => {
+                let est = estimate(&built, &carries, Execution::Pipelined, 1, stages, topology);
+                // Calibrate: measured cycles per node, observed imbalance.
+                let mut measured = std::collections::HashMap::new();
+                let mut streams = std::collections::HashMap::new();
+                for st in &built {
+                    measured.extend(node_cycles(st));
+                    for (name, c) in host_stream_cycles(st) {
+                        let e: &mut f64 = streams.entry(name).or_insert(0.0);
+                        *e = e.max(c);
+                    }
+                }
+                for (i, node) in g.nodes.iter().enumerate() {
+                    if let Some(&c) = measured.get(&node.name) {
+                        costs[i].cycles = c;
+                    }
+                    costs[i].host_cycles = 0.0;
+                }
+                for (name, c) in streams {
+                    if let Some(&i) = stream_node.get(&name) {
+                        costs[i].host_cycles += c;
+                    }
+                }
+                let rc = SplitProblem {
+                    costs: &costs,
+                    reads: reads.clone(),
+                    capacity: f64::INFINITY,
+                    copy_bytes_per_cycle: neighbour_bw,
+                    copy_sync_cycles: 0.0,
+                };
+                imbalance =
+                    imbalance.max(observed_imbalance(&rc, &starts, &est, sys.tiles_per_ipu));
+                let bottleneck = est.interval_cycles;
+                if best.as_ref().is_none_or(|(b, _)| bottleneck < *b) {
+                    best = Some((bottleneck, (built, carries, io, attempts)));
+                }
+            }
+            Err(e @ Error::OutOfMemory { .. }) => {
+                let worst = match &e {
+                    Error::OutOfMemory { tiles, .. } => tiles
+                        .iter()
+                        .map(|t| t.used as f64 / t.capacity.max(1) as f64)
+                        .fold(1.0, f64::max),
+                    _ => 1.0,
+                };
+                imbalance *= worst * 1.05;
+                last_oom = Some(e);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    if let Some((_, mut b)) = best {
+        b.3 = attempts;
+        return Ok(b);
+    }
+    // Nothing fitted: say how many IPUs would, if any.
+    let fits_on = |k: usize| {
+        SplitProblem {
+            costs: &costs,
+            reads: reads.clone(),
+            capacity: capacity / imbalance,
+            copy_bytes_per_cycle: neighbour_bw,
+            copy_sync_cycles: 0.0,
+        }
+        .best_split(k)
+        .is_some()
+    };
+    let max_ipus = sys.num_ipus.max(stages) as usize;
+    let advice = (1..=max_ipus)
+        .filter(|k| k.is_power_of_two() && *k > stages as usize && *k <= n)
+        .find(|&k| fits_on(k))
+        .map(|k| {
+            format!(
+                "an estimated {k} IPUs per replica would fit it (num_ipus={}) ",
+                k as u32 * opts.replication_factor
+            )
+        })
+        .unwrap_or_else(|| {
+            format!("no split over the system's {max_ipus} IPUs is estimated to fit ")
+        });
+    let detail = format!(
+        "no split of the model over {stages} IPUs fits: {advice}at {} precision; also consider float16 \
+         precision or a smaller batch",
+        opts.precision.name()
+    );
+    match last_oom {
+        Some(Error::OutOfMemory {
+            tiles,
+            tensor,
+            message,
+        }) => Err(Error::OutOfMemory {
+            tiles,
+            tensor,
+            message: format!("{detail}. The last plan tried: {message}"),
+        }),
+        _ => Err(Error::OutOfMemory {
+            tiles: Vec::new(),
+            tensor: None,
+            message: detail,
+        }),
+    }
+}
+
+/// The busiest tile of each stage against an even spread of the stage's
+/// estimated bytes: the factor the split's capacity must allow for.
+fn observed_imbalance(
+    rc: &SplitProblem<'_>,
+    starts: &[usize],
+    est: &PipelineEstimate,
+    tiles: u32,
+) -> f64 {
+    let n = rc.costs.len();
+    let mut bounds = vec![0];
+    bounds.extend_from_slice(starts);
+    bounds.push(n);
+    let mut worst: f64 = 1.0;
+    for (w, st) in bounds.windows(2).zip(&est.stages) {
+        let bytes: f64 = rc.costs[w[0]..w[1]]
+            .iter()
+            .map(|c| c.resident_bytes)
+            .sum::<f64>()
+            + rc.costs[w[0]..w[1]]
+                .iter()
+                .map(|c| c.output_bytes)
+                .fold(0.0, f64::max);
+        if bytes > 0.0 {
+            worst = worst.max(st.max_tile_bytes as f64 * tiles as f64 / bytes);
+        }
+    }
+    worst
+}
+
+/// Figures of a full `ipu2` system, for backends that do not describe theirs.
+pub fn default_system() -> SystemInfo {
+    SystemInfo {
+        version: "ipu2".into(),
+        chip: String::new(),
+        num_ipus: 16,
+        tiles_per_ipu: 1472,
+        bytes_per_tile: 638976,
+        clock_hz: 1.33e9,
+        fp16_flops_per_cycle: 128,
+        fp32_flops_per_cycle: 32,
+        fp8_flops_per_cycle: 0,
+        worker_threads: 6,
+        exchange_bytes_per_cycle: 4,
+        sync_cycles: 90,
+        ipu_link_bytes_per_sec: 32e9,
+        ipu_links: 10,
+        host_link_bytes_per_sec: 64e9,
+    }
+}
+
+/// Prepares `model` for `inputs` and lowers it whole onto `backend` (one
+/// IPU): the single-stage path, used to inspect lowering.
 pub fn lower_model(
     model: &Model,
     inputs: &[TensorSpec],
@@ -92,34 +484,17 @@ pub fn lower_model(
     let mut m = model.clone();
     let limits = Limits {
         tensor_bytes: backend.ipu_memory_bytes(),
-        float_bytes: if opts.precision == Precision::Float32 {
-            4
-        } else {
-            2
-        },
+        float_bytes: opts.float_bytes() as u64,
         ..Limits::default()
     };
     let passes = prepare(&mut m, inputs, &limits)?;
-    let node_ipu = assign_ipus(&m, opts.num_ipus);
-    let lopts = LowerOptions {
-        precision: opts.precision,
-        memory_proportion: opts.memory_proportion,
-        enable_half_partials: opts.enable_half_partials,
-    };
+    let lopts = opts.lower_options();
     let g = &m.graph;
-    let mut cx = LowerCx::new(backend, g, m.opset, &lopts, &node_ipu);
-    // Inputs go to the IPU of their first reader.
+    let zeros = vec![0u32; g.nodes.len()];
+    let mut cx = LowerCx::new(backend, g, m.opset, &lopts, &zeros);
     let mut in_bind = Vec::new();
     for &v in &g.inputs {
-        let ipu = g
-            .nodes
-            .iter()
-            .enumerate()
-            .filter(|(_, n)| n.inputs.iter().flatten().any(|&i| i == v))
-            .map(|(i, _)| node_ipu[i])
-            .min()
-            .unwrap_or(0);
-        in_bind.push(cx.bind_input(v, ipu)?);
+        in_bind.push(cx.bind_input(v, 0)?);
     }
     let mut placement = Vec::new();
     for (i, node) in g.nodes.iter().enumerate() {
@@ -137,10 +512,10 @@ pub fn lower_model(
         placement.push(Placement {
             node: node.name.clone(),
             op_type: node.op_type.clone(),
-            ipu: node_ipu[i],
+            ipu: 0,
         });
     }
-    let outputs = cx.finish_outputs()?;
+    let outputs = cx.finish_outputs(&g.outputs)?;
     Ok(Lowered {
         inputs: in_bind,
         outputs,

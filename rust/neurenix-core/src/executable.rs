@@ -1,17 +1,24 @@
-//! The executable: a model compiled for a device, which loads, runs and
-//! unloads it.
+//! The executable: a model compiled for the IPUs of a replica (one program
+//! per pipeline stage), which loads, runs and unloads it on every replica.
 //!
-//! It has two halves: the device's compiled program ([`DeviceExecutable`],
-//! with its engine once loaded) and the host's half from lowering
-//! ([`Lowered`]): which host streams carry the inputs and outputs, in which
-//! element types on either side, and what the passes and the sharder did.
-//! `run` converts host data to the device types on the way in and back on
-//! the way out.
+//! It holds the stages' compiled programs ([`Stage`]), the tensors carried
+//! between them, the host's half from lowering ([`Lowered`]: the model's
+//! host streams, what the passes and the sharder did) and the estimate. A
+//! run takes the host batch of one call (micro-batch x device iterations x
+//! replicas), converts each micro-batch to the device types, streams the
+//! micro-batches through each replica's stages (every stage on its own host
+//! thread when pipelined, every replica on its own) and converts the outputs
+//! back, concatenated in micro-batch order.
 
-use crate::backend::{DeviceEngine, DeviceExecutable};
-use crate::compile::{CompileOptions, Lowered};
+use std::collections::HashMap;
+use std::sync::{mpsc, Mutex};
+use std::time::Instant;
+
+use crate::backend::DeviceEngine;
+use crate::compile::{CompileOptions, Lowered, ShardReport};
 use crate::dtype::{DeviceType, ElemType};
 use crate::error::{Error, Result};
+use crate::pipeline::{Carry, Execution, PipelineEstimate, Sink, Source, Stage};
 use crate::report::{DeviceReport, RunStats};
 use crate::tensor::{device_to_host, host_to_device};
 
@@ -37,59 +44,144 @@ pub struct Executable {
     pub options: CompileOptions,
     /// Host time the compile took.
     pub compile_seconds: f64,
+    pub stages: Vec<Stage>,
+    pub carries: Vec<Carry>,
+    pub estimate: PipelineEstimate,
+    pub shard: ShardReport,
     report: DeviceReport,
-    device: Box<dyn DeviceExecutable>,
-    engine: Option<Box<dyn DeviceEngine>>,
+    /// Loaded programs: `engines[replica][stage]`.
+    engines: Vec<Vec<Box<dyn DeviceEngine>>>,
+    last: Option<RunStats>,
+}
+
+/// One report for all stages: tiles and plans of stage `s` on IPU `s`.
+fn merge_reports(stages: &[Stage], cycles: u64) -> DeviceReport {
+    let first = &stages[0].report;
+    let mut r = DeviceReport {
+        system: first.system.clone(),
+        num_ipus: stages.len() as u32,
+        tiles: Vec::new(),
+        plans: Vec::new(),
+        steps: Vec::new(),
+        warnings: Vec::new(),
+        cycles_per_run: cycles,
+    };
+    for st in stages {
+        r.tiles.extend(st.report.tiles.iter().map(|t| {
+            let mut t = *t;
+            t.ipu = st.ipu;
+            t
+        }));
+        r.plans.extend(st.report.plans.iter().map(|p| {
+            let mut p = p.clone();
+            p.ipu = st.ipu;
+            p
+        }));
+        r.steps.extend(st.report.steps.iter().map(|s| {
+            let mut s = s.clone();
+            s.ipu = st.ipu;
+            s
+        }));
+        r.warnings.extend(st.report.warnings.iter().cloned());
+    }
+    r
 }
 
 impl Executable {
     pub fn new(
-        device: Box<dyn DeviceExecutable>,
+        stages: Vec<Stage>,
+        carries: Vec<Carry>,
         lowered: Lowered,
+        estimate: PipelineEstimate,
+        shard: ShardReport,
         options: CompileOptions,
         compile_seconds: f64,
     ) -> Executable {
+        let mut report = merge_reports(&stages, estimate.cycles_per_call);
+        report.warnings.extend(shard.warnings.iter().cloned());
         Executable {
-            report: device.report(),
+            report,
             lowered,
             options,
             compile_seconds,
-            device,
-            engine: None,
+            stages,
+            carries,
+            estimate,
+            shard,
+            engines: Vec::new(),
+            last: None,
         }
     }
 
+    /// One micro-batch's inputs.
     pub fn inputs(&self) -> &[HostStream] {
         &self.lowered.inputs
     }
+    /// One micro-batch's outputs.
     pub fn outputs(&self) -> &[HostStream] {
         &self.lowered.outputs
     }
-    /// What the device says about the compiled program.
+    /// What the device says about the compiled programs, stage `s`'s
+    /// tiles, plans and steps on IPU `s`; `cycles_per_run` is one call.
     pub fn report(&self) -> &DeviceReport {
         &self.report
     }
 
-    /// Loads the program into fresh device memory (`threads` = 0: the
-    /// device's default). Replaces a program loaded before.
+    /// Micro-batches one run takes: device iterations x replicas.
+    pub fn micro_batches(&self) -> usize {
+        self.options.device_iterations as usize * self.options.replication_factor as usize
+    }
+
+    /// Loads every stage's program on every replica into fresh device
+    /// memory. `threads` (0: `$NEURENIX_SIM_THREADS` or the host's cores)
+    /// are shared out between the programs that run at the same time.
     pub fn load(&mut self, threads: u32) -> Result<()> {
-        self.engine = None;
-        self.engine = Some(self.device.load(threads)?);
+        self.unload();
+        let total = if threads > 0 {
+            threads
+        } else {
+            std::env::var("NEURENIX_SIM_THREADS")
+                .ok()
+                .and_then(|v| v.parse::<u32>().ok())
+                .filter(|&t| t > 0)
+                .unwrap_or_else(|| {
+                    std::thread::available_parallelism().map_or(1, |n| n.get() as u32)
+                })
+        };
+        let replicas = self.options.replication_factor.max(1);
+        let concurrent = match self.estimate.execution {
+            Execution::Pipelined => replicas * self.stages.len() as u32,
+            Execution::Sharded => replicas,
+        };
+        let each = (total / concurrent.max(1)).max(1);
+        let mut engines = Vec::with_capacity(replicas as usize);
+        for _ in 0..replicas {
+            let mut replica = Vec::with_capacity(self.stages.len());
+            for st in &self.stages {
+                replica.push(st.device.load(each)?);
+            }
+            engines.push(replica);
+        }
+        self.engines = engines;
         Ok(())
     }
 
-    /// Frees the device memory of the loaded program, if any.
+    /// Frees the device memory of the loaded programs, if any.
     pub fn unload(&mut self) {
-        self.engine = None;
+        self.engines.clear();
+        self.last = None;
     }
 
     pub fn is_loaded(&self) -> bool {
-        self.engine.is_some()
+        !self.engines.is_empty()
     }
 
-    /// Runs once, loading the program first if needed. `inputs`: each
-    /// input's little-endian bytes in its declared element type, in input
-    /// order. Returns the outputs' bytes in their declared element types.
+    /// Runs once, loading the programs first if needed. `inputs`: each
+    /// input's little-endian bytes in its declared element type, for the
+    /// whole host batch (micro-batch x device iterations x replicas, in that
+    /// order of nesting: micro-batch `d * replicas + r` goes to replica `r`
+    /// in iteration `d`). Returns the outputs' bytes in their declared
+    /// element types, the micro-batches' outputs concatenated in order.
     pub fn run(&mut self, inputs: &[&[u8]]) -> Result<Vec<Vec<u8>>> {
         let streams = &self.lowered.inputs;
         if inputs.len() != streams.len() {
@@ -102,43 +194,240 @@ impl Executable {
                 ),
             });
         }
-        let mut device_inputs = Vec::with_capacity(inputs.len());
+        let k = self.micro_batches();
+        let (d, r) = (
+            self.options.device_iterations,
+            self.options.replication_factor,
+        );
+        // device_inputs[m][i]: micro-batch m's input i, in its device type.
+        let mut device_inputs: Vec<Vec<Vec<u8>>> = vec![Vec::with_capacity(streams.len()); k];
         for (s, data) in streams.iter().zip(inputs) {
-            let expect = s.host_bytes();
-            if data.len() != expect {
+            let each = s.host_bytes();
+            if data.len() != each * k {
                 return Err(Error::InputMismatch {
                     input: s.name.clone(),
                     message: format!(
-                        "input '{}' ({}{:?}) needs {expect} bytes, got {}",
+                        "input '{}' needs {} bytes: a micro-batch of {each} bytes ({}{:?}) x {d} device \
+                         iteration(s) x {r} replica(s), got {}",
                         s.name,
+                        each * k,
                         s.dtype,
                         s.shape,
                         data.len()
                     ),
                 });
             }
-            device_inputs.push(host_to_device(s.dtype, data, s.device_type, &s.name)?);
+            for (m, chunk) in device_inputs.iter_mut().enumerate() {
+                let part = &data[m * each..(m + 1) * each];
+                chunk.push(host_to_device(s.dtype, part, s.device_type, &s.name)?);
+            }
         }
-        if self.engine.is_none() {
+        if self.engines.is_empty() {
             self.load(0)?;
         }
-        let engine = self.engine.as_mut().expect("loaded above");
-        let raw = engine.run(&device_inputs)?;
-        if raw.len() != self.lowered.outputs.len() {
-            return Err(Error::Internal(format!(
-                "the device returned {} outputs for a program with {}",
-                raw.len(),
-                self.lowered.outputs.len()
-            )));
+        let t0 = Instant::now();
+        let results = self.run_replicas(&device_inputs)?;
+        let wall = t0.elapsed().as_secs_f64();
+        let mut outs: Vec<Vec<u8>> = vec![Vec::new(); self.lowered.outputs.len()];
+        for (m, mb) in results.iter().enumerate() {
+            for (o, s) in self.lowered.outputs.iter().enumerate() {
+                let raw = mb.get(o).and_then(|x| x.as_ref()).ok_or_else(|| {
+                    Error::Internal(format!(
+                        "micro-batch {m} produced no value for output '{}'",
+                        s.name
+                    ))
+                })?;
+                outs[o].extend(device_to_host(s.device_type, raw, s.dtype)?);
+            }
         }
-        raw.iter()
-            .zip(&self.lowered.outputs)
-            .map(|(r, s)| device_to_host(s.device_type, r, s.dtype))
-            .collect()
+        self.last = Some(self.gather_stats(wall));
+        Ok(outs)
     }
 
-    /// Statistics of the last run of the loaded program.
-    pub fn last_run(&self) -> Option<RunStats> {
-        self.engine.as_ref()?.last_run()
+    /// Runs every replica on its own thread; returns each micro-batch's
+    /// outputs in device types.
+    fn run_replicas(
+        &mut self,
+        device_inputs: &[Vec<Vec<u8>>],
+    ) -> Result<Vec<Vec<Option<Vec<u8>>>>> {
+        let replicas = self.engines.len();
+        let iterations = self.options.device_iterations as usize;
+        let n_out = self.lowered.outputs.len();
+        let results: Mutex<Vec<Vec<Option<Vec<u8>>>>> =
+            Mutex::new(vec![vec![None; n_out]; device_inputs.len()]);
+        let stages = &self.stages;
+        let carries = &self.carries;
+        let execution = self.estimate.execution;
+        let errors: Vec<Result<()>> = std::thread::scope(|sc| {
+            let handles: Vec<_> = self
+                .engines
+                .iter_mut()
+                .enumerate()
+                .map(|(r, engines)| {
+                    let results = &results;
+                    let mbs: Vec<usize> = (0..iterations).map(|d| d * replicas + r).collect();
+                    sc.spawn(move || {
+                        run_replica(
+                            engines,
+                            stages,
+                            carries,
+                            execution,
+                            &mbs,
+                            device_inputs,
+                            results,
+                        )
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join().unwrap_or_else(|_| {
+                        Err(Error::Internal("a replica's thread panicked".into()))
+                    })
+                })
+                .collect()
+        });
+        for e in errors {
+            e?;
+        }
+        Ok(results.into_inner().unwrap_or_else(|p| p.into_inner()))
     }
+
+    fn gather_stats(&self, wall: f64) -> RunStats {
+        let mut s = RunStats {
+            cycles: self.estimate.cycles_per_call,
+            wall_seconds: wall,
+            checked: true,
+            ..RunStats::default()
+        };
+        let d = u64::from(self.options.device_iterations);
+        for (r, replica) in self.engines.iter().enumerate() {
+            for e in replica {
+                let Some(x) = e.last_run() else { continue };
+                if r == 0 {
+                    s.compute_cycles += x.compute_cycles * d;
+                    s.exchange_cycles += x.exchange_cycles * d;
+                    s.host_cycles += x.host_cycles * d;
+                    s.steps += x.steps * d;
+                }
+                s.exchanged_bytes += x.exchanged_bytes * d;
+                s.host_bytes += x.host_bytes * d;
+                s.compute_seconds += x.compute_seconds;
+                s.exchange_seconds += x.exchange_seconds;
+                s.host_io_seconds += x.host_io_seconds;
+                s.host_memory_bytes += x.host_memory_bytes;
+                s.checked &= x.checked;
+            }
+        }
+        s
+    }
+
+    /// Statistics of the last run: the estimate of the whole call, the
+    /// simulation's host time, and the programs' figures (device cycles of
+    /// one replica, bytes and host time of all).
+    pub fn last_run(&self) -> Option<RunStats> {
+        self.last
+    }
+}
+
+type Bag = HashMap<usize, Vec<u8>>;
+
+/// Runs micro-batches `mbs` through one replica's stages.
+fn run_replica(
+    engines: &mut [Box<dyn DeviceEngine>],
+    stages: &[Stage],
+    carries: &[Carry],
+    execution: Execution,
+    mbs: &[usize],
+    device_inputs: &[Vec<Vec<u8>>],
+    results: &Mutex<Vec<Vec<Option<Vec<u8>>>>>,
+) -> Result<()> {
+    let step =
+        |engine: &mut Box<dyn DeviceEngine>, st: &Stage, m: usize, bag: &mut Bag| -> Result<()> {
+            let mut ins = Vec::with_capacity(st.inputs.len());
+            for (hs, src) in &st.inputs {
+                ins.push(match *src {
+                    Source::Host(i) => device_inputs[m][i].clone(),
+                    Source::Carried(c) => bag.get(&c).cloned().ok_or_else(|| {
+                        Error::Internal(format!("carried tensor '{}' did not arrive", hs.name))
+                    })?,
+                });
+            }
+            let outs = engine.run(&ins)?;
+            for ((_, sink), bytes) in st.outputs.iter().zip(outs) {
+                match *sink {
+                    Sink::Host(o) => {
+                        let mut r = results.lock().unwrap_or_else(|p| p.into_inner());
+                        r[m][o] = Some(bytes);
+                    }
+                    Sink::Carried(c) => {
+                        bag.insert(c, bytes);
+                    }
+                }
+            }
+            // Forward only what later stages still read.
+            bag.retain(|&c, _| carries[c].to.iter().any(|&t| t > st.ipu));
+            Ok(())
+        };
+    if execution == Execution::Sharded || stages.len() == 1 {
+        for &m in mbs {
+            let mut bag = Bag::new();
+            for (engine, st) in engines.iter_mut().zip(stages) {
+                step(engine, st, m, &mut bag)?;
+            }
+        }
+        return Ok(());
+    }
+    // Pipelined: one thread per stage, micro-batches handed on in order.
+    let n = stages.len();
+    let mut senders = Vec::new();
+    let mut receivers = vec![None];
+    for _ in 1..n {
+        let (tx, rx) = mpsc::channel::<Bag>();
+        senders.push(Some(tx));
+        receivers.push(Some(rx));
+    }
+    senders.push(None);
+    let step = &step;
+    let outcomes: Vec<Result<()>> = std::thread::scope(|sc| {
+        let handles: Vec<_> = engines
+            .iter_mut()
+            .zip(stages)
+            .zip(senders.into_iter().zip(receivers))
+            .map(|((engine, st), (tx, rx))| {
+                sc.spawn(move || -> Result<()> {
+                    for &m in mbs {
+                        let mut bag = match &rx {
+                            None => Bag::new(),
+                            Some(rx) => match rx.recv() {
+                                Ok(b) => b,
+                                // An earlier stage failed; its error is reported.
+                                Err(_) => return Ok(()),
+                            },
+                        };
+                        step(engine, st, m, &mut bag)?;
+                        if let Some(tx) = &tx {
+                            if tx.send(bag).is_err() {
+                                return Ok(());
+                            }
+                        }
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join().unwrap_or_else(|_| {
+                    Err(Error::Internal("a pipeline stage's thread panicked".into()))
+                })
+            })
+            .collect()
+    });
+    for o in outcomes {
+        o?;
+    }
+    Ok(())
 }

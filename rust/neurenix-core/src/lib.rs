@@ -13,9 +13,11 @@ pub mod lower;
 pub mod model_parts;
 pub mod ops;
 pub mod passes;
+pub mod pipeline;
 pub mod report;
 pub mod shard;
 pub mod tensor;
+pub mod topology;
 
 pub use compile::{compile, CompileOptions};
 pub use error::{Error, Result};

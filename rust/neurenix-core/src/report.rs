@@ -91,6 +91,8 @@ impl StepKind {
 /// The estimated cost of one program step.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StepCost {
+    /// The IPU of the replica whose program the step belongs to.
+    pub ipu: u32,
     pub kind: StepKind,
     pub name: String,
     pub cycles: u64,

@@ -532,7 +532,7 @@ fn every_expression_operation_is_interpreted() {
 }
 
 #[test]
-fn reduce_reshape_rearrange_concat_fill_copy() {
+fn reduce_reshape_rearrange_concat_fill() {
     let mut be = TestBackend::new();
     let x = konst(&mut be, &[2, 3], &[1.0, -2.0, 3.0, 4.0, 5.0, -6.0], 0);
     let red = |be: &mut TestBackend, axes: &[usize], op, fin, scale| {
@@ -636,7 +636,9 @@ fn reduce_reshape_rearrange_concat_fill_copy() {
     );
     let f = be.fill(DeviceType::F16, &[2], 0.1, 1, "f").unwrap();
     assert_exact(&be.tensors[f as usize].data, &[r16(0.1); 2], "fill rounds");
-    let moved = be.copy_to_ipu(x, 3, "x/to_ipu3").unwrap();
+    let moved = be
+        .fill(DeviceType::F32, &[2, 3], 1.0, 3, "on_ipu3")
+        .unwrap();
     assert_eq!(be.tensors[moved as usize].ipu, 3);
     assert!(be.reshape(moved, &[6]).is_ok());
     assert!(be

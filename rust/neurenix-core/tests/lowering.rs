@@ -1,7 +1,7 @@
 //! Lowering through the `Backend` trait onto the recording, evaluating test
 //! backend (tests/common): results against hand-written references in every
 //! precision, fusion of element-wise chains, materialisation and constant
-//! sharing, placement over several IPUs with inter-IPU copies, and the
+//! sharing, and the
 //! host <-> device bindings.
 //!
 //! Tolerances: float32 results within 1e-6 (relative above 1, absolute
@@ -1201,7 +1201,7 @@ fn enable_half_partials_option_reaches_the_matmul() {
             precision,
             memory_proportion: 0.25,
             enable_half_partials,
-            num_ipus: 1,
+            ..CompileOptions::default()
         };
         let (_, be) = lower(&m, &feeds, &o);
         match &be.calls_of(Kind::MatMul)[0].detail {
@@ -1412,7 +1412,7 @@ fn fully_folded_models_and_pass_through_outputs() {
 }
 
 // ---------------------------------------------------------------------------
-// Several IPUs.
+// Bindings.
 
 /// A chain of `n` dense layers (MatMul + Relu) of width `w` with distinct
 /// weights; returns the model, the weights and the input.
@@ -1443,240 +1443,6 @@ fn layers(n: usize, w: usize, seed: u64) -> (Model, Vec<Vec<f64>>, Vec<f64>) {
     b.output(&cur);
     (b.build(), ws, rng.vec32(2 * w, -1.0, 1.0))
 }
-
-fn ref_layers(ws: &[Vec<f64>], x: &[f64], w: usize) -> Vec<f64> {
-    let mut h = x.to_vec();
-    for wv in ws {
-        h = ref_matmul(&h, wv, 2, w, w)
-            .into_iter()
-            .map(|v| v.max(0.0))
-            .collect();
-    }
-    h
-}
-
-#[test]
-fn several_ipus_place_stages_and_copy_values_across() {
-    for ipus in [2u32, 4] {
-        let (m, ws, x) = layers(8, 8, 10);
-        let (l, be) = lower(
-            &m,
-            &[feed("x", ElemType::F32, &[2, 8], x.clone())],
-            &copts(F32, ipus),
-        );
-        // Placement: monotone, every IPU used.
-        let p: Vec<u32> = l.placement.iter().map(|p| p.ipu).collect();
-        assert!(p.windows(2).all(|w| w[0] <= w[1]), "{p:?}");
-        assert_eq!(*p.last().unwrap(), ipus - 1, "{p:?}");
-        for i in 0..ipus {
-            assert!(p.contains(&i), "IPU {i} unused: {p:?}");
-        }
-        // Each operation ran on its node's IPU (the backend checks operands).
-        for c in be.calls_of(Kind::MatMul) {
-            let node = l.placement.iter().find(|p| p.node == c.name).unwrap();
-            assert_eq!(c.ipu, node.ipu, "{} on the wrong IPU", c.name);
-        }
-        // Weights are created where they are used, never copied.
-        for c in be.calls_of(Kind::Constant) {
-            let reader = l
-                .placement
-                .iter()
-                .find(|p| p.node == format!("mm{}", &c.name[1..]))
-                .unwrap();
-            assert_eq!(
-                c.ipu, reader.ipu,
-                "weight {} placed away from its reader",
-                c.name
-            );
-        }
-        // One copy per value crossing a stage boundary, forward only.
-        let copies = be.calls_of(Kind::Copy);
-        let boundaries = p.windows(2).filter(|w| w[0] != w[1]).count();
-        assert_eq!(
-            copies.len(),
-            boundaries,
-            "copies {:?}",
-            copies.iter().map(|c| &c.name).collect::<Vec<_>>()
-        );
-        for c in &copies {
-            let Detail::Copy { from } = c.detail else {
-                unreachable!()
-            };
-            assert!(
-                from < c.ipu,
-                "copy {} goes from IPU {from} back to {}",
-                c.name,
-                c.ipu
-            );
-            assert!(c.name.ends_with(&format!("/to_ipu{}", c.ipu)), "{}", c.name);
-        }
-        // The input lives on the IPU of its first reader, the output on the
-        // IPU that produced it.
-        assert_eq!(be.calls_of(Kind::Input)[0].ipu, 0);
-        assert_eq!(be.calls_of(Kind::Output)[0].ipu, ipus - 1);
-        assert_close(
-            &be.out("r7"),
-            &ref_layers(&ws, &x, 8),
-            1e-6,
-            &format!("{ipus} IPUs"),
-        );
-    }
-}
-
-#[test]
-fn values_read_on_several_later_ipus_are_copied_once_per_ipu() {
-    // y = layers(x) + x * s, with x and the skip connection read on the last
-    // IPU, and a second input z read only there.
-    let (mut m, ws, x) = layers(8, 8, 11);
-    let mut b = ModelBuilder {
-        g: std::mem::take(&mut m.graph),
-        opset: 13,
-    };
-    b.g.outputs.clear();
-    b.input_fixed("z", ElemType::F32, &[2, 8]);
-    b.node("Add", "skip", &["r7", "x"], &["s1"]);
-    b.node("Mul", "skip2", &["s1", "x"], &["s2"]);
-    b.node("Add", "late", &["s2", "z"], &["y"]);
-    b.output("y");
-    let m = b.build();
-    let z: Vec<f64> = (0..16).map(|i| i as f64 / 16.0).collect();
-    let feeds = [
-        feed("x", ElemType::F32, &[2, 8], x.clone()),
-        feed("z", ElemType::F32, &[2, 8], z.clone()),
-    ];
-    let (l, be) = lower(&m, &feeds, &copts(F32, 4));
-    let last = l.placement.iter().find(|p| p.node == "late").unwrap().ipu;
-    assert!(last > 0);
-    let x_copies: Vec<&Call> = be
-        .calls_of(Kind::Copy)
-        .into_iter()
-        .filter(|c| c.name.starts_with("x/"))
-        .collect();
-    assert_eq!(
-        x_copies.len(),
-        1,
-        "x copied once to IPU {last}, though read twice there"
-    );
-    assert_eq!(x_copies[0].ipu, last);
-    let inputs = be.calls_of(Kind::Input);
-    let z_in = inputs.iter().find(|c| c.name == "z").unwrap();
-    assert_eq!(z_in.ipu, last, "z is bound on the IPU of its only reader");
-    assert!(be
-        .calls_of(Kind::Copy)
-        .iter()
-        .all(|c| !c.name.starts_with("z/")));
-    let h = ref_layers(&ws, &x, 8);
-    let want: Vec<f64> = (0..16).map(|i| (h[i] + x[i]) * x[i] + z[i]).collect();
-    assert_close(&be.out("y"), &want, 1e-6, "skip connection over IPUs");
-    assert_eq!(
-        l.inputs.iter().map(|b| b.name.as_str()).collect::<Vec<_>>(),
-        vec!["x", "z"]
-    );
-}
-
-#[test]
-fn a_shared_weight_is_a_constant_on_each_ipu_that_reads_it() {
-    let mut rng = XorShift::new(12);
-    let w = rng.vec32(64, -0.3, 0.3);
-    let mut b = ModelBuilder::new(13);
-    b.input_fixed("x", ElemType::F32, &[2, 8]);
-    b.init("W", tf32(&[8, 8], &w));
-    let mut cur = "x".to_string();
-    for i in 0..8 {
-        b.node(
-            "MatMul",
-            &format!("mm{i}"),
-            &[&cur, "W"],
-            &[&format!("m{i}")],
-        );
-        b.node(
-            "Tanh",
-            &format!("t{i}"),
-            &[&format!("m{i}")],
-            &[&format!("h{i}")],
-        );
-        cur = format!("h{i}");
-    }
-    b.output(&cur);
-    let x = rng.vec32(16, -1.0, 1.0);
-    let (l, be) = lower(
-        &b.build(),
-        &[feed("x", ElemType::F32, &[2, 8], x.clone())],
-        &copts(F32, 2),
-    );
-    let ipus: std::collections::BTreeSet<u32> = l.placement.iter().map(|p| p.ipu).collect();
-    assert_eq!(ipus.len(), 2);
-    let consts = be.calls_of(Kind::Constant);
-    assert_eq!(consts.len(), 2, "W once per IPU");
-    assert_ne!(consts[0].ipu, consts[1].ipu);
-    assert!(
-        be.calls_of(Kind::Copy)
-            .iter()
-            .all(|c| !c.name.starts_with("W")),
-        "W is never copied"
-    );
-    let mut h = x;
-    for _ in 0..8 {
-        h = ref_matmul(&h, &w, 2, 8, 8)
-            .into_iter()
-            .map(f64::tanh)
-            .collect();
-    }
-    assert_close(&be.out(&cur), &h, 1e-6, "shared weight");
-}
-
-#[test]
-fn lazy_values_are_not_fused_across_ipus() {
-    // Enough matmul work that the element-wise tail lands on another IPU
-    // than the head.
-    let (mut m, ws, x) = layers(4, 16, 13);
-    let mut b = ModelBuilder {
-        g: std::mem::take(&mut m.graph),
-        opset: 13,
-    };
-    b.g.outputs.clear();
-    // An element-wise node on IPU 0 read by the last node.
-    b.node("Sigmoid", "gate", &["x"], &["g"]);
-    b.node("Mul", "gated", &["r3", "g"], &["y"]);
-    b.output("y");
-    // Put the gate first in program order.
-    let gate = b.g.nodes.len() - 2;
-    let node = b.g.nodes.remove(gate);
-    b.g.nodes.insert(0, node);
-    let m = b.build();
-    let (l, be) = lower(
-        &m,
-        &[feed("x", ElemType::F32, &[2, 16], x.clone())],
-        &copts(F32, 2),
-    );
-    let ipu_of = |n: &str| l.placement.iter().find(|p| p.node == n).unwrap().ipu;
-    assert_ne!(
-        ipu_of("gate"),
-        ipu_of("gated"),
-        "the test needs the gate and its reader apart: {:?}",
-        l.placement
-    );
-    {
-        let gate_map = be
-            .calls_of(Kind::Map)
-            .into_iter()
-            .find(|c| c.name == "gate")
-            .expect("gate materialised at home");
-        assert_eq!(gate_map.ipu, ipu_of("gate"));
-        assert!(
-            be.calls_of(Kind::Copy)
-                .iter()
-                .any(|c| c.name.starts_with("g/")),
-            "g copied to its reader"
-        );
-    }
-    let h = ref_layers(&ws, &x, 16);
-    let want: Vec<f64> = (0..32).map(|i| h[i] * sigmoid(x[i])).collect();
-    assert_close(&be.out("y"), &want, 1e-6, "gated");
-}
-
-// ---------------------------------------------------------------------------
-// Bindings.
 
 #[test]
 fn bindings_name_inputs_and_outputs_with_their_types() {
@@ -2015,21 +1781,4 @@ fn softmax_before_opset_13_coerces_at_any_axis() {
             &format!("axis {axis}"),
         );
     }
-}
-
-#[test]
-fn folded_models_on_several_ipus() {
-    let mut b = ModelBuilder::new(13);
-    b.input_fixed("x", ElemType::F32, &[2]);
-    b.init("a", tf32(&[2], &[1.0, 2.0]));
-    b.node("Exp", "e", &["a"], &["y"]);
-    b.output("y");
-    let (l, be) = lower(
-        &b.build(),
-        &[feed("x", ElemType::F32, &[2], vec![0.0, 0.0])],
-        &copts(F32, 4),
-    );
-    assert!(l.placement.is_empty());
-    assert_close(&be.out("y"), &[1f64.exp(), 2f64.exp()], 1e-6, "folded exp");
-    assert_eq!(be.calls_of(Kind::Output)[0].ipu, 0);
 }

@@ -1,106 +1,104 @@
-//! The sharding planner: optimality of the linear partition (against brute
-//! force over every contiguous split), monotone IPU assignment, and the
-//! per-node loads it balances.
+//! The sharder: the automatic split against brute force over every legal
+//! contiguous split, memory as a hard limit, tensors carried across cuts;
+//! manual plans (stage starts and node -> IPU maps) resolved by name and
+//! refused when they name unknown nodes or are not a legal cut.
 
 use crate::common::*;
 use neurenix_core::compile::optimize;
 use neurenix_core::dtype::ElemType;
+use neurenix_core::error::Error;
 use neurenix_core::ir::Model;
 use neurenix_core::passes::TensorSpec;
-use neurenix_core::shard::{assign_ipus, linear_partition, node_loads};
+use neurenix_core::shard::{
+    check_legal, estimate_costs, manual_stages, stages_from_starts, NodeCost, Sharding,
+    SplitProblem,
+};
 
-/// Smallest possible largest-group sum over every split of `loads` into
-/// exactly `k` non-empty contiguous groups.
-fn brute_force(loads: &[f64], k: usize) -> f64 {
-    fn rec(loads: &[f64], k: usize) -> f64 {
-        if k == 1 {
-            return loads.iter().sum();
+/// The slowest stage of the best split into exactly `k` non-empty contiguous
+/// stages under `p.capacity`, by trying every split.
+fn brute_force(p: &SplitProblem<'_>, k: usize) -> Option<f64> {
+    fn rec(
+        p: &SplitProblem<'_>,
+        n: usize,
+        k: usize,
+        from: usize,
+        starts: &mut Vec<usize>,
+        best: &mut Option<f64>,
+    ) {
+        if starts.len() == k - 1 {
+            if let Some(b) = p.bottleneck(starts) {
+                if best.is_none_or(|x| b < x) {
+                    *best = Some(b);
+                }
+            }
+            return;
         }
-        let mut best = f64::INFINITY;
-        // First group = loads[..i], at least one item left per remaining group.
-        for i in 1..=loads.len() - (k - 1) {
-            let head: f64 = loads[..i].iter().sum();
-            best = best.min(head.max(rec(&loads[i..], k - 1)));
+        for s in from..n {
+            starts.push(s);
+            rec(p, n, k, s + 1, starts, best);
+            starts.pop();
         }
-        best
     }
-    rec(loads, k)
-}
-
-fn group_sums(loads: &[f64], groups: &[u32]) -> Vec<f64> {
-    let n = groups.iter().copied().max().map_or(0, |m| m as usize + 1);
-    let mut s = vec![0.0; n];
-    for (l, g) in loads.iter().zip(groups) {
-        s[*g as usize] += l;
-    }
-    s
-}
-
-#[track_caller]
-fn check_partition(loads: &[f64], parts: usize) {
-    let p = linear_partition(loads, parts);
-    assert_eq!(p.len(), loads.len(), "one group per item");
-    if loads.is_empty() {
-        return;
-    }
-    let k = parts.max(1).min(loads.len());
-    assert_eq!(p[0], 0, "starts at group 0: {p:?}");
-    for w in p.windows(2) {
-        assert!(
-            w[1] == w[0] || w[1] == w[0] + 1,
-            "groups are contiguous and in order: {p:?}"
-        );
-    }
-    assert_eq!(
-        *p.last().unwrap() as usize,
-        k - 1,
-        "uses exactly min(parts, n) groups: {p:?} for {parts} parts"
-    );
-    let got = group_sums(loads, &p).into_iter().fold(0.0, f64::max);
-    let want = brute_force(loads, k);
-    assert!(
-        (got - want).abs() <= 1e-9 * want.max(1.0),
-        "loads {loads:?} into {parts}: largest group {got}, optimum {want} ({p:?})"
-    );
+    let mut best = None;
+    rec(p, p.costs.len(), k, 1, &mut Vec::new(), &mut best);
+    best
 }
 
 #[test]
-fn linear_partition_is_optimal_on_small_random_cases() {
+fn the_split_is_optimal_on_random_layered_graphs_with_skips() {
     let mut rng = XorShift::new(2024);
-    for case in 0..400 {
-        let n = 1 + rng.below(10);
-        let parts = 1 + rng.below(5);
-        let loads: Vec<f64> = (0..n)
-            .map(|_| match rng.below(6) {
-                0 => 0.0,                      // free nodes (reshapes)
-                1 => rng.uniform(50.0, 100.0), // a heavy node
-                _ => rng.uniform(0.0, 10.0),
+    for _ in 0..300 {
+        let n = 2 + rng.below(8);
+        let costs: Vec<NodeCost> = (0..n)
+            .map(|_| NodeCost {
+                cycles: rng.uniform(0.0, 100.0),
+                resident_bytes: rng.uniform(0.0, 50.0),
+                output_bytes: rng.uniform(0.0, 20.0),
+                host_cycles: if rng.below(4) == 0 { 30.0 } else { 0.0 },
             })
             .collect();
-        let _ = case;
-        check_partition(&loads, parts);
+        // Each node reads its predecessor and sometimes an earlier node.
+        let reads: Vec<Vec<(usize, usize, f64)>> = (0..n)
+            .map(|i| {
+                let mut r = Vec::new();
+                if i > 0 {
+                    r.push((i - 1, i - 1, costs[i - 1].output_bytes));
+                }
+                if i > 1 && rng.below(3) == 0 {
+                    let j = rng.below(i - 1);
+                    r.push((j, j, costs[j].output_bytes));
+                }
+                r
+            })
+            .collect();
+        let k = 1 + rng.below(4.min(n));
+        let p = SplitProblem {
+            costs: &costs,
+            reads,
+            capacity: rng.uniform(60.0, 300.0),
+            copy_bytes_per_cycle: rng.uniform(0.5, 4.0),
+            copy_sync_cycles: 5.0,
+        };
+        let want = brute_force(&p, k);
+        let got = p.best_split(k);
+        match (want, got) {
+            (None, None) => {}
+            (Some(w), Some((starts, b))) => {
+                assert!((b - w).abs() < 1e-9, "best {b} vs brute force {w}");
+                assert_eq!(starts.len(), k - 1);
+                assert_eq!(
+                    p.bottleneck(&starts),
+                    Some(b),
+                    "the split achieves its figure and fits"
+                );
+            }
+            (w, g) => panic!("brute force {w:?}, split {g:?}"),
+        }
     }
 }
 
-#[test]
-fn linear_partition_edge_cases() {
-    assert_eq!(linear_partition(&[], 4), Vec::<u32>::new());
-    assert_eq!(linear_partition(&[3.0, 1.0, 2.0], 1), vec![0, 0, 0]);
-    assert_eq!(linear_partition(&[3.0, 1.0, 2.0], 0), vec![0, 0, 0]);
-    assert_eq!(linear_partition(&[1.0, 2.0, 3.0], 3), vec![0, 1, 2]);
-    assert_eq!(linear_partition(&[5.0], 8), vec![0]);
-    check_partition(&[0.0, 0.0, 0.0, 0.0], 2);
-    check_partition(&[1.0; 8], 4);
-    assert_eq!(linear_partition(&[1.0; 8], 4), vec![0, 0, 1, 1, 2, 2, 3, 3]);
-    // One dominant item: it gets a group of its own.
-    let p = linear_partition(&[1.0, 1.0, 100.0, 1.0, 1.0], 3);
-    let s = group_sums(&[1.0, 1.0, 100.0, 1.0, 1.0], &p);
-    assert_eq!(s.iter().cloned().fold(0.0, f64::max), 100.0, "{p:?}");
-}
-
-/// A chain of `n` MatMul layers of width `w`, each with its own weight,
-/// with a Relu after each when `relu`.
-fn chain(n: usize, w: usize, relu: bool) -> Model {
+/// A chain of `n` MatMul layers of width `w`, with a skip Add every third.
+fn chain(n: usize, w: usize) -> Model {
     let mut b = ModelBuilder::new(13);
     b.input_fixed("x", ElemType::F32, &[4, w]);
     let mut rng = XorShift::new(9);
@@ -114,52 +112,104 @@ fn chain(n: usize, w: usize, relu: bool) -> Model {
             &[&cur, &format!("w{i}")],
             &[&mm],
         );
-        cur = mm;
-        if relu {
-            let r = format!("r{i}");
-            b.node("Relu", &format!("relu{i}"), &[&cur], &[&r]);
+        let r = format!("r{i}");
+        b.node("Tanh", &format!("tanh{i}"), &[&mm], &[&r]);
+        if i % 3 == 2 {
+            let s = format!("s{i}");
+            b.node("Add", &format!("skip{i}"), &[&r, &cur], &[&s]);
+            cur = s;
+        } else {
             cur = r;
         }
     }
     b.output(&cur);
-    let m = b.build();
+    b.build()
+}
+
+fn prepared(m: &Model, w: usize) -> Model {
     let spec = [TensorSpec {
         name: "x".into(),
         dtype: ElemType::F32,
         shape: vec![4, w],
     }];
-    optimize(&m, &spec).unwrap().0
+    optimize(m, &spec).unwrap().0
+}
+
+fn names(m: &Model, stage: &[u32], s: u32) -> Vec<String> {
+    m.graph
+        .nodes
+        .iter()
+        .zip(stage)
+        .filter(|(_, &x)| x == s)
+        .map(|(n, _)| n.name.clone())
+        .collect()
 }
 
 #[test]
-fn assign_ipus_is_monotone_and_in_range() {
-    for (n, relu) in [(1, false), (3, true), (8, false), (8, true), (13, true)] {
-        let m = chain(n, 16, relu);
-        for ipus in [1u32, 2, 4, 8] {
-            let a = assign_ipus(&m, ipus);
-            assert_eq!(a.len(), m.graph.nodes.len());
-            assert!(
-                a.windows(2).all(|w| w[0] <= w[1]),
-                "{n} layers on {ipus} IPUs goes back: {a:?}"
-            );
-            assert!(a.iter().all(|&i| i < ipus), "{a:?} on {ipus} IPUs");
-            if ipus == 1 {
-                assert!(a.iter().all(|&i| i == 0));
-            }
-        }
-    }
+fn stage_starts_cut_where_named() {
+    let m = chain(4, 8);
+    let p = prepared(&m, 8);
+    let st = manual_stages(&m, &p, &Sharding::StageStarts(vec!["matmul2".into()]), 2).unwrap();
+    assert_eq!(names(&p, &st, 0), ["matmul0", "tanh0", "matmul1", "tanh1"]);
+    assert_eq!(names(&p, &st, 1)[0], "matmul2");
+    check_legal(&p.graph, &st).unwrap();
 }
 
 #[test]
-fn identical_layers_are_spread_evenly() {
-    let m = chain(8, 16, false);
-    assert_eq!(assign_ipus(&m, 4), vec![0, 0, 1, 1, 2, 2, 3, 3]);
-    assert_eq!(assign_ipus(&m, 2), vec![0, 0, 0, 0, 1, 1, 1, 1]);
+fn node_ipus_inherit_from_the_node_before() {
+    let m = chain(3, 8);
+    let p = prepared(&m, 8);
+    let plan = Sharding::NodeIpus(vec![("matmul1".into(), 1), ("matmul2".into(), 3)]);
+    let st = manual_stages(&m, &p, &plan, 4).unwrap();
+    assert_eq!(names(&p, &st, 0), ["matmul0", "tanh0"]);
+    assert_eq!(names(&p, &st, 1), ["matmul1", "tanh1"]);
+    assert_eq!(names(&p, &st, 3), ["matmul2", "tanh2", "skip2"]);
 }
 
 #[test]
-fn node_loads_count_flops_weights_once_and_activations() {
-    // y = (x @ W) @ W with a shared W [8, 8], x [4, 8]; then Relu.
+fn manual_plans_that_are_not_legal_are_refused() {
+    let m = chain(3, 8);
+    let p = prepared(&m, 8);
+    let err = |plan: Sharding, ipus: u32| match manual_stages(&m, &p, &plan, ipus) {
+        Err(Error::InvalidArgument(msg)) => msg,
+        other => panic!("expected a refusal, got {other:?}"),
+    };
+    let e = err(Sharding::StageStarts(vec!["nope".into()]), 2);
+    assert!(
+        e.contains("unknown node name(s) 'nope'") && e.contains("'matmul0'"),
+        "{e}"
+    );
+    let e = err(
+        Sharding::StageStarts(vec!["matmul2".into(), "matmul1".into()]),
+        4,
+    );
+    assert!(
+        e.contains("not a legal cut") && e.contains("does not come after"),
+        "{e}"
+    );
+    let e = err(Sharding::StageStarts(vec!["matmul0".into()]), 2);
+    assert!(e.contains("stage 0 would be empty"), "{e}");
+    let e = err(
+        Sharding::StageStarts(vec!["matmul1".into(), "matmul2".into()]),
+        2,
+    );
+    assert!(e.contains("each replica has 2 IPU(s)"), "{e}");
+    // tanh0 back on IPU 0 after matmul1 went to IPU 1 reads... backwards:
+    // skip2 reads s-chain values from IPU 1 while placed on IPU 0.
+    let e = err(
+        Sharding::NodeIpus(vec![("matmul1".into(), 1), ("skip2".into(), 0)]),
+        2,
+    );
+    assert!(
+        e.contains("not a legal cut") && e.contains("'skip2' on IPU 0"),
+        "{e}"
+    );
+    let e = err(Sharding::NodeIpus(vec![("matmul1".into(), 5)]), 2);
+    assert!(e.contains("IPUs 0..1"), "{e}");
+}
+
+#[test]
+fn weights_are_counted_once_where_first_read_and_streams_where_they_happen() {
     let mut b = ModelBuilder::new(13);
     b.input_fixed("x", ElemType::F32, &[4, 8]);
     b.init("W", tf32(&[8, 8], &[0.5; 64]));
@@ -167,29 +217,24 @@ fn node_loads_count_flops_weights_once_and_activations() {
     b.node("MatMul", "m2", &["a", "W"], &["b"]);
     b.node("Relu", "r", &["b"], &["y"]);
     b.output("y");
-    let spec = [TensorSpec {
-        name: "x".into(),
-        dtype: ElemType::F32,
-        shape: vec![4, 8],
-    }];
-    let m = optimize(&b.build(), &spec).unwrap().0;
-    let l = node_loads(&m);
-    assert_eq!(l.len(), 3);
-    assert_eq!(l[0].flops, 2.0 * 4.0 * 8.0 * 8.0, "matmul flops = 2 M N K");
-    assert_eq!(l[1].flops, 2.0 * 4.0 * 8.0 * 8.0);
-    assert_eq!(l[2].flops, 32.0, "element-wise: one per output element");
+    let m = prepared(&b.build(), 8);
+    let c = estimate_costs(&m, 4, 32.0, 4, 16.0);
+    assert_eq!(c[0].resident_bytes, 256.0);
+    assert_eq!(c[1].resident_bytes, 0.0, "a shared weight counts once");
+    // Half precision halves float bytes.
     assert_eq!(
-        l[0].weight_bytes,
-        64.0 * 4.0,
-        "the weight is counted where first read"
+        estimate_costs(&m, 4, 32.0, 2, 16.0)[0].resident_bytes,
+        128.0
     );
-    assert_eq!(l[1].weight_bytes, 0.0, "and only once");
-    assert_eq!(l[2].weight_bytes, 0.0);
-    for x in &l {
-        assert_eq!(
-            x.activation_bytes,
-            32.0 * 4.0,
-            "activations: output elements x 4 bytes"
-        );
+    for x in &c {
+        assert_eq!(x.output_bytes, 128.0);
     }
+    assert!(c[0].host_cycles > 0.0 && c[2].host_cycles > 0.0 && c[1].host_cycles == 0.0);
+    assert!(c[0].cycles > c[2].cycles, "a matmul costs more than a relu");
+}
+
+#[test]
+fn stages_from_starts_are_contiguous() {
+    assert_eq!(stages_from_starts(5, &[2, 4]), vec![0, 0, 1, 1, 2]);
+    assert_eq!(stages_from_starts(3, &[]), vec![0, 0, 0]);
 }

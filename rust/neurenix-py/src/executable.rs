@@ -3,9 +3,12 @@
 
 use std::sync::Mutex;
 
+use neurenix_core::backend::Backend;
 use neurenix_core::compile::{compile as compile_model, CompileOptions};
 use neurenix_core::executable::Executable;
 use neurenix_core::lower::precision::Precision;
+use neurenix_core::pipeline::Execution;
+use neurenix_core::shard::Sharding;
 use neurenix_sys::GraphBuilder;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
@@ -13,8 +16,8 @@ use pyo3::types::PyBytes;
 use crate::errors::{guarded, lock, IntoPyResult};
 use crate::model::{tensor_specs, PyModel};
 use crate::records::{
-    HostStream, OpPlan, PassStats, Placement, RunStats, StepCost, SystemInfo, TensorSpec,
-    TileMemory,
+    HostStream, OpPlan, PassStats, PipelineEstimate, Placement, RunStats, StepCost, SystemInfo,
+    TensorSpec, TileMemory,
 };
 
 #[pyclass(module = "neurenix._native", name = "Executable", frozen)]
@@ -23,10 +26,36 @@ pub struct PyExecutable {
     system: String,
 }
 
-/// Compiles `model` for `inputs` on the system described by `system`
-/// ("version=ipu2,num_ipus=16,...").
+/// How the nodes are spread over a replica's IPUs, as Python gives it:
+/// "auto", a list of the node names at which stages begin, or a list of
+/// (node name, IPU) pairs.
+#[derive(FromPyObject)]
+pub enum ShardingArg {
+    Auto(String),
+    Pairs(Vec<(String, u32)>),
+    Starts(Vec<String>),
+}
+
+impl ShardingArg {
+    fn to_core(self) -> neurenix_core::error::Result<Sharding> {
+        match self {
+            ShardingArg::Auto(s) if s == "auto" => Ok(Sharding::Auto),
+            ShardingArg::Auto(s) => Err(neurenix_core::Error::InvalidArgument(format!(
+                "sharding must be 'auto', a list of node names at which stages begin, or a mapping of node \
+                 names to IPUs; got '{s}'"
+            ))),
+            ShardingArg::Pairs(p) => Ok(Sharding::NodeIpus(p)),
+            ShardingArg::Starts(s) => Ok(Sharding::StageStarts(s)),
+        }
+    }
+}
+
+/// Compiles `model` for `inputs` (one micro-batch) on the system described
+/// by `system` ("version=ipu2,num_ipus=16,...").
 #[pyfunction]
-#[pyo3(signature = (model, inputs, system, num_ipus, precision, memory_proportion, enable_half_partials))]
+#[pyo3(signature = (model, inputs, system, num_ipus, precision, memory_proportion, enable_half_partials,
+                    replication_factor = 1, device_iterations = 1, sharding = None,
+                    execution = None))]
 #[allow(clippy::too_many_arguments)]
 pub fn compile(
     py: Python<'_>,
@@ -37,6 +66,10 @@ pub fn compile(
     precision: &str,
     memory_proportion: f64,
     enable_half_partials: bool,
+    replication_factor: u32,
+    device_iterations: u32,
+    sharding: Option<ShardingArg>,
+    execution: Option<String>,
 ) -> PyResult<PyExecutable> {
     guarded(|| {
         let specs = tensor_specs(&inputs).py()?;
@@ -45,11 +78,23 @@ pub fn compile(
             memory_proportion,
             enable_half_partials,
             num_ipus,
+            replication_factor,
+            device_iterations,
+            sharding: sharding
+                .map_or(Ok(Sharding::Auto), ShardingArg::to_core)
+                .py()?,
+            execution: execution
+                .as_deref()
+                .map(Execution::parse)
+                .transpose()
+                .py()?,
         };
         let exe = py
             .detach(|| {
-                let backend = GraphBuilder::new(&system, num_ipus)?;
-                compile_model(&model.model, &specs, &options, Box::new(backend))
+                let mut new_backend = || -> neurenix_core::error::Result<Box<dyn Backend>> {
+                    Ok(Box::new(GraphBuilder::new(&system, 1)?))
+                };
+                compile_model(&model.model, &specs, &options, &mut new_backend)
             })
             .py()?;
         Ok(PyExecutable {
@@ -84,10 +129,33 @@ impl PyExecutable {
         lock(&self.exe).report().system.clone().into()
     }
 
-    /// IPUs the program spans.
+    /// IPUs in all (every replica's).
     #[getter]
     fn num_ipus(&self) -> u32 {
-        lock(&self.exe).report().num_ipus
+        lock(&self.exe).options.num_ipus
+    }
+
+    /// IPUs of one replica that hold a pipeline stage.
+    #[getter]
+    fn num_stages(&self) -> u32 {
+        lock(&self.exe).stages.len() as u32
+    }
+
+    #[getter]
+    fn replication_factor(&self) -> u32 {
+        lock(&self.exe).options.replication_factor
+    }
+
+    #[getter]
+    fn device_iterations(&self) -> u32 {
+        lock(&self.exe).options.device_iterations
+    }
+
+    /// The estimate of one call, stage by stage.
+    #[getter]
+    fn estimate(&self) -> PipelineEstimate {
+        let exe = lock(&self.exe);
+        PipelineEstimate::new_from(&exe.estimate, exe.shard.attempts)
     }
 
     #[getter]

@@ -48,6 +48,9 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<records::OpPlan>()?;
     m.add_class::<records::StepCost>()?;
     m.add_class::<records::RunStats>()?;
+    m.add_class::<records::CarriedTensor>()?;
+    m.add_class::<records::StageEstimate>()?;
+    m.add_class::<records::PipelineEstimate>()?;
     m.add_class::<records::PassStats>()?;
     m.add_class::<records::Placement>()?;
     m.add_class::<records::TensorSpec>()?;

@@ -5,6 +5,7 @@ use neurenix_core::compile::Placement as CorePlacement;
 use neurenix_core::executable::HostStream as CoreHostStream;
 use neurenix_core::model_parts as parts;
 use neurenix_core::passes::PassStats as CorePassStats;
+use neurenix_core::pipeline;
 use neurenix_core::report;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
@@ -116,12 +117,13 @@ impl From<&report::OpPlan> for OpPlan {
 record! {
     /// The estimated cost of one program step. `kind`: "compute",
     /// "exchange", "host_to_device" or "device_to_host".
-    "StepCost" StepCost { kind: String, name: String, cycles: u64, bytes: u64, items: u64 }
+    "StepCost" StepCost { ipu: u32, kind: String, name: String, cycles: u64, bytes: u64, items: u64 }
 }
 
 impl From<&report::StepCost> for StepCost {
     fn from(s: &report::StepCost) -> Self {
         StepCost {
+            ipu: s.ipu,
             kind: s.kind.name().to_string(),
             name: s.name.clone(),
             cycles: s.cycles,
@@ -156,6 +158,68 @@ impl From<report::RunStats> for RunStats {
             host_io_seconds: s.host_io_seconds,
             host_memory_bytes: s.host_memory_bytes,
             checked: s.checked,
+        }
+    }
+}
+
+record! {
+    /// A tensor one pipeline stage receives from an earlier one.
+    "CarriedTensor" CarriedTensor { name: String, bytes: u64, from_ipu: u32 }
+}
+
+record! {
+    /// What one pipeline stage (one IPU of a replica) costs per micro-batch.
+    "StageEstimate" StageEstimate {
+        ipu: u32, nodes: usize, compute_cycles: u64, host_cycles: u64, copy_cycles: u64,
+        interval_cycles: u64, carried_in: Vec<CarriedTensor>, max_tile_bytes: u64,
+        memory_bytes: u64,
+    }
+}
+
+impl From<&pipeline::StageEstimate> for StageEstimate {
+    fn from(s: &pipeline::StageEstimate) -> Self {
+        StageEstimate {
+            ipu: s.ipu,
+            nodes: s.nodes,
+            compute_cycles: s.compute_cycles,
+            host_cycles: s.host_cycles,
+            copy_cycles: s.copy_cycles,
+            interval_cycles: s.interval_cycles,
+            carried_in: s
+                .carried_in
+                .iter()
+                .map(|(name, bytes, from)| CarriedTensor {
+                    name: name.clone(),
+                    bytes: *bytes,
+                    from_ipu: *from,
+                })
+                .collect(),
+            max_tile_bytes: s.max_tile_bytes,
+            memory_bytes: s.memory_bytes,
+        }
+    }
+}
+
+record! {
+    /// The estimate of one call: its stages, filling and draining the
+    /// pipeline, the steady-state interval and the whole call's cycles.
+    "PipelineEstimate" PipelineEstimate {
+        execution: String, stages: Vec<StageEstimate>, replicas: u32, device_iterations: u32,
+        fill_cycles: u64, interval_cycles: u64, cycles_per_call: u64, attempts: u32,
+    }
+}
+
+impl PipelineEstimate {
+    pub fn new_from(e: &pipeline::PipelineEstimate, attempts: u32) -> Self {
+        PipelineEstimate {
+            execution: e.execution.name().to_string(),
+            stages: e.stages.iter().map(Into::into).collect(),
+            replicas: e.replicas,
+            device_iterations: e.device_iterations,
+            fill_cycles: e.fill_cycles,
+            interval_cycles: e.interval_cycles,
+            cycles_per_call: e.cycles_per_call,
+            attempts,
         }
     }
 }

@@ -141,11 +141,6 @@ uint32_t GraphBuilder::fill(DeviceType dtype, rust::Slice<const uint64_t> shape,
   return keep(ops::fill(graph(), dtype, to_shape(shape), value, ipu, str(name)));
 }
 
-uint32_t GraphBuilder::copy_to_ipu(uint32_t x, uint32_t ipu, rust::Str name) {
-  Tensor t = tensor(x);
-  return keep(ops::copy_to_ipu(graph(), t, ipu, str(name)));
-}
-
 void GraphBuilder::mark_output(uint32_t x, rust::Str name) { graph().add_output_stream(str(name), tensor(x)); }
 
 namespace {

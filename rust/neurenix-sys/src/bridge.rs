@@ -328,7 +328,6 @@ pub mod ffi {
             ipu: u32,
             name: &str,
         ) -> Result<u32>;
-        fn copy_to_ipu(self: Pin<&mut GraphBuilder>, x: u32, ipu: u32, name: &str) -> Result<u32>;
         fn mark_output(self: Pin<&mut GraphBuilder>, x: u32, name: &str) -> Result<()>;
         /// `bias`: empty, or the one bias tensor.
         fn conv(

@@ -85,6 +85,7 @@ impl DeviceExecutable for Executable {
                 .step_costs()
                 .into_iter()
                 .map(|c| report::StepCost {
+                    ipu: 0,
                     kind: step_kind(c.kind),
                     name: c.name,
                     cycles: c.cycles,

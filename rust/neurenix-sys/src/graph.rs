@@ -8,6 +8,7 @@ use neurenix_core::backend::{
 use neurenix_core::dtype::DeviceType;
 use neurenix_core::error::{Error, Result, TileOverflow};
 use neurenix_core::expr::ExprInstr;
+use neurenix_core::report::SystemInfo;
 
 use crate::bridge::{ffi, ExprOpCode};
 use crate::error::from_cxx;
@@ -72,7 +73,7 @@ fn shape64(shape: &[usize]) -> Vec<u64> {
 /// A graph under construction for some IPUs of a simulated system.
 pub struct GraphBuilder {
     builder: UniquePtr<ffi::GraphBuilder>,
-    ipu_memory_bytes: u64,
+    system: SystemInfo,
 }
 
 impl GraphBuilder {
@@ -81,7 +82,7 @@ impl GraphBuilder {
         let system = crate::describe_system(spec)?;
         Ok(GraphBuilder {
             builder: ffi::new_graph(spec, num_ipus).map_err(from_cxx)?,
-            ipu_memory_bytes: u64::from(system.tiles_per_ipu).saturating_mul(system.bytes_per_tile),
+            system,
         })
     }
 
@@ -212,9 +213,6 @@ impl Backend for GraphBuilder {
             .fill(device_type(dtype), &shape64(shape), value, ipu, name)
             .map_err(from_cxx)
     }
-    fn copy_to_ipu(&mut self, x: TensorId, ipu: u32, name: &str) -> Result<TensorId> {
-        self.b().copy_to_ipu(x, ipu, name).map_err(from_cxx)
-    }
     fn mark_output(&mut self, x: TensorId, name: &str) -> Result<()> {
         self.b().mark_output(x, name).map_err(from_cxx)
     }
@@ -260,7 +258,10 @@ impl Backend for GraphBuilder {
             .map_err(from_cxx)
     }
     fn ipu_memory_bytes(&self) -> u64 {
-        self.ipu_memory_bytes
+        u64::from(self.system.tiles_per_ipu).saturating_mul(self.system.bytes_per_tile)
+    }
+    fn system(&self) -> Option<SystemInfo> {
+        Some(self.system.clone())
     }
     /// Tiles that overflow are an `Error::OutOfMemory` naming each of them.
     fn compile(mut self: Box<Self>) -> Result<Box<dyn DeviceExecutable>> {

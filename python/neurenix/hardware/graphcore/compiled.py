@@ -35,11 +35,50 @@ class CompiledModel:
         self.name = name
         self.system: str = executable.system
         self.num_ipus: int = executable.num_ipus
-        self.inputs: List[TensorSpec] = [TensorSpec(s.name, s.dtype, tuple(s.shape)) for s in executable.inputs]
-        self.outputs: List[TensorSpec] = [TensorSpec(s.name, s.dtype, tuple(s.shape)) for s in executable.outputs]
-        batch = self.inputs[0].shape[0] if self.inputs and self.inputs[0].shape else 1
-        self.report = CompileReport.from_executable(executable, batch_size=batch)
+        self.replication_factor: int = executable.replication_factor
+        self.device_iterations: int = executable.device_iterations
+        #: Micro-batches one run takes: device iterations x replicas.
+        self.micro_batches: int = self.replication_factor * self.device_iterations
+        #: One micro-batch, as compiled (the example inputs' shapes).
+        self.micro_batch_inputs: List[TensorSpec] = [
+            TensorSpec(s.name, s.dtype, tuple(s.shape)) for s in executable.inputs
+        ]
+        self.micro_batch_outputs: List[TensorSpec] = [
+            TensorSpec(s.name, s.dtype, tuple(s.shape)) for s in executable.outputs
+        ]
+        #: What execute_model takes and returns: the micro-batches of one run
+        #: concatenated along the first axis (stacked for scalars).
+        self.inputs: List[TensorSpec] = [self._host(s) for s in self.micro_batch_inputs]
+        self.outputs: List[TensorSpec] = [self._host(s) for s in self.micro_batch_outputs]
+        first = self.micro_batch_inputs[0].shape if self.micro_batch_inputs else ()
+        micro = first[0] if first else 1
+        self.report = CompileReport.from_executable(executable, micro_batch_size=micro)
         self.last_execution: Optional[ExecutionReport] = None
+
+    def _host(self, s: TensorSpec) -> TensorSpec:
+        k = self.micro_batches
+        if k == 1:
+            return s
+        shape = (s.shape[0] * k,) + tuple(s.shape[1:]) if s.shape else (k,)
+        return TensorSpec(s.name, s.dtype, shape)
+
+    def describe_shape_mismatch(self, spec: TensorSpec, got: Tuple[int, ...]) -> str:
+        """Why an input of shape ``got`` is not what a run takes, with the
+        batch arithmetic spelled out."""
+        micro = next(m for m in self.micro_batch_inputs if m.name == spec.name)
+        if self.micro_batches == 1:
+            return (
+                f"input '{spec.name}' must have shape {list(spec.shape)} (as compiled), got {list(got)}; "
+                "compile the model again for other shapes"
+            )
+        mb = micro.shape[0] if micro.shape else 1
+        return (
+            f"input '{spec.name}' must have shape {list(spec.shape)}, got {list(got)}: the host batch is the "
+            f"micro-batch ({mb}, from the example inputs) x device_iterations ({self.device_iterations}) x "
+            f"replication_factor ({self.replication_factor}) = {mb * self.micro_batches}"
+            + ("" if not micro.shape or tuple(got[1:]) == tuple(micro.shape[1:]) else
+               f", and each sample must have shape {list(micro.shape[1:])}")
+        )
 
     @property
     def loaded(self) -> bool:
@@ -62,13 +101,18 @@ class CompiledModel:
         outs = self._executable.run(list(inputs))
         stats = self._executable.last_run()
         if stats is not None:
-            self.last_execution = ExecutionReport.from_run_stats(stats, self.report.clock_hz, self.report.batch_size)
+            self.last_execution = ExecutionReport.from_run_stats(
+                stats, self.report.clock_hz, self.report.micro_batch_size * self.micro_batches
+            )
         return outs
 
     def __repr__(self) -> str:
         ins = ", ".join(f"{s.name}: {s.dtype}{list(s.shape)}" for s in self.inputs)
         outs = ", ".join(f"{s.name}: {s.dtype}{list(s.shape)}" for s in self.outputs)
-        return f"<CompiledModel {self.name!r} ({ins}) -> ({outs}) on {self.num_ipus} IPU(s)>"
+        extra = ""
+        if self.micro_batches > 1:
+            extra = f" x {self.device_iterations} device iteration(s) x {self.replication_factor} replica(s)"
+        return f"<CompiledModel {self.name!r} ({ins}) -> ({outs}) on {self.num_ipus} IPU(s){extra}>"
 
 
 def _as_array(value: Any, spec_name: str, declared: Optional[str]) -> np.ndarray:

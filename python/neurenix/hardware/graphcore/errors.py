@@ -148,3 +148,10 @@ __all__ = [
     "IPUStateError",
     "IPUInternalError",
 ]
+
+
+class IPUPlanWarning(UserWarning):
+    """Something the compiler chose that the user may want to change: a
+    planner fallback, or a pipeline run sharded for want of device
+    iterations. Issued through :mod:`warnings` by ``compile_model`` and kept
+    in ``CompileReport.warnings``."""

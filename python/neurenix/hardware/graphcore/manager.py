@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import warnings
 import weakref
 from typing import Any, Dict, List, Optional
 
@@ -15,15 +16,20 @@ from .errors import (
     IncompatibleExecutableError,
     InputMismatchError,
     InvalidOptionTypeError,
+    IPUPlanWarning,
 )
 from .options import (
     IPUModel,
     check_bool,
     check_device_id,
+    check_device_iterations,
+    check_execution,
     check_memory_proportion,
     check_num_ipus,
     check_positive,
     check_precision,
+    check_replication_factor,
+    check_sharding,
     check_threads,
     options_from_env,
 )
@@ -48,8 +54,9 @@ class GraphCoreManager:
     ...     outputs = ipu.execute_model(compiled, inputs)          # doctest: +SKIP
 
     Arguments:
-        num_ipus: IPUs to attach and compile for (a power of two). The model is
-            sharded over them as pipeline stages.
+        num_ipus: IPUs to attach and compile for (a power of two): the
+            ``replication_factor`` replicas' IPUs together. The model is split
+            over each replica's IPUs as pipeline stages (see ``sharding``).
         precision: ``"float32"``, ``"float16"`` (weights and activations in
             half) or ``"mixed"`` (half for matmuls, convolutions and
             activations; float32 for softmax, normalisations, reductions and
@@ -67,6 +74,22 @@ class GraphCoreManager:
         wait_for_device: wait for busy IPUs instead of failing at once.
         attach_timeout: seconds to wait when ``wait_for_device``.
         simulator_threads: host threads the simulator uses (default: all cores).
+        replication_factor: replicas of the model, each on ``num_ipus /
+            replication_factor`` IPUs with the same weights; the host batch is
+            split between them and the outputs concatenated in order.
+        device_iterations: micro-batches one :meth:`execute_model` call runs on
+            the device. The example inputs of :meth:`compile_model` are one
+            micro-batch; ``execute_model`` takes micro-batch x
+            device_iterations x replication_factor samples.
+        sharding: ``"auto"`` (stages chosen so that each fits its IPU and the
+            slowest is as fast as possible), a list of the node names at which
+            stages 1, 2, ... begin, or a dict node name -> IPU (nodes not named
+            take the IPU of the node before them).
+        execution: ``"pipelined"`` (every IPU of a replica works on a
+            different micro-batch at once; needs device_iterations >= stages)
+            or ``"sharded"`` (one micro-batch passes the IPUs in turn). Default:
+            pipelined when a replica has several IPUs and device_iterations
+            can fill the pipeline, otherwise sharded with a warning.
     """
 
     def __init__(
@@ -81,6 +104,10 @@ class GraphCoreManager:
         wait_for_device: bool = False,
         attach_timeout: float = 60.0,
         simulator_threads: Optional[int] = None,
+        replication_factor: int = 1,
+        device_iterations: int = 1,
+        sharding: Any = "auto",
+        execution: Optional[str] = None,
     ):
         if ipu_model is None:
             ipu_model = IPUModel.from_env() or IPUModel()
@@ -100,6 +127,11 @@ class GraphCoreManager:
         self.wait_for_device = check_bool("wait_for_device", wait_for_device)
         self.attach_timeout = check_positive("attach_timeout", attach_timeout)
         self.simulator_threads = check_threads(simulator_threads)
+        self.replication_factor = check_replication_factor(replication_factor, self.num_ipus)
+        self.device_iterations = check_device_iterations(device_iterations)
+        self.sharding = sharding
+        self._sharding = check_sharding(sharding, self.num_ipus // self.replication_factor)
+        self.execution = check_execution(execution)
         self._lock = threading.RLock()
         self._state = _NEW
         self._device = None
@@ -263,8 +295,15 @@ class GraphCoreManager:
             self.precision,
             self.memory_proportion,
             self.enable_half_partials,
+            self.replication_factor,
+            self.device_iterations,
+            self._sharding,
+            self.execution,
         )
-        return CompiledModel(exe, proto.graph.name or "model")
+        compiled = CompiledModel(exe, proto.graph.name or "model")
+        for w in compiled.report.warnings:
+            warnings.warn(w, IPUPlanWarning, stacklevel=2)
+        return compiled
 
     def optimize_model(self, model: Any, example_inputs: Any = None) -> "onnx.ModelProto":
         """Graph-level optimisation only (constant folding, dead-node removal,
@@ -287,10 +326,13 @@ class GraphCoreManager:
             raise InvalidOptionTypeError(
                 f"compiled must be a CompiledModel from compile_model, got {type(compiled).__name__}", "compiled"
             )
-        if compiled.system != self._system or compiled.num_ipus != self.num_ipus:
+        if compiled.system != self._system or compiled.num_ipus != self.num_ipus or (
+            compiled.replication_factor != self.replication_factor
+        ):
             raise IncompatibleExecutableError(
-                f"this model was compiled for {compiled.num_ipus} IPU(s) of '{compiled.system}', but this manager "
-                f"has {self.num_ipus} IPU(s) of '{self._system}'; compile it with this manager"
+                f"this model was compiled for {compiled.num_ipus} IPU(s) of '{compiled.system}' in "
+                f"{compiled.replication_factor} replica(s), but this manager has {self.num_ipus} IPU(s) of "
+                f"'{self._system}' in {self.replication_factor}; compile it with this manager"
             )
         if self.compile_only:
             raise DeviceNotAttachedError(
@@ -309,11 +351,7 @@ class GraphCoreManager:
                     spec.name,
                 )
             if tuple(a.shape) != spec.shape:
-                raise InputMismatchError(
-                    f"input '{spec.name}' must have shape {list(spec.shape)} (as compiled), got {list(a.shape)}; "
-                    "compile the model again for other shapes",
-                    spec.name,
-                )
+                raise InputMismatchError(compiled.describe_shape_mismatch(spec, tuple(a.shape)), spec.name)
             raw.append(np.ascontiguousarray(a, dtype=a.dtype.newbyteorder("<")).tobytes())
         with self._lock:
             if self._state == _CLOSED:
@@ -330,6 +368,8 @@ class GraphCoreManager:
             np.frombuffer(bytearray(b), dtype=np.dtype(s.dtype).newbyteorder("<")).astype(s.dtype).reshape(s.shape)
             for b, s in zip(outs, compiled.outputs)
         ]
+        if compiled.last_execution is not None and self._device is not None:
+            compiled.last_execution.ipus = list(self._device.ipus)
         self.last_execution_report = compiled.last_execution
         return result
 

@@ -154,6 +154,81 @@ def check_positive(name: str, value: Any) -> float:
     return v
 
 
+EXECUTIONS = ("pipelined", "sharded")
+
+
+def check_replication_factor(value: Any, num_ipus: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise InvalidOptionTypeError(f"replication_factor must be an integer, got {value!r}", "replication_factor")
+    r = int(value)
+    if r < 1 or num_ipus % r:
+        raise InvalidOptionError(
+            f"replication_factor must divide num_ipus={num_ipus} (each replica gets num_ipus / replication_factor "
+            f"IPUs), got {r}",
+            "replication_factor",
+        )
+    return r
+
+
+def check_device_iterations(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise InvalidOptionTypeError(f"device_iterations must be an integer, got {value!r}", "device_iterations")
+    d = int(value)
+    if not 1 <= d <= 1 << 20:
+        raise InvalidOptionError(f"device_iterations must be between 1 and {1 << 20}, got {d}", "device_iterations")
+    return d
+
+
+def check_execution(value: Any) -> Optional[str]:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise InvalidOptionTypeError(f"execution must be 'pipelined', 'sharded' or None, got {value!r}", "execution")
+    if value not in EXECUTIONS:
+        raise InvalidOptionError(f"unknown execution {value!r}; expected 'pipelined' or 'sharded'", "execution")
+    return value
+
+
+def check_sharding(value: Any, ipus_per_replica: int) -> Any:
+    """``"auto"``, a list of node names at which stages 1, 2, ... begin, or a
+    mapping node name -> IPU of the replica; returned as the native core
+    takes it (a string, a list of names, or a list of (name, IPU) pairs)."""
+    if isinstance(value, str):
+        if value != "auto":
+            raise InvalidOptionError(
+                f"sharding must be 'auto', a list of node names at which stages begin, or a mapping of node names "
+                f"to IPUs; got {value!r}",
+                "sharding",
+            )
+        return value
+    if isinstance(value, dict):
+        pairs = []
+        for k, v in value.items():
+            if not isinstance(k, str):
+                raise InvalidOptionTypeError(f"sharding maps node names (strings) to IPUs, got key {k!r}", "sharding")
+            if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+                raise InvalidOptionTypeError(f"sharding maps node '{k}' to {v!r}; IPUs are integers", "sharding")
+            if not 0 <= int(v) < ipus_per_replica:
+                raise InvalidOptionError(
+                    f"sharding maps node '{k}' to IPU {v}, but each replica has IPUs 0..{ipus_per_replica - 1}",
+                    "sharding",
+                )
+            pairs.append((k, int(v)))
+        return pairs
+    if isinstance(value, (list, tuple)):
+        if not all(isinstance(x, str) for x in value):
+            raise InvalidOptionTypeError(
+                f"sharding as a list names the nodes at which stages begin (strings), got {value!r}", "sharding"
+            )
+        if len(set(value)) != len(value):
+            raise InvalidOptionError(f"sharding names a node twice: {list(value)!r}", "sharding")
+        return list(value)
+    raise InvalidOptionTypeError(
+        f"sharding must be 'auto', a list of node names or a dict of node name -> IPU, got {type(value).__name__}",
+        "sharding",
+    )
+
+
 def check_threads(value: Any) -> int:
     if value is None:
         return 0
@@ -194,7 +269,8 @@ def options_from_env() -> Dict[str, Any]:
     NEURENIX_NUM_IPUS, NEURENIX_PRECISION, NEURENIX_MEMORY_PROPORTION,
     NEURENIX_HALF_PARTIALS, NEURENIX_COMPILE_ONLY, NEURENIX_DEVICE_ID,
     NEURENIX_IPU_MODEL, NEURENIX_WAIT_FOR_DEVICE, NEURENIX_ATTACH_TIMEOUT,
-    NEURENIX_SIM_THREADS."""
+    NEURENIX_SIM_THREADS, NEURENIX_REPLICATION_FACTOR, NEURENIX_DEVICE_ITERATIONS,
+    NEURENIX_EXECUTION."""
     out: Dict[str, Any] = {}
     for key, name, kind in (
         ("num_ipus", "NEURENIX_NUM_IPUS", int),
@@ -202,6 +278,8 @@ def options_from_env() -> Dict[str, Any]:
         ("device_id", "NEURENIX_DEVICE_ID", int),
         ("attach_timeout", "NEURENIX_ATTACH_TIMEOUT", float),
         ("simulator_threads", "NEURENIX_SIM_THREADS", int),
+        ("replication_factor", "NEURENIX_REPLICATION_FACTOR", int),
+        ("device_iterations", "NEURENIX_DEVICE_ITERATIONS", int),
     ):
         v = _env_number(name, kind)
         if v is not None:
@@ -214,6 +292,9 @@ def options_from_env() -> Dict[str, Any]:
         v = _env_bool(name)
         if v is not None:
             out[key] = v
+    e = os.environ.get("NEURENIX_EXECUTION", "").strip()
+    if e:
+        out["execution"] = e
     p = os.environ.get("NEURENIX_PRECISION", "").strip()
     if p:
         out["precision"] = p

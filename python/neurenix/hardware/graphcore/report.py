@@ -9,11 +9,22 @@ The records inside the reports come straight from the native core
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Dict, List, NamedTuple
+from typing import Any, Dict, List, NamedTuple, Optional
 
-from neurenix._native import OpPlan, StepCost, SystemInfo, TileMemory
+from neurenix._native import CarriedTensor, OpPlan, PipelineEstimate, StageEstimate, StepCost, SystemInfo, TileMemory
 
-__all__ = ["CompileReport", "ExecutionReport", "Placement", "OpPlan", "StepCost", "SystemInfo", "TileMemory"]
+__all__ = [
+    "CompileReport",
+    "ExecutionReport",
+    "Placement",
+    "OpPlan",
+    "StepCost",
+    "SystemInfo",
+    "TileMemory",
+    "PipelineEstimate",
+    "StageEstimate",
+    "CarriedTensor",
+]
 
 
 def _bytes(n: float) -> str:
@@ -34,7 +45,14 @@ class Placement(NamedTuple):
 
 @dataclass
 class CompileReport:
-    """The compile report. ``str(report)`` is a readable summary."""
+    """The compile report. ``str(report)`` is a readable summary.
+
+    IPU numbers here are those of a replica (0 .. stages - 1), whichever
+    physical IPUs the manager attaches; the :class:`ExecutionReport` names
+    the physical ones. Tiles, plans and steps of pipeline stage ``s`` are on
+    IPU ``s``; ``estimate`` gives each stage's cycles per micro-batch and the
+    whole call's (``cycles_per_run``).
+    """
 
     system: SystemInfo
     num_ipus: int
@@ -49,10 +67,13 @@ class CompileReport:
     tiles: List[TileMemory]
     steps: List[StepCost]
     cycles_per_run: int
-    batch_size: int = 1
+    estimate: PipelineEstimate
+    micro_batch_size: int = 1
+    replication_factor: int = 1
+    device_iterations: int = 1
 
     @classmethod
-    def from_executable(cls, exe: Any, batch_size: int) -> "CompileReport":
+    def from_executable(cls, exe: Any, micro_batch_size: int) -> "CompileReport":
         """The report of a native ``Executable``."""
         p = exe.passes
         return cls(
@@ -69,8 +90,35 @@ class CompileReport:
             tiles=list(exe.tiles),
             steps=list(exe.steps),
             cycles_per_run=exe.cycles_per_run,
-            batch_size=batch_size,
+            estimate=exe.estimate,
+            micro_batch_size=micro_batch_size,
+            replication_factor=exe.replication_factor,
+            device_iterations=exe.device_iterations,
         )
+
+    @property
+    def batch_size(self) -> int:
+        """Samples of one run: micro-batch x device iterations x replicas."""
+        return self.micro_batch_size * self.device_iterations * self.replication_factor
+
+    @property
+    def num_stages(self) -> int:
+        return len(self.estimate.stages)
+
+    @property
+    def execution(self) -> str:
+        return self.estimate.execution
+
+    @property
+    def interval_cycles(self) -> int:
+        """Steady state: cycles between micro-batches leaving a replica (the
+        slowest stage when pipelined, all stages in turn when sharded)."""
+        return self.estimate.interval_cycles
+
+    @property
+    def latency_seconds(self) -> float:
+        """One micro-batch through all stages."""
+        return sum(s.interval_cycles for s in self.estimate.stages) / self.clock_hz
 
     @property
     def bytes_per_tile(self) -> int:
@@ -95,13 +143,22 @@ class CompileReport:
 
     @property
     def estimated_throughput(self) -> float:
-        """Samples per second on the device (batch / estimated time)."""
+        """Samples per second on the device in the steady state: every
+        replica's micro-batch per interval (pipelined), or per pass over the
+        stages (sharded)."""
+        s = self.interval_cycles / self.clock_hz
+        return self.micro_batch_size * self.replication_factor / s if s > 0 else float("inf")
+
+    @property
+    def call_throughput(self) -> float:
+        """Samples per second of one call, pipeline fill and drain included."""
         s = self.estimated_seconds
         return self.batch_size / s if s > 0 else float("inf")
 
     def memory_per_ipu(self) -> List[Dict[str, Any]]:
+        """One entry per IPU of a replica."""
         out = []
-        for ipu in range(self.num_ipus):
+        for ipu in range(self.num_ipus // self.replication_factor):
             ts = [t for t in self.tiles if t.ipu == ipu]
             top = max(ts, key=lambda t: t.total, default=None)
             out.append(
@@ -143,9 +200,22 @@ class CompileReport:
                 f"({100.0 * m['max_tile_bytes'] / self.bytes_per_tile:.1f}% of {_bytes(self.bytes_per_tile)})"
             )
         kinds = self.cycles_by_kind()
+        e = self.estimate
+        if self.num_stages > 1 or self.replication_factor > 1 or self.device_iterations > 1:
+            lines.append(
+                f"Execution: {e.execution}, {self.num_stages} stage(s) per replica x {self.replication_factor} "
+                f"replica(s), {self.device_iterations} device iteration(s) of micro-batch {self.micro_batch_size}"
+            )
+        for st in e.stages if self.num_stages > 1 else []:
+            carried = sum(c.bytes for c in st.carried_in)
+            lines.append(
+                f"  stage {st.ipu}: {st.nodes} nodes, {st.interval_cycles:,} cycles per micro-batch (compute "
+                f"{st.compute_cycles:,}, host I/O {st.host_cycles:,}, IPU-Link copies {st.copy_cycles:,} for "
+                f"{_bytes(carried)} in)"
+            )
         lines.append(
             f"Estimated: {self.cycles_per_run:,} cycles per run ({self.estimated_seconds * 1e6:,.1f} us), "
-            f"{self.estimated_throughput:,.0f} samples/s at batch {self.batch_size}"
+            f"{self.estimated_throughput:,.0f} samples/s in the steady state ({self.batch_size} samples per run)"
         )
         lines.append(
             "  " + ", ".join(f"{k.replace('_', ' ')} {v:,}" for k, v in sorted(kinds.items(), key=lambda kv: -kv[1]))
@@ -183,6 +253,9 @@ class ExecutionReport:
     host_io_seconds: float = 0.0
     # The program's memory bounds were verified at load (checked mode).
     checked: bool = False
+    # The physical IPUs of the attached device (replica r's stage s on
+    # ipus[r * stages + s]).
+    ipus: Optional[List[int]] = None
 
     @classmethod
     def from_run_stats(cls, s: Any, clock_hz: float, batch_size: int) -> "ExecutionReport":
@@ -222,5 +295,5 @@ class ExecutionReport:
             f"{_bytes(self.exchanged_bytes)} exchanged; simulated in {self.wall_seconds * 1e3:,.1f} ms "
             f"(compute {self.compute_seconds * 1e3:,.1f}, exchange {self.exchange_seconds * 1e3:,.1f}, "
             f"host I/O {self.host_io_seconds * 1e3:,.1f}) using {_bytes(self.host_memory_bytes)} of host memory "
-            "for tiles"
+            "for tiles" + (f"; on IPUs {', '.join(map(str, self.ipus))}" if self.ipus else "")
         )

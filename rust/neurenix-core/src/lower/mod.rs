@@ -3,10 +3,11 @@
 //!
 //! [`LowerCx`] holds what has been lowered so far: one slot per value (a
 //! device tensor, or a lazy element-wise expression waiting to be fused into
-//! its consumer, see `fusion`), the device copies of constants (`constants`)
-//! and of values read on another IPU than their producer's. The precision
-//! policy is in [`precision`]; the device operations an operator emits on
-//! its node's IPU are in `device_ops`.
+//! its consumer, see `fusion`) and the device copies of constants
+//! (`constants`). What is lowered together runs on one IPU: a model split
+//! over several IPUs is lowered stage by stage (`pipeline`), each stage onto
+//! its own backend. The precision policy is in [`precision`]; the device
+//! operations an operator emits are in `device_ops`.
 
 mod constants;
 mod device_ops;
@@ -78,8 +79,6 @@ pub struct LowerCx<'a> {
     /// operator's, or the model's inputs' and outputs'.
     role: FloatRole,
     slots: HashMap<ValueId, Slot>,
-    /// Values read on another IPU than their producer's, per IPU.
-    copies: HashMap<(ValueId, u32), DevTensor>,
     consts: HashMap<(ValueId, DeviceType, u32), DevTensor>,
     derived: HashMap<(ValueId, &'static str, DeviceType, u32), DevTensor>,
     uses: Vec<usize>,
@@ -104,7 +103,6 @@ impl<'a> LowerCx<'a> {
             current_ipu: 0,
             role: FloatRole::Compute,
             slots: HashMap::new(),
-            copies: HashMap::new(),
             consts: HashMap::new(),
             derived: HashMap::new(),
             uses,
@@ -118,6 +116,24 @@ impl<'a> LowerCx<'a> {
         self.site = Some(Site::Value(v));
         let dtype = self.dtype(v)?;
         let dev = self.device_type(dtype);
+        self.bind_stream(v, dev, ipu)
+    }
+
+    /// Receives carried tensor `v` (produced by an earlier pipeline stage)
+    /// on `ipu`, in the device type its producer gave it.
+    pub(crate) fn bind_carried(
+        &mut self,
+        v: ValueId,
+        dev: DeviceType,
+        ipu: u32,
+    ) -> Result<HostStream> {
+        self.role = FloatRole::Compute;
+        self.site = Some(Site::Value(v));
+        self.bind_stream(v, dev, ipu)
+    }
+
+    fn bind_stream(&mut self, v: ValueId, dev: DeviceType, ipu: u32) -> Result<HostStream> {
+        let dtype = self.dtype(v)?;
         let shape = self.shape(v)?;
         let name = self.graph.value(v).name.clone();
         if checked_numel(&shape)
@@ -212,18 +228,7 @@ impl<'a> LowerCx<'a> {
             let dt = self.device_type(c.dtype);
             return self.constant_tensor(v, dt);
         }
-        let home = self.materialize(v)?;
-        if home.ipu == self.current_ipu {
-            return Ok(home);
-        }
-        if let Some(t) = self.copies.get(&(v, self.current_ipu)) {
-            return Ok(t.clone());
-        }
-        let name = format!("{}/to_ipu{}", self.graph.value(v).name, self.current_ipu);
-        let id = self.backend.copy_to_ipu(home.id, self.current_ipu, &name)?;
-        let t = self.here(id, home.shape, home.dtype);
-        self.copies.insert((v, self.current_ipu), t.clone());
-        Ok(t)
+        self.materialize(v)
     }
 
     /// The value as a device tensor of type `want` (cast on the device, or on
@@ -236,13 +241,33 @@ impl<'a> LowerCx<'a> {
         self.cast(t, want)
     }
 
-    /// Lowers graph outputs: materialised on the IPU that produced them, in
-    /// the device type the precision policy gives model outputs.
-    pub(crate) fn finish_outputs(&mut self) -> Result<Vec<HostStream>> {
+    /// Sends carried tensors `values` on to later pipeline stages, as they
+    /// are (materialised, in the device type they were produced in).
+    pub(crate) fn finish_carried(&mut self, values: &[ValueId]) -> Result<Vec<HostStream>> {
+        self.role = FloatRole::Compute;
+        let mut out = Vec::new();
+        for &v in values {
+            self.site = Some(Site::Value(v));
+            let t = self.tensor(v)?;
+            let name = self.graph.value(v).name.clone();
+            self.backend.mark_output(t.id, &name)?;
+            out.push(HostStream {
+                name,
+                dtype: self.dtype(v)?,
+                shape: t.shape.clone(),
+                device_type: t.dtype,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Lowers graph outputs `values`: materialised on the IPU that produced
+    /// them, in the device type the precision policy gives model outputs.
+    pub(crate) fn finish_outputs(&mut self, values: &[ValueId]) -> Result<Vec<HostStream>> {
         self.role = FloatRole::ModelOutput;
         let graph = self.graph;
         let mut out = Vec::new();
-        for &v in &graph.outputs {
+        for &v in values {
             self.site = Some(Site::Value(v));
             let dtype = self.dtype(v)?;
             let shape = self.shape(v)?;

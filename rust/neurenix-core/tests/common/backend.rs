@@ -30,7 +30,6 @@ pub enum Kind {
     Rearrange,
     Concat,
     Fill,
-    Copy,
     Output,
 }
 
@@ -41,7 +40,6 @@ pub enum Detail {
     Map(Vec<ExprInstr>),
     Reduce { op: ReduceOp, fin: ReduceFinal },
     MatMul(MatMulOptions),
-    Copy { from: u32 },
 }
 
 /// One recorded backend call.
@@ -514,18 +512,6 @@ impl Backend for TestBackend {
             name,
             vec![],
             Detail::None,
-        ))
-    }
-
-    fn copy_to_ipu(&mut self, x: TensorId, ipu: u32, name: &str) -> Result<TensorId> {
-        let t = self.get(x)?.clone();
-        let from = t.ipu;
-        Ok(self.push(
-            DevT { ipu, ..t },
-            Kind::Copy,
-            name,
-            vec![x],
-            Detail::Copy { from },
         ))
     }
 

@@ -37,6 +37,7 @@ pub fn copts(precision: Precision, num_ipus: u32) -> CompileOptions {
         memory_proportion: 0.6,
         enable_half_partials: false,
         num_ipus,
+        ..CompileOptions::default()
     }
 }
 

@@ -129,10 +129,6 @@ impl Backend for ShapeBackend {
     ) -> Result<TensorId> {
         self.add("fill", name, shape.to_vec())
     }
-    fn copy_to_ipu(&mut self, x: TensorId, _: u32, name: &str) -> Result<TensorId> {
-        let shape = self.shape(x);
-        self.add("copy", name, shape)
-    }
     fn mark_output(&mut self, _: TensorId, name: &str) -> Result<()> {
         self.outputs.push(name.into());
         Ok(())
