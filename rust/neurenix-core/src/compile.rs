@@ -12,12 +12,13 @@ use crate::lower::{LowerCx, LowerOptions};
 use crate::ops::lookup;
 use crate::passes::{prepare, Limits, PassStats, TensorSpec};
 use crate::pipeline::{
-    compile_stages, estimate, host_stream_cycles, node_cycles, Carry, Execution, ModelStreams,
+    compile_stages, estimate, node_cycles, stage_stream_cycles, Carry, Execution, ModelStreams,
     PipelineEstimate, Stage,
 };
 use crate::report::SystemInfo;
 use crate::shard::{
-    estimate_costs, manual_stages, stages_from_starts, NodeCost, Sharding, SplitProblem,
+    estimate_costs, host_stream_cycles, manual_stages, stages_from_starts, value_bytes, NodeCost,
+    Sharding, SplitProblem,
 };
 use crate::topology::Topology;
 
@@ -274,8 +275,7 @@ fn auto_shard(
         opts.float_bytes(),
         host_rate,
     );
-    // The node that streams each model input in (its first reader) and each
-    // output out (its producer).
+    // The node that streams each model output out (its producer).
     let mut stream_node: std::collections::HashMap<String, usize> = Default::default();
     for &v in &g.inputs {
         if let Some(i) = g
@@ -293,6 +293,12 @@ fn auto_shard(
         }
     }
     let reads = SplitProblem::reads_of(g, opts.float_bytes());
+    let fb = opts.float_bytes();
+    let mut input_cycles: std::collections::HashMap<usize, f64> = g
+        .inputs
+        .iter()
+        .map(|&v| (v, host_stream_cycles(value_bytes(g, v, fb), host_rate)))
+        .collect();
     let capacity = sys.tiles_per_ipu as f64 * sys.bytes_per_tile as f64;
     // How much more the busiest tile holds than an even spread would.
     let mut imbalance: f64 = 1.25;
@@ -305,6 +311,7 @@ fn auto_shard(
         let problem = SplitProblem {
             costs: &costs,
             reads: reads.clone(),
+            input_reads: SplitProblem::input_reads_of(g, &|v| input_cycles[&v]),
             capacity: capacity / imbalance,
             copy_bytes_per_cycle: neighbour_bw,
             copy_sync_cycles: topology.sync_cycles as f64,
@@ -326,7 +333,7 @@ fn auto_shard(
                 let mut streams = std::collections::HashMap::new();
                 for st in &built {
                     measured.extend(node_cycles(st));
-                    for (name, c) in host_stream_cycles(st) {
+                    for (name, c) in stage_stream_cycles(st) {
                         let e: &mut f64 = streams.entry(name).or_insert(0.0);
                         *e = e.max(c);
                     }
@@ -340,11 +347,14 @@ fn auto_shard(
                 for (name, c) in streams {
                     if let Some(&i) = stream_node.get(&name) {
                         costs[i].host_cycles += c;
+                    } else if let Some(&v) = g.inputs.iter().find(|&&v| g.value(v).name == name) {
+                        input_cycles.insert(v, c);
                     }
                 }
                 let rc = SplitProblem {
                     costs: &costs,
                     reads: reads.clone(),
+                    input_reads: Vec::new(),
                     capacity: f64::INFINITY,
                     copy_bytes_per_cycle: neighbour_bw,
                     copy_sync_cycles: 0.0,
@@ -379,6 +389,7 @@ fn auto_shard(
         SplitProblem {
             costs: &costs,
             reads: reads.clone(),
+            input_reads: Vec::new(),
             capacity: capacity / imbalance,
             copy_bytes_per_cycle: neighbour_bw,
             copy_sync_cycles: 0.0,

@@ -397,7 +397,16 @@ pub fn estimate(
                         .split_once(' ')
                         .map_or(step.name.as_str(), |(_, n)| n);
                     if !carried.contains(stream) {
-                        host += step.cycles * host_share;
+                        // Replicas sharing a host link share its bandwidth;
+                        // the fixed latency of each stream overlaps.
+                        let sys = &st.report.system;
+                        let per_cycle = sys.host_link_bytes_per_sec / sys.clock_hz;
+                        let shared = if per_cycle > 0.0 {
+                            ((host_share - 1) as f64 * step.bytes as f64 / per_cycle).ceil() as u64
+                        } else {
+                            0
+                        };
+                        host += step.cycles + shared;
                     }
                 }
             }
@@ -449,7 +458,7 @@ pub fn estimate(
 
 /// Cycles of the model's host streams in `stage`'s program, by stream name
 /// (carried tensors excluded).
-pub fn host_stream_cycles(stage: &Stage) -> HashMap<String, f64> {
+pub fn stage_stream_cycles(stage: &Stage) -> HashMap<String, f64> {
     let host: BTreeSet<&str> = stage
         .inputs
         .iter()

@@ -43,8 +43,7 @@ pub struct NodeCost {
     pub resident_bytes: f64,
     /// Bytes of the values it produces.
     pub output_bytes: f64,
-    /// Streaming the model inputs it reads first and the model outputs it
-    /// produces.
+    /// Streaming the model outputs it produces to the host.
     pub host_cycles: f64,
 }
 
@@ -263,6 +262,12 @@ pub fn check_legal(g: &Graph, stage: &[u32]) -> Result<()> {
 /// simulator's figure; replaced by the compiled programs' own).
 const HOST_STREAM_CYCLES: f64 = 2000.0;
 
+/// Cycles of streaming `bytes` between the host and an IPU, before
+/// anything is compiled.
+pub fn host_stream_cycles(bytes: f64, host_bytes_per_cycle: f64) -> f64 {
+    HOST_STREAM_CYCLES + bytes / host_bytes_per_cycle.max(1e-9)
+}
+
 /// Bytes of value `v` on the device: floats at `float_bytes` (the
 /// precision's), other types at their size.
 pub fn value_bytes(g: &Graph, v: usize, float_bytes: usize) -> f64 {
@@ -287,8 +292,7 @@ pub fn estimate_costs(
 ) -> Vec<NodeCost> {
     let g = &model.graph;
     let mut seen = vec![false; g.values.len()];
-    let mut streamed = vec![false; g.values.len()];
-    let stream = |bytes: f64| HOST_STREAM_CYCLES + bytes / host_bytes_per_cycle.max(1e-9);
+    let stream = |bytes: f64| host_stream_cycles(bytes, host_bytes_per_cycle);
     let tiles = tiles.max(1) as f64;
     let size = |v: usize| value_bytes(g, v, float_bytes);
     g.nodes
@@ -309,12 +313,6 @@ pub fn estimate_costs(
             }
             let out: f64 = n.outputs.iter().map(|&o| size(o)).sum();
             let mut host = 0.0;
-            for &v in n.inputs.iter().flatten() {
-                if g.inputs.contains(&v) && !streamed[v] {
-                    streamed[v] = true;
-                    host += stream(size(v));
-                }
-            }
             for &o in &n.outputs {
                 if g.outputs.contains(&o) {
                     host += stream(size(o));
@@ -338,6 +336,9 @@ pub struct SplitProblem<'a> {
     /// Per node: (producer node, bytes) of each distinct value it reads
     /// from another node.
     pub reads: Vec<Vec<(usize, usize, f64)>>,
+    /// Per node: (model input, cycles to stream it in) of each model input
+    /// it reads. Every stage that reads an input streams it.
+    pub input_reads: Vec<Vec<(usize, f64)>>,
     /// Bytes a stage may hold (its IPU's capacity, divided by the observed
     /// imbalance between the busiest tile and the average).
     pub capacity: f64,
@@ -376,6 +377,23 @@ impl<'a> SplitProblem<'a> {
             .collect()
     }
 
+    /// `input_reads` built from the graph, with `cycles(v)` the cost of
+    /// streaming model input `v`.
+    pub fn input_reads_of(g: &Graph, cycles: &dyn Fn(usize) -> f64) -> Vec<Vec<(usize, f64)>> {
+        g.nodes
+            .iter()
+            .map(|n| {
+                let mut seen = HashSet::new();
+                n.inputs
+                    .iter()
+                    .flatten()
+                    .filter(|&&v| g.inputs.contains(&v) && seen.insert(v))
+                    .map(|&v| (v, cycles(v)))
+                    .collect()
+            })
+            .collect()
+    }
+
     /// Costs of every range `p..i` of nodes as one stage: row `p`, entry
     /// `i - p - 1`.
     fn range_costs(&self) -> Vec<Vec<StageCost>> {
@@ -384,6 +402,7 @@ impl<'a> SplitProblem<'a> {
             .map(|p| {
                 let mut row = Vec::with_capacity(n - p);
                 let mut carried: HashSet<usize> = HashSet::new();
+                let mut streamed: HashSet<usize> = HashSet::new();
                 let mut carried_bytes = 0.0;
                 let (mut cycles, mut resident, mut peak_out) = (0.0, 0.0, 0.0f64);
                 for i in p..n {
@@ -391,6 +410,11 @@ impl<'a> SplitProblem<'a> {
                     cycles += c.cycles + c.host_cycles;
                     resident += c.resident_bytes;
                     peak_out = peak_out.max(c.output_bytes);
+                    for &(v, c) in self.input_reads.get(i).map_or(&[][..], |r| &r[..]) {
+                        if streamed.insert(v) {
+                            cycles += c;
+                        }
+                    }
                     for &(src, v, bytes) in &self.reads[i] {
                         if src < p && carried.insert(v) {
                             carried_bytes += bytes;
@@ -537,6 +561,7 @@ mod tests {
         let p = SplitProblem {
             costs: &costs,
             reads: chain_reads(9, 0.0),
+            input_reads: Vec::new(),
             capacity: cap,
             copy_bytes_per_cycle: 1.0,
             copy_sync_cycles: 0.0,
@@ -555,6 +580,7 @@ mod tests {
         let p = SplitProblem {
             costs: &costs,
             reads: chain_reads(4, 0.0),
+            input_reads: Vec::new(),
             capacity: cap,
             copy_bytes_per_cycle: 1.0,
             copy_sync_cycles: 0.0,
@@ -585,6 +611,7 @@ mod tests {
         let p = SplitProblem {
             costs: &costs,
             reads,
+            input_reads: Vec::new(),
             capacity: 1e9,
             copy_bytes_per_cycle: 10.0,
             copy_sync_cycles: 0.0,
