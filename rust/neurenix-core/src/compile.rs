@@ -302,7 +302,17 @@ fn auto_shard(
     let capacity = sys.tiles_per_ipu as f64 * sys.bytes_per_tile as f64;
     // How much more the busiest tile holds than an even spread would.
     let mut imbalance: f64 = 1.25;
-    let neighbour_bw = topology.links_between(0, 1).max(1) as f64 * topology.link_bytes_per_cycle;
+    // Stage j receives from stage j - 1 over the links between their IPUs.
+    let stage_bw: Vec<f64> = (0..stages)
+        .map(|j| {
+            let links = if j == 0 {
+                1
+            } else {
+                topology.links_between(j - 1, j).max(1)
+            };
+            links as f64 * topology.link_bytes_per_cycle
+        })
+        .collect();
     let mut tried: Vec<Vec<usize>> = Vec::new();
     let mut best: Option<(u64, Built)> = None;
     let mut attempts = 0;
@@ -313,7 +323,7 @@ fn auto_shard(
             reads: reads.clone(),
             input_reads: SplitProblem::input_reads_of(g, &|v| input_cycles[&v]),
             capacity: capacity / imbalance,
-            copy_bytes_per_cycle: neighbour_bw,
+            copy_bytes_per_cycle: stage_bw.clone(),
             copy_sync_cycles: topology.sync_cycles as f64,
         };
         let Some((starts, _)) = problem.best_split(stages as usize) else {
@@ -356,7 +366,7 @@ fn auto_shard(
                     reads: reads.clone(),
                     input_reads: Vec::new(),
                     capacity: f64::INFINITY,
-                    copy_bytes_per_cycle: neighbour_bw,
+                    copy_bytes_per_cycle: stage_bw.clone(),
                     copy_sync_cycles: 0.0,
                 };
                 imbalance =
@@ -391,7 +401,7 @@ fn auto_shard(
             reads: reads.clone(),
             input_reads: Vec::new(),
             capacity: capacity / imbalance,
-            copy_bytes_per_cycle: neighbour_bw,
+            copy_bytes_per_cycle: stage_bw.clone(),
             copy_sync_cycles: 0.0,
         }
         .best_split(k)

@@ -342,8 +342,9 @@ pub struct SplitProblem<'a> {
     /// Bytes a stage may hold (its IPU's capacity, divided by the observed
     /// imbalance between the busiest tile and the average).
     pub capacity: f64,
-    /// Bytes per cycle of a copy from the previous IPU.
-    pub copy_bytes_per_cycle: f64,
+    /// Bytes per cycle of the copies stage `j` receives from stage `j - 1`
+    /// (entry `j`; the last entry serves later stages).
+    pub copy_bytes_per_cycle: Vec<f64>,
     /// Fixed cost of receiving carried tensors (the sync between IPUs).
     pub copy_sync_cycles: f64,
 }
@@ -351,8 +352,11 @@ pub struct SplitProblem<'a> {
 /// One stage of a split: nodes `begin..end`, its estimated time and memory.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct StageCost {
+    /// Compute and host streams.
     pub cycles: f64,
     pub bytes: f64,
+    /// Carried tensors received.
+    pub carried_bytes: f64,
 }
 
 impl<'a> SplitProblem<'a> {
@@ -420,19 +424,30 @@ impl<'a> SplitProblem<'a> {
                             carried_bytes += bytes;
                         }
                     }
-                    let copy = if carried_bytes > 0.0 {
-                        carried_bytes / self.copy_bytes_per_cycle + self.copy_sync_cycles
-                    } else {
-                        0.0
-                    };
                     row.push(StageCost {
-                        cycles: cycles + copy,
+                        cycles,
                         bytes: resident + peak_out + carried_bytes,
+                        carried_bytes,
                     });
                 }
                 row
             })
             .collect()
+    }
+
+    /// Cycles of range cost `c` as stage `j`: with its copies received.
+    fn stage_cycles(&self, c: &StageCost, j: usize) -> f64 {
+        if c.carried_bytes <= 0.0 {
+            return c.cycles;
+        }
+        let bw = self
+            .copy_bytes_per_cycle
+            .get(j)
+            .or(self.copy_bytes_per_cycle.last())
+            .copied()
+            .unwrap_or(1.0)
+            .max(1e-9);
+        c.cycles + c.carried_bytes / bw + self.copy_sync_cycles
     }
 
     /// The split into exactly `stages` non-empty contiguous stages that
@@ -463,7 +478,8 @@ impl<'a> SplitProblem<'a> {
                     if c.bytes > self.capacity {
                         continue;
                     }
-                    let cand = (prev.max(c.cycles), prev_sum + c.cycles);
+                    let cyc = self.stage_cycles(&c, j - 1);
+                    let cand = (prev.max(cyc), prev_sum + cyc);
                     if cand.0 < best[j][i].0 || (cand.0 == best[j][i].0 && cand.1 < best[j][i].1) {
                         best[j][i] = cand;
                         cut[j][i] = p;
@@ -496,7 +512,7 @@ impl<'a> SplitProblem<'a> {
         bounds.extend_from_slice(starts);
         bounds.push(n);
         let mut worst: f64 = 0.0;
-        for w in bounds.windows(2) {
+        for (j, w) in bounds.windows(2).enumerate() {
             if w[1] <= w[0] {
                 return None;
             }
@@ -504,7 +520,7 @@ impl<'a> SplitProblem<'a> {
             if c.bytes > self.capacity {
                 return None;
             }
-            worst = worst.max(c.cycles);
+            worst = worst.max(self.stage_cycles(&c, j));
         }
         Some(worst)
     }
@@ -563,7 +579,7 @@ mod tests {
             reads: chain_reads(9, 0.0),
             input_reads: Vec::new(),
             capacity: cap,
-            copy_bytes_per_cycle: 1.0,
+            copy_bytes_per_cycle: vec![1.0],
             copy_sync_cycles: 0.0,
         };
         let (starts, worst) = p.best_split(3).unwrap();
@@ -582,7 +598,7 @@ mod tests {
             reads: chain_reads(4, 0.0),
             input_reads: Vec::new(),
             capacity: cap,
-            copy_bytes_per_cycle: 1.0,
+            copy_bytes_per_cycle: vec![1.0],
             copy_sync_cycles: 0.0,
         };
         let (starts, worst) = p.best_split(2).unwrap();
@@ -613,7 +629,7 @@ mod tests {
             reads,
             input_reads: Vec::new(),
             capacity: 1e9,
-            copy_bytes_per_cycle: 10.0,
+            copy_bytes_per_cycle: vec![10.0],
             copy_sync_cycles: 0.0,
         };
         // Cut before node 2: stage 1 receives values 1 and 0 (20 bytes).

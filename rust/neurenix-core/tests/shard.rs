@@ -86,7 +86,7 @@ fn the_split_is_optimal_on_random_layered_graphs_with_skips() {
             reads,
             input_reads,
             capacity: rng.uniform(60.0, 300.0),
-            copy_bytes_per_cycle: rng.uniform(0.5, 4.0),
+            copy_bytes_per_cycle: (0..4).map(|_| rng.uniform(0.5, 4.0)).collect(),
             copy_sync_cycles: 5.0,
         };
         let want = brute_force(&p, k);
