@@ -116,8 +116,14 @@ def test_a_model_too_large_for_one_ipu_runs_on_two_and_four():
     x = rng.standard_normal((4, 64)).astype(np.float32)
     system = tiny(tiles=4, bytes_per_tile=32768)
     with GraphCoreManager(num_ipus=1, precision="float32", ipu_model=system) as ipu:
-        with pytest.raises(IPUOutOfMemoryError):
+        with pytest.raises(IPUOutOfMemoryError) as e:
             ipu.compile_model(model, x)
+    # The advice names a number of IPUs, and that number does hold the model.
+    advised = int(re.search(r"An estimated (\d+) IPUs per replica would hold it: num_ipus=\1", str(e.value)).group(1))
+    assert "float16 or mixed precision" in str(e.value) and "smaller batch" in str(e.value)
+    with GraphCoreManager(num_ipus=advised, device_iterations=advised, precision="float32", ipu_model=system,
+                          compile_only=True) as ipu:
+        ipu.compile_model(model, x)
     want = mlp_reference(params, x)
     for n in (2, 4):
         with GraphCoreManager(num_ipus=n, device_iterations=n, precision="float32", ipu_model=system) as ipu:
@@ -136,13 +142,21 @@ def test_no_split_fits_says_how_many_ipus_would():
     rng = np.random.default_rng(4)
     model, _ = mlp([64, 128, 128, 128, 128, 128, 10], rng)
     x = rng.standard_normal((4, 64)).astype(np.float32)
-    system = tiny(num_ipus=8, tiles=4, bytes_per_tile=16384)
+    system = tiny(num_ipus=16, tiles=4, bytes_per_tile=24576)
     with GraphCoreManager(num_ipus=2, precision="float32", ipu_model=system) as ipu:
         with pytest.raises(IPUOutOfMemoryError) as e:
             ipu.compile_model(model, x)
     msg = str(e.value)
-    assert "no split of the model over 2 IPUs fits" in msg
-    assert re.search(r"an estimated \d+ IPUs per replica would fit it", msg) or "no split over the system" in msg
+    assert "No split of the model over 2 IPUs fits." in msg
+    advised = int(re.search(r"An estimated (\d+) IPUs per replica would hold it: num_ipus=\1", msg).group(1))
+    with GraphCoreManager(num_ipus=advised, device_iterations=advised, precision="float32", ipu_model=system,
+                          compile_only=True) as ipu:
+        ipu.compile_model(model, x)  # the advice holds
+    # One layer's weights alone (64 KiB) are more than a 4 x 16 KiB IPU: no number of IPUs helps.
+    with GraphCoreManager(num_ipus=2, precision="float32", ipu_model=tiny(num_ipus=16, tiles=4, bytes_per_tile=16384),
+                          compile_only=True) as ipu:
+        with pytest.raises(IPUOutOfMemoryError, match="not even 16 IPUs per replica"):
+            ipu.compile_model(model, x)
     with GraphCoreManager(num_ipus=2, precision="float32", ipu_model=system) as ipu:
         ipu.compile_model(mlp([4, 4], rng)[0], np.zeros((1, 4), np.float32))  # the manager stays usable
 

@@ -193,17 +193,22 @@ pub fn compile(
         Sharding::Auto if stages > 1 => {
             auto_shard(&m, opts, stages, system.as_ref(), &topology, new_backend)?
         }
-        Sharding::Auto => {
-            let stage_of = vec![0; m.graph.nodes.len()];
-            let (s, c, io) = compile_stages(&m, &stage_of, 1, &opts.lower_options(), new_backend)?;
-            (s, c, io, 0)
-        }
         plan => {
-            let stage_of = manual_stages(model, &m, plan, ipus)?;
+            let stage_of = match plan {
+                Sharding::Auto => vec![0; m.graph.nodes.len()],
+                _ => manual_stages(model, &m, plan, ipus)?,
+            };
             let used = stage_of.iter().copied().max().map_or(1, |x| x + 1);
-            let (s, c, io) =
-                compile_stages(&m, &stage_of, used, &opts.lower_options(), new_backend)?;
-            (s, c, io, 0)
+            match compile_stages(&m, &stage_of, used, &opts.lower_options(), new_backend) {
+                Ok((s, c, io)) => (s, c, io, 0),
+                Err(e @ Error::OutOfMemory { .. }) => {
+                    let sys = system.clone().unwrap_or_else(default_system);
+                    let worst = oom_ratio(&e);
+                    let advice = fit_advice(&m, opts, &sys, &topology, used, 1.25 * worst);
+                    return Err(with_advice(e, &advice));
+                }
+                Err(e) => return Err(e),
+            }
         }
     };
     let used = built.len() as u32;
@@ -377,14 +382,7 @@ fn auto_shard(
                 }
             }
             Err(e @ Error::OutOfMemory { .. }) => {
-                let worst = match &e {
-                    Error::OutOfMemory { tiles, .. } => tiles
-                        .iter()
-                        .map(|t| t.used as f64 / t.capacity.max(1) as f64)
-                        .fold(1.0, f64::max),
-                    _ => 1.0,
-                };
-                imbalance *= worst * 1.05;
+                imbalance *= oom_ratio(&e) * 1.05;
                 last_oom = Some(e);
             }
             Err(e) => return Err(e),
@@ -395,51 +393,116 @@ fn auto_shard(
         return Ok(b);
     }
     // Nothing fitted: say how many IPUs would, if any.
+    let advice = fit_advice(m, opts, &sys, topology, stages, imbalance);
+    Err(with_advice(
+        last_oom.unwrap_or(Error::OutOfMemory {
+            tiles: Vec::new(),
+            tensor: None,
+            message: String::new(),
+        }),
+        &format!("No split of the model over {stages} IPUs fits. {advice}"),
+    ))
+}
+
+/// What would make a model that does not fit on `stages` IPUs per replica
+/// fit: the smallest number of IPUs per replica the estimate (calibrated by
+/// `imbalance`, how much more the busiest tile holds than an even spread)
+/// says would hold it, half precision, a smaller batch.
+fn fit_advice(
+    m: &Model,
+    opts: &CompileOptions,
+    sys: &SystemInfo,
+    topology: &Topology,
+    stages: u32,
+    imbalance: f64,
+) -> String {
+    let g = &m.graph;
+    let n = g.nodes.len();
+    let rate = if opts.precision == Precision::Float32 {
+        sys.fp32_flops_per_cycle
+    } else {
+        sys.fp16_flops_per_cycle
+    } as f64;
+    let host_rate = sys.host_link_bytes_per_sec / sys.clock_hz;
+    let costs = estimate_costs(
+        m,
+        sys.tiles_per_ipu,
+        rate.max(1.0),
+        opts.float_bytes(),
+        host_rate,
+    );
+    let capacity = sys.tiles_per_ipu as f64 * sys.bytes_per_tile as f64;
     let fits_on = |k: usize| {
         SplitProblem {
             costs: &costs,
-            reads: reads.clone(),
+            reads: SplitProblem::reads_of(g, opts.float_bytes()),
             input_reads: Vec::new(),
             capacity: capacity / imbalance,
-            copy_bytes_per_cycle: stage_bw.clone(),
+            copy_bytes_per_cycle: vec![topology.link_bytes_per_cycle],
             copy_sync_cycles: 0.0,
         }
         .best_split(k)
         .is_some()
     };
-    let max_ipus = sys.num_ipus.max(stages) as usize;
-    let advice = (1..=max_ipus)
+    let system_ipus = sys.num_ipus.max(1) as usize;
+    let per_replica_max = system_ipus / opts.replication_factor.max(1) as usize;
+    let more = (1..=per_replica_max)
         .filter(|k| k.is_power_of_two() && *k > stages as usize && *k <= n)
-        .find(|&k| fits_on(k))
-        .map(|k| {
-            format!(
-                "an estimated {k} IPUs per replica would fit it (num_ipus={}) ",
-                k as u32 * opts.replication_factor
-            )
-        })
-        .unwrap_or_else(|| {
-            format!("no split over the system's {max_ipus} IPUs is estimated to fit ")
-        });
-    let detail = format!(
-        "no split of the model over {stages} IPUs fits: {advice}at {} precision; also consider float16 \
-         precision or a smaller batch",
-        opts.precision.name()
-    );
-    match last_oom {
-        Some(Error::OutOfMemory {
+        .find(|&k| fits_on(k));
+    let mut advice = match more {
+        Some(k) => format!(
+            "An estimated {k} IPUs per replica would hold it: num_ipus={}{}.",
+            k as u32 * opts.replication_factor.max(1),
+            if opts.replication_factor > 1 {
+                format!(" with replication_factor={}", opts.replication_factor)
+            } else {
+                String::new()
+            }
+        ),
+        None if per_replica_max > stages as usize => format!(
+            "By the estimate, not even {per_replica_max} IPUs per replica (all of this system's{}) would hold it.",
+            if opts.replication_factor > 1 { ", shared by the replicas" } else { "" }
+        ),
+        None => format!(
+            "This system has no more IPUs to give each replica ({system_ipus} in all)."
+        ),
+    };
+    if opts.precision == Precision::Float32 {
+        advice.push_str(" float16 or mixed precision halves the bytes of weights and activations;");
+    }
+    advice.push_str(" a smaller batch needs less memory for activations.");
+    advice
+}
+
+/// `e` (an out-of-memory error) with `advice` after its tile details.
+fn with_advice(e: Error, advice: &str) -> Error {
+    match e {
+        Error::OutOfMemory {
             tiles,
             tensor,
             message,
-        }) => Err(Error::OutOfMemory {
+        } => Error::OutOfMemory {
             tiles,
             tensor,
-            message: format!("{detail}. The last plan tried: {message}"),
-        }),
-        _ => Err(Error::OutOfMemory {
-            tiles: Vec::new(),
-            tensor: None,
-            message: detail,
-        }),
+            message: if message.is_empty() {
+                advice.to_string()
+            } else {
+                format!("{}\n{advice}", message.trim_end())
+            },
+        },
+        other => other,
+    }
+}
+
+/// How far over capacity the fullest tile of an out-of-memory error is (1
+/// if it names no tile).
+fn oom_ratio(e: &Error) -> f64 {
+    match e {
+        Error::OutOfMemory { tiles, .. } => tiles
+            .iter()
+            .map(|t| t.used as f64 / t.capacity.max(1) as f64)
+            .fold(1.0, f64::max),
+        _ => 1.0,
     }
 }
 

@@ -278,11 +278,8 @@ impl Backend for GraphBuilder {
                     largest: o.largest.into_iter().map(|c| (c.name, c.bytes)).collect(),
                 })
                 .collect();
-            return Err(Error::out_of_memory(
-                tiles,
-                "The model does not fit: use more IPUs (num_ipus), a lower memory_proportion, \
-                 float16 precision, or a smaller batch.",
-            ));
+            // The compiler adds what would fit (it knows the model).
+            return Err(Error::out_of_memory(tiles, ""));
         }
         Ok(Box::new(Executable::new(exe)))
     }
