@@ -384,7 +384,9 @@ fn run_replica(
     let mut senders = Vec::new();
     let mut receivers = vec![None];
     for _ in 1..n {
-        let (tx, rx) = mpsc::channel::<Bag>();
+        // Bounded: a stage runs at most one micro-batch ahead of the next,
+        // so memory does not grow with the device iterations.
+        let (tx, rx) = mpsc::sync_channel::<Bag>(1);
         senders.push(Some(tx));
         receivers.push(Some(rx));
     }
