@@ -44,6 +44,25 @@ def _even_starts(order, stages):
     return [order[(k * n) // stages] for k in range(1, stages)]
 
 
+def _release_memory():
+    """Hands freed heap back to the OS between configurations (glibc keeps it
+    otherwise, and the large model's compiles would add up)."""
+    import ctypes
+
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except OSError:
+        pass
+
+
+def _node_order(model, feeds, precision):
+    """The prepared graph's nodes in program order (what stage starts name)."""
+    from neurenix.hardware.graphcore import GraphCoreManager, IPUModel
+
+    with GraphCoreManager(precision=precision, ipu_model=IPUModel(num_ipus=16), compile_only=True) as ipu:
+        return [n.name for n in ipu.optimize_model(model, feeds).graph.node]
+
+
 def _kib(n):
     return f"{n / 1024:,.0f}"
 
@@ -60,7 +79,8 @@ def compile_one(model, feeds, precision, ipus, replicas, iterations, sharding, t
             warnings.simplefilter("ignore")
             compiled = mgr.compile_model(model, feeds)
     except IPUOutOfMemoryError as e:
-        return None, time.perf_counter() - t0, str(e).split(".")[0]
+        first = str(e).splitlines()[0]
+        return None, time.perf_counter() - t0, first.split(". ")[0]
     return compiled, time.perf_counter() - t0, None
 
 
@@ -98,23 +118,22 @@ def main(argv=None):
         configs = [(n, 1) for n in args.ipus] + [(r, r) for r in args.replicas] + [(8, 2)]
         if not simulate:
             configs = [(n, 1) for n in args.ipus] + [(8, 2)]
-        order = None
+        order = _node_order(model, feeds, precision)
         for ipus, replicas in configs:
             stages = ipus // replicas
             iterations = max(2 * stages, 4) if stages > 1 else 4
             plans = [("auto", "auto")]
-            if stages > 1 and order is not None:
+            if stages > 1:
                 plans.append(("even by nodes", _even_starts(order, stages)))
             for label, sharding in plans:
                 compiled, t_compile, oom = compile_one(model, feeds, precision, ipus, replicas, iterations,
                                                        sharding, args.threads)
                 if compiled is None:
                     print(f"| {ipus} | {replicas} | {iterations} | | {label} | | does not fit: {oom} | | | "
-                          f"{t_compile:.1f} | |")
+                          f"{t_compile:.1f} | |", flush=True)
+                    _release_memory()
                     continue
                 rep = compiled.report
-                if order is None:
-                    order = [p.node for p in rep.placement]
                 starts = []
                 for p in rep.placement:
                     if p.ipu >= len(starts) + 1:
@@ -126,6 +145,8 @@ def main(argv=None):
                 print(f"| {ipus} | {replicas} | {iterations} | {rep.execution} | {label} | "
                       f"{', '.join(starts) or '-'} | {tiles} | {rep.interval_cycles:,} | "
                       f"{rep.estimated_throughput:,.0f} | {t_compile:.1f} | {wall} |", flush=True)
+                del compiled, rep
+                _release_memory()
         del model, feeds
         print(f"\nmicro-batch {micro}; bottleneck = the slowest stage's cycles per micro-batch (compute, host "
               "streams and IPU-Link copies received)")
