@@ -328,3 +328,54 @@ def test_the_execution_report_names_the_physical_ipus():
     assert {p.ipu for p in compiled.report.placement} == {0, 1}, "the compile report speaks of the replica's IPUs"
     assert run.ipus == [2, 3]
     assert "on IPUs 2, 3" in str(run)
+
+
+def test_plans_that_use_fewer_ipus_pipeline_over_the_stages_they_use():
+    rng = np.random.default_rng(9)
+    model, params = mlp([8, 8, 8, 4], rng)
+    x = rng.standard_normal((2, 8)).astype(np.float32)
+    # Two stages on a 4-IPU replica: two device iterations fill that pipeline.
+    with GraphCoreManager(num_ipus=4, device_iterations=2, sharding={"dense1": 1}, precision="float32",
+                          ipu_model=tiny()) as ipu:
+        with pytest.warns(IPUPlanWarning, match="uses 2 of the replica's 4 IPUs"):
+            compiled = ipu.compile_model(model, x)
+        assert compiled.report.execution == "pipelined" and compiled.report.num_stages == 2
+        (y,) = ipu.execute_model(compiled, np.concatenate([x, x]))
+    np.testing.assert_allclose(y, np.concatenate([mlp_reference(params, x)] * 2), rtol=1e-5, atol=1e-6)
+    with GraphCoreManager(num_ipus=4, sharding={"dense1": 2}, precision="float32", ipu_model=tiny()) as ipu:
+        with pytest.raises(InvalidOptionError, match="IPU 1 would hold no node"):
+            ipu.compile_model(model, x)
+
+
+def test_an_output_also_read_by_a_later_stage_is_streamed_and_carried():
+    rng = np.random.default_rng(10)
+    w1 = (rng.standard_normal((8, 8)) / 3).astype(np.float32)
+    w2 = (rng.standard_normal((8, 4)) / 3).astype(np.float32)
+    nodes = [
+        helper.make_node("MatMul", ["x", "w1"], ["m1"], name="mm1"),
+        helper.make_node("Tanh", ["m1"], ["hidden"], name="tanh1"),
+        helper.make_node("MatMul", ["hidden", "w2"], ["m2"], name="mm2"),
+        helper.make_node("Tanh", ["m2"], ["pooled"], name="tanh2"),
+    ]
+    model = make_model(
+        nodes,
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],
+        [helper.make_tensor_value_info("hidden", TensorProto.FLOAT, [2, 8]),
+         helper.make_tensor_value_info("pooled", TensorProto.FLOAT, [2, 4])],
+        [numpy_helper.from_array(w1, "w1"), numpy_helper.from_array(w2, "w2")],
+    )
+    x = rng.standard_normal((2, 8)).astype(np.float32)
+    with GraphCoreManager(num_ipus=2, device_iterations=2, sharding=["mm2"], precision="float32",
+                          ipu_model=tiny()) as ipu:
+        compiled = ipu.compile_model(model, x)
+        hidden, pooled = ipu.execute_model(compiled, np.concatenate([x, x]))
+    h = np.tanh(x @ w1)
+    np.testing.assert_allclose(hidden, np.concatenate([h, h]), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(pooled, np.concatenate([np.tanh(h @ w2)] * 2), rtol=1e-5, atol=1e-6)
+    s0, s1 = compiled.report.estimate.stages
+    # Stage 0 streams x in and `hidden` out to the host; stage 1 receives
+    # `hidden` over the IPU-Links and streams `pooled` out.
+    assert [c.name for c in s1.carried_in] == ["hidden"] and s1.copy_cycles > 0
+    host_steps = [(s.ipu, s.kind, s.name) for s in compiled.report.steps if s.kind != "compute" and s.kind != "exchange"]
+    assert (0, "device_to_host", "device->host hidden") in host_steps
+    assert not any("carried" in name for _, _, name in host_steps), "carried tensors are not host transfers"

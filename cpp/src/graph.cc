@@ -51,12 +51,34 @@ Graph::Graph(SystemSpec spec, uint32_t num_ipus)
     fail(ErrorCode::kInvalidArgument, "a graph for " + std::to_string(num_ipus) + " IPUs cannot be built on a system of " +
                                           std::to_string(spec_.num_ipus));
   next_tile_.assign(num_ipus, 0);
+  resident_.assign(static_cast<size_t>(num_ipus) * tiles_per_ipu_, 0);
 }
 
 uint32_t Graph::reserve_tiles(uint32_t ipu, uint32_t count) {
   NX_CHECK(ipu < num_ipus_, "reserve_tiles on a missing IPU");
+  const uint32_t T = tiles_per_ipu_;
   uint32_t start = next_tile_[ipu];
-  next_tile_[ipu] = static_cast<uint32_t>((static_cast<uint64_t>(start) + count) % tiles_per_ipu_);
+  if (count > 0 && count < T) {
+    // The window of `count` tiles holding the fewest always-live bytes so
+    // far, so that different operations' weights do not pile onto the same
+    // tiles; among equals the rotating start, which spreads what has no
+    // weights.
+    const uint64_t* r = resident_.data() + static_cast<size_t>(ipu) * T;
+    uint64_t sum = 0;
+    for (uint32_t i = 0; i < count; ++i) sum += r[(start + i) % T];
+    uint64_t best = sum;
+    uint32_t best_start = start;
+    for (uint32_t k = 1; k < T; ++k) {
+      const uint32_t s = (start + k) % T;
+      sum = sum - r[(s + T - 1) % T] + r[(s + count - 1) % T];
+      if (sum < best) {
+        best = sum;
+        best_start = s;
+      }
+    }
+    start = best_start;
+  }
+  next_tile_[ipu] = static_cast<uint32_t>((static_cast<uint64_t>(start) + count) % T);
   return start;
 }
 
@@ -89,6 +111,9 @@ Tensor Graph::add_constant(const std::string& name, DeviceType dtype, const Shap
 }
 
 void Graph::rebuild_tiles(Variable& v) {
+  const uint64_t elem = device_type_size(v.dtype);
+  if (v.kind == VarKind::kConstant)
+    for (const TileShare& s : v.tiles) resident_[s.tile] -= s.count * elem;
   v.tiles.clear();
   std::vector<uint32_t> order(v.mapping.size());
   for (uint32_t i = 0; i < order.size(); ++i) order[i] = i;
@@ -102,6 +127,8 @@ void Graph::rebuild_tiles(Variable& v) {
     s.count += iv.end - iv.begin;
     s.intervals.push_back(idx);
   }
+  if (v.kind == VarKind::kConstant)
+    for (const TileShare& s : v.tiles) resident_[s.tile] += s.count * elem;
   v.mapped = true;
 }
 

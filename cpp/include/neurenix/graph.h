@@ -248,8 +248,10 @@ class Graph {
   const std::vector<HostStream>& inputs() const { return inputs_; }
   const std::vector<HostStream>& outputs() const { return outputs_; }
 
-  // Hands out `count` consecutive tiles of `ipu` (wrapping around), rotating
-  // the start so that successive small operations spread over the chip.
+  // Hands out `count` consecutive tiles of `ipu` (wrapping around): the
+  // window whose tiles hold the fewest bytes of constants so far (so that
+  // successive operations' weights spread over the chip, as Poplar varies
+  // each operation's start tile), rotating the start among equals.
   // Returns the local index of the first; tile i of the window is
   // `window_tile(ipu, first, i)`.
   uint32_t reserve_tiles(uint32_t ipu, uint32_t count);
@@ -276,6 +278,7 @@ class Graph {
   std::vector<HostStream> inputs_;
   std::vector<HostStream> outputs_;
   std::vector<uint32_t> next_tile_;  // per IPU, for map_linearly's rotation
+  std::vector<uint64_t> resident_;   // bytes of constants mapped to each (global) tile
   std::vector<OpPlan> op_plans_;
   std::vector<std::string> warnings_;
 };

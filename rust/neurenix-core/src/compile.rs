@@ -163,8 +163,29 @@ pub fn compile(
     let mut m = model.clone();
     let passes = prepare(&mut m, inputs, &limits)?;
     let ipus = opts.ipus_per_replica();
-    let stages = ipus.min(m.graph.nodes.len().max(1) as u32);
+    if let Some(sys) = &system {
+        if opts.num_ipus > sys.num_ipus {
+            return Err(Error::InvalidArgument(format!(
+                "num_ipus={} but the system has only {} IPU(s)",
+                opts.num_ipus, sys.num_ipus
+            )));
+        }
+    }
     let mut warnings = Vec::new();
+    // The stages: every IPU of the replica (automatic), or the plan's.
+    let manual = match &opts.sharding {
+        Sharding::Auto => None,
+        plan => Some(manual_stages(model, &m, plan, ipus)?),
+    };
+    let stages = match &manual {
+        None => ipus.min(m.graph.nodes.len().max(1) as u32),
+        Some(stage_of) => stage_of.iter().copied().max().map_or(1, |x| x + 1),
+    };
+    if manual.is_some() && stages < ipus {
+        warnings.push(format!(
+            "the sharding plan uses {stages} of the replica's {ipus} IPUs; the others stay idle"
+        ));
+    }
     let execution = match opts.execution {
         Some(e) => e,
         None if stages > 1 && opts.device_iterations < stages => {
@@ -179,7 +200,7 @@ pub fn compile(
     };
     if execution == Execution::Pipelined && stages > 1 && opts.device_iterations < stages {
         return Err(Error::InvalidArgument(format!(
-            "pipelined execution over {stages} IPUs needs device_iterations >= {stages} to fill the pipeline, got \
+            "pipelined execution over {stages} stages needs device_iterations >= {stages} to fill the pipeline, got \
              {}; raise device_iterations or use execution='sharded'",
             opts.device_iterations
         )));
@@ -189,40 +210,36 @@ pub fn compile(
         .as_ref()
         .map(|s| Topology::new(s, ipus, sync))
         .unwrap_or_else(|| Topology::new(&default_system(), ipus, sync));
-    let (built, carries, streams, attempts) = match &opts.sharding {
-        Sharding::Auto if stages > 1 => {
-            auto_shard(&m, opts, stages, system.as_ref(), &topology, new_backend)?
-        }
+    let (built, carries, streams, attempts) = match manual {
+        None if stages > 1 => auto_shard(
+            &m,
+            opts,
+            stages,
+            execution,
+            system.as_ref(),
+            &topology,
+            new_backend,
+        )?,
         plan => {
-            let stage_of = match plan {
-                Sharding::Auto => vec![0; m.graph.nodes.len()],
-                _ => manual_stages(model, &m, plan, ipus)?,
-            };
-            let used = stage_of.iter().copied().max().map_or(1, |x| x + 1);
-            match compile_stages(&m, &stage_of, used, &opts.lower_options(), new_backend) {
+            let stage_of = plan.unwrap_or_else(|| vec![0; m.graph.nodes.len()]);
+            match compile_stages(&m, &stage_of, stages, &opts.lower_options(), new_backend) {
                 Ok((s, c, io)) => (s, c, io, 0),
                 Err(e @ Error::OutOfMemory { .. }) => {
                     let sys = system.clone().unwrap_or_else(default_system);
                     let worst = oom_ratio(&e);
-                    let advice = fit_advice(&m, opts, &sys, &topology, used, 1.25 * worst);
+                    let advice = fit_advice(&m, opts, &sys, &topology, stages, 1.25 * worst);
                     return Err(with_advice(e, &advice));
                 }
                 Err(e) => return Err(e),
             }
         }
     };
-    let used = built.len() as u32;
-    if execution == Execution::Pipelined && used > 1 && opts.device_iterations < used {
-        return Err(Error::InvalidArgument(format!(
-            "pipelined execution over {used} stages needs device_iterations >= {used}, got {}",
-            opts.device_iterations
-        )));
-    }
     let est = estimate(
         &built,
         &carries,
         execution,
         opts.replication_factor,
+        ipus,
         opts.device_iterations,
         &topology,
     );
@@ -260,6 +277,7 @@ fn auto_shard(
     m: &Model,
     opts: &CompileOptions,
     stages: u32,
+    execution: Execution,
     system: Option<&SystemInfo>,
     topology: &Topology,
     new_backend: NewBackend<'_>,
@@ -282,15 +300,6 @@ fn auto_shard(
     );
     // The node that streams each model output out (its producer).
     let mut stream_node: std::collections::HashMap<String, usize> = Default::default();
-    for &v in &g.inputs {
-        if let Some(i) = g
-            .nodes
-            .iter()
-            .position(|n| n.inputs.iter().flatten().any(|&x| x == v))
-        {
-            stream_node.insert(g.value(v).name.clone(), i);
-        }
-    }
     let producers = g.producers();
     for &v in &g.outputs {
         if let Some(&p) = producers.get(&v) {
@@ -334,6 +343,12 @@ fn auto_shard(
         let Some((starts, _)) = problem.best_split(stages as usize) else {
             break;
         };
+        let estimated: Vec<f64> = problem
+            .stage_costs(&starts)
+            .unwrap_or_default()
+            .iter()
+            .map(|c| c.bytes)
+            .collect();
         if tried.contains(&starts) {
             break;
         }
@@ -342,7 +357,9 @@ fn auto_shard(
         let stage_of = stages_from_starts(n, &starts);
         match compile_stages(m, &stage_of, stages, &opts.lower_options(), new_backend) {
             Ok((built, carries, io)) => {
-                let est = estimate(&built, &carries, Execution::Pipelined, 1, stages, topology);
+                // Judged as it will run: pipelined, by the slowest stage;
+                // sharded, by the stages in turn.
+                let est = estimate(&built, &carries, execution, 1, stages, stages, topology);
                 // Calibrate: measured cycles per node, observed imbalance.
                 let mut measured = std::collections::HashMap::new();
                 let mut streams = std::collections::HashMap::new();
@@ -382,7 +399,18 @@ fn auto_shard(
                 }
             }
             Err(e @ Error::OutOfMemory { .. }) => {
+                // Allow for more imbalance, at least enough that the split
+                // just tried no longer passes for the stages that overflowed.
                 imbalance *= oom_ratio(&e) * 1.05;
+                if let Error::OutOfMemory { tiles, .. } = &e {
+                    for t in tiles {
+                        if let Some(&b) = estimated.get(t.ipu as usize) {
+                            if b > 0.0 {
+                                imbalance = imbalance.max(capacity / b * 1.01);
+                            }
+                        }
+                    }
+                }
                 last_oom = Some(e);
             }
             Err(e) => return Err(e),

@@ -19,7 +19,7 @@ use crate::compile::{CompileOptions, Lowered, ShardReport};
 use crate::dtype::{DeviceType, ElemType};
 use crate::error::{Error, Result};
 use crate::pipeline::{Carry, Execution, PipelineEstimate, Sink, Source, Stage};
-use crate::report::{DeviceReport, RunStats};
+use crate::report::{DeviceReport, RunStats, StepKind};
 use crate::tensor::{device_to_host, host_to_device};
 
 /// One input or output of a compiled program: the tensor as the host sees it
@@ -77,11 +77,35 @@ fn merge_reports(stages: &[Stage], cycles: u64) -> DeviceReport {
             p.ipu = st.ipu;
             p
         }));
-        r.steps.extend(st.report.steps.iter().map(|s| {
-            let mut s = s.clone();
-            s.ipu = st.ipu;
-            s
-        }));
+        // Carried tensors' streams are IPU-Link copies on the device, costed
+        // by the estimate, not host transfers.
+        let carried: Vec<&str> = st
+            .inputs
+            .iter()
+            .filter(|(_, src)| matches!(src, Source::Carried(_)))
+            .map(|(h, _)| h.name.as_str())
+            .chain(
+                st.outputs
+                    .iter()
+                    .filter(|(_, sink)| matches!(sink, Sink::Carried(_)))
+                    .map(|(h, _)| h.name.as_str()),
+            )
+            .collect();
+        r.steps.extend(
+            st.report
+                .steps
+                .iter()
+                .filter(|s| {
+                    !matches!(s.kind, StepKind::HostToDevice | StepKind::DeviceToHost)
+                        || !carried
+                            .contains(&s.name.split_once(' ').map_or(s.name.as_str(), |(_, n)| n))
+                })
+                .map(|s| {
+                    let mut s = s.clone();
+                    s.ipu = st.ipu;
+                    s
+                }),
+        );
         r.warnings.extend(st.report.warnings.iter().cloned());
     }
     r
@@ -226,7 +250,7 @@ impl Executable {
             self.load(0)?;
         }
         let t0 = Instant::now();
-        let results = self.run_replicas(&device_inputs)?;
+        let (results, runs) = self.run_replicas(&device_inputs)?;
         let wall = t0.elapsed().as_secs_f64();
         let mut outs: Vec<Vec<u8>> = vec![Vec::new(); self.lowered.outputs.len()];
         for (m, mb) in results.iter().enumerate() {
@@ -240,21 +264,24 @@ impl Executable {
                 outs[o].extend(device_to_host(s.device_type, raw, s.dtype)?);
             }
         }
-        self.last = Some(self.gather_stats(wall));
+        self.last = Some(self.gather_stats(wall, &runs));
         Ok(outs)
     }
 
     /// Runs every replica on its own thread; returns each micro-batch's
-    /// outputs in device types.
+    /// outputs in device types, and the statistics of every program run
+    /// (with its replica).
+    #[allow(clippy::type_complexity)]
     fn run_replicas(
         &mut self,
         device_inputs: &[Vec<Vec<u8>>],
-    ) -> Result<Vec<Vec<Option<Vec<u8>>>>> {
+    ) -> Result<(Vec<Vec<Option<Vec<u8>>>>, Vec<(usize, RunStats)>)> {
         let replicas = self.engines.len();
         let iterations = self.options.device_iterations as usize;
         let n_out = self.lowered.outputs.len();
         let results: Mutex<Vec<Vec<Option<Vec<u8>>>>> =
             Mutex::new(vec![vec![None; n_out]; device_inputs.len()]);
+        let runs: Mutex<Vec<(usize, RunStats)>> = Mutex::new(Vec::new());
         let stages = &self.stages;
         let carries = &self.carries;
         let execution = self.estimate.execution;
@@ -264,19 +291,14 @@ impl Executable {
                 .iter_mut()
                 .enumerate()
                 .map(|(r, engines)| {
-                    let results = &results;
+                    let io = ReplicaIo {
+                        replica: r,
+                        device_inputs,
+                        results: &results,
+                        runs: &runs,
+                    };
                     let mbs: Vec<usize> = (0..iterations).map(|d| d * replicas + r).collect();
-                    sc.spawn(move || {
-                        run_replica(
-                            engines,
-                            stages,
-                            carries,
-                            execution,
-                            &mbs,
-                            device_inputs,
-                            results,
-                        )
-                    })
+                    sc.spawn(move || run_replica(engines, stages, carries, execution, &mbs, &io))
                 })
                 .collect();
             handles
@@ -291,33 +313,38 @@ impl Executable {
         for e in errors {
             e?;
         }
-        Ok(results.into_inner().unwrap_or_else(|p| p.into_inner()))
+        Ok((
+            results.into_inner().unwrap_or_else(|p| p.into_inner()),
+            runs.into_inner().unwrap_or_else(|p| p.into_inner()),
+        ))
     }
 
-    fn gather_stats(&self, wall: f64) -> RunStats {
+    fn gather_stats(&self, wall: f64, runs: &[(usize, RunStats)]) -> RunStats {
         let mut s = RunStats {
             cycles: self.estimate.cycles_per_call,
             wall_seconds: wall,
             checked: true,
             ..RunStats::default()
         };
-        let d = u64::from(self.options.device_iterations);
-        for (r, replica) in self.engines.iter().enumerate() {
+        for (r, x) in runs {
+            if *r == 0 {
+                s.compute_cycles += x.compute_cycles;
+                s.exchange_cycles += x.exchange_cycles;
+                s.host_cycles += x.host_cycles;
+                s.steps += x.steps;
+            }
+            s.exchanged_bytes += x.exchanged_bytes;
+            s.host_bytes += x.host_bytes;
+            s.compute_seconds += x.compute_seconds;
+            s.exchange_seconds += x.exchange_seconds;
+            s.host_io_seconds += x.host_io_seconds;
+            s.checked &= x.checked;
+        }
+        for replica in &self.engines {
             for e in replica {
-                let Some(x) = e.last_run() else { continue };
-                if r == 0 {
-                    s.compute_cycles += x.compute_cycles * d;
-                    s.exchange_cycles += x.exchange_cycles * d;
-                    s.host_cycles += x.host_cycles * d;
-                    s.steps += x.steps * d;
+                if let Some(x) = e.last_run() {
+                    s.host_memory_bytes += x.host_memory_bytes;
                 }
-                s.exchanged_bytes += x.exchanged_bytes * d;
-                s.host_bytes += x.host_bytes * d;
-                s.compute_seconds += x.compute_seconds;
-                s.exchange_seconds += x.exchange_seconds;
-                s.host_io_seconds += x.host_io_seconds;
-                s.host_memory_bytes += x.host_memory_bytes;
-                s.checked &= x.checked;
             }
         }
         s
@@ -333,6 +360,17 @@ impl Executable {
 
 type Bag = HashMap<usize, Vec<u8>>;
 
+/// What a replica's thread reads and writes besides its engines.
+struct ReplicaIo<'a> {
+    replica: usize,
+    /// Every micro-batch's inputs, in device types.
+    device_inputs: &'a [Vec<Vec<u8>>],
+    /// Every micro-batch's outputs, filled in as stages make them.
+    results: &'a Mutex<Vec<Vec<Option<Vec<u8>>>>>,
+    /// The statistics of every program run.
+    runs: &'a Mutex<Vec<(usize, RunStats)>>,
+}
+
 /// Runs micro-batches `mbs` through one replica's stages.
 fn run_replica(
     engines: &mut [Box<dyn DeviceEngine>],
@@ -340,25 +378,30 @@ fn run_replica(
     carries: &[Carry],
     execution: Execution,
     mbs: &[usize],
-    device_inputs: &[Vec<Vec<u8>>],
-    results: &Mutex<Vec<Vec<Option<Vec<u8>>>>>,
+    io: &ReplicaIo<'_>,
 ) -> Result<()> {
     let step =
         |engine: &mut Box<dyn DeviceEngine>, st: &Stage, m: usize, bag: &mut Bag| -> Result<()> {
             let mut ins = Vec::with_capacity(st.inputs.len());
             for (hs, src) in &st.inputs {
                 ins.push(match *src {
-                    Source::Host(i) => device_inputs[m][i].clone(),
+                    Source::Host(i) => io.device_inputs[m][i].clone(),
                     Source::Carried(c) => bag.get(&c).cloned().ok_or_else(|| {
                         Error::Internal(format!("carried tensor '{}' did not arrive", hs.name))
                     })?,
                 });
             }
             let outs = engine.run(&ins)?;
+            if let Some(stats) = engine.last_run() {
+                io.runs
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push((io.replica, stats));
+            }
             for ((_, sink), bytes) in st.outputs.iter().zip(outs) {
                 match *sink {
                     Sink::Host(o) => {
-                        let mut r = results.lock().unwrap_or_else(|p| p.into_inner());
+                        let mut r = io.results.lock().unwrap_or_else(|p| p.into_inner());
                         r[m][o] = Some(bytes);
                     }
                     Sink::Carried(c) => {

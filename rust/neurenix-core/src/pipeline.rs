@@ -332,10 +332,11 @@ pub fn estimate(
     carries: &[Carry],
     execution: Execution,
     replicas: u32,
+    ipus_per_replica: u32,
     device_iterations: u32,
     topology: &Topology,
 ) -> PipelineEstimate {
-    let ipus = stages.len() as u32;
+    let ipus = ipus_per_replica.max(1);
     let transfers: Vec<(usize, u32, Transfer)> = carries
         .iter()
         .enumerate()
@@ -390,7 +391,9 @@ pub fn estimate(
         let (mut compute, mut host) = (0u64, 0u64);
         for step in &st.report.steps {
             match step.kind {
-                StepKind::Compute | StepKind::Exchange => compute += step.cycles,
+                StepKind::Compute | StepKind::Exchange => {
+                    compute = compute.saturating_add(step.cycles)
+                }
                 StepKind::HostToDevice | StepKind::DeviceToHost => {
                     let stream = step
                         .name
@@ -406,7 +409,7 @@ pub fn estimate(
                         } else {
                             0
                         };
-                        host += step.cycles + shared;
+                        host = host.saturating_add(step.cycles.saturating_add(shared));
                     }
                 }
             }
@@ -417,7 +420,7 @@ pub fn estimate(
             if *to == st.ipu {
                 copy = match execution {
                     Execution::Pipelined => copy.max(cyc),
-                    Execution::Sharded => copy + cyc,
+                    Execution::Sharded => copy.saturating_add(cyc),
                 };
                 carried_in.push((
                     carries[*c].name.clone(),
@@ -432,18 +435,24 @@ pub fn estimate(
             compute_cycles: compute,
             host_cycles: host,
             copy_cycles: copy,
-            interval_cycles: compute + host + copy,
+            interval_cycles: compute.saturating_add(host).saturating_add(copy),
             carried_in,
             max_tile_bytes: st.report.tiles.iter().map(|t| t.total()).max().unwrap_or(0),
             memory_bytes: st.report.tiles.iter().map(|t| t.total()).sum(),
         });
     }
-    let sum: u64 = est.iter().map(|s| s.interval_cycles).sum();
+    let sum: u64 = est
+        .iter()
+        .fold(0u64, |a, s| a.saturating_add(s.interval_cycles));
     let worst = est.iter().map(|s| s.interval_cycles).max().unwrap_or(0);
     let d = u64::from(device_iterations.max(1));
     let (fill, interval, per_call) = match execution {
-        Execution::Pipelined => (sum - worst, worst, sum + (d - 1) * worst),
-        Execution::Sharded => (0, sum, d * sum),
+        Execution::Pipelined => (
+            sum - worst,
+            worst,
+            sum.saturating_add((d - 1).saturating_mul(worst)),
+        ),
+        Execution::Sharded => (0, sum, d.saturating_mul(sum)),
     };
     PipelineEstimate {
         execution,

@@ -228,6 +228,14 @@ pub fn manual_stages(
                 }
                 stage[i] = cur;
             }
+            let used = stage.iter().copied().max().map_or(0, |x| x + 1);
+            if let Some(empty) = (0..used).find(|s| !stage.contains(s)) {
+                return Err(Error::InvalidArgument(format!(
+                    "sharding is not a legal plan: IPU {empty} would hold no node while IPU {} holds some; map \
+                     nodes to IPUs 0, 1, ... in order with none left empty",
+                    used - 1
+                )));
+            }
             stage
         }
     };
@@ -503,24 +511,36 @@ impl<'a> SplitProblem<'a> {
         Some((starts, best[stages][n].0))
     }
 
-    /// The slowest stage of a given split (stage starts as `best_split`
-    /// returns them), or None if a stage is empty or over capacity.
-    pub fn bottleneck(&self, starts: &[usize]) -> Option<f64> {
+    /// The costs of each stage of a split (stage starts as `best_split`
+    /// returns them; the copies not included), or None if a stage is empty
+    /// or the starts are out of range.
+    pub fn stage_costs(&self, starts: &[usize]) -> Option<Vec<StageCost>> {
         let n = self.costs.len();
-        let rc = self.range_costs();
         let mut bounds = vec![0];
         bounds.extend_from_slice(starts);
         bounds.push(n);
+        if bounds.windows(2).any(|w| w[1] <= w[0] || w[1] > n) {
+            return None;
+        }
+        let rc = self.range_costs();
+        Some(
+            bounds
+                .windows(2)
+                .map(|w| rc[w[0]][w[1] - w[0] - 1])
+                .collect(),
+        )
+    }
+
+    /// The slowest stage of a given split (stage starts as `best_split`
+    /// returns them), or None if a stage is empty or over capacity.
+    pub fn bottleneck(&self, starts: &[usize]) -> Option<f64> {
+        let costs = self.stage_costs(starts)?;
         let mut worst: f64 = 0.0;
-        for (j, w) in bounds.windows(2).enumerate() {
-            if w[1] <= w[0] {
-                return None;
-            }
-            let c = rc[w[0]][w[1] - w[0] - 1];
+        for (j, c) in costs.iter().enumerate() {
             if c.bytes > self.capacity {
                 return None;
             }
-            worst = worst.max(self.stage_cycles(&c, j));
+            worst = worst.max(self.stage_cycles(c, j));
         }
         Some(worst)
     }

@@ -166,11 +166,16 @@ impl Topology {
                 let busiest = r
                     .iter()
                     .map(|&(a, b)| {
-                        let bw = self.links_between(a, b).max(1) as f64 * self.link_bytes_per_cycle;
-                        load[&(a, b)] as f64 / bw
+                        let bw = (self.links_between(a, b).max(1) as f64
+                            * self.link_bytes_per_cycle)
+                            .max(1e-9);
+                        load.get(&(a, b)).copied().unwrap_or(0) as f64 / bw
                     })
                     .fold(0.0, f64::max);
-                busiest.ceil() as u64 + self.sync_cycles + HOP_CYCLES * (r.len() as u64 - 1)
+                // `as` saturates: an absurd copy costs u64::MAX, not a wrap.
+                (busiest.ceil() as u64)
+                    .saturating_add(self.sync_cycles)
+                    .saturating_add(HOP_CYCLES.saturating_mul(r.len() as u64 - 1))
             })
             .collect()
     }

@@ -169,11 +169,19 @@ fn stage_starts_cut_where_named() {
 fn node_ipus_inherit_from_the_node_before() {
     let m = chain(3, 8);
     let p = prepared(&m, 8);
-    let plan = Sharding::NodeIpus(vec![("matmul1".into(), 1), ("matmul2".into(), 3)]);
+    let plan = Sharding::NodeIpus(vec![("matmul1".into(), 1), ("matmul2".into(), 2)]);
     let st = manual_stages(&m, &p, &plan, 4).unwrap();
     assert_eq!(names(&p, &st, 0), ["matmul0", "tanh0"]);
     assert_eq!(names(&p, &st, 1), ["matmul1", "tanh1"]);
-    assert_eq!(names(&p, &st, 3), ["matmul2", "tanh2", "skip2"]);
+    assert_eq!(names(&p, &st, 2), ["matmul2", "tanh2", "skip2"]);
+    // An IPU left empty between used ones is refused.
+    let gap = Sharding::NodeIpus(vec![("matmul1".into(), 1), ("matmul2".into(), 3)]);
+    match manual_stages(&m, &p, &gap, 4) {
+        Err(Error::InvalidArgument(msg)) => {
+            assert!(msg.contains("IPU 2 would hold no node"), "{msg}")
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
 }
 
 #[test]

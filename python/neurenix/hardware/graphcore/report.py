@@ -49,7 +49,10 @@ class CompileReport:
 
     IPU numbers here are those of a replica (0 .. stages - 1), whichever
     physical IPUs the manager attaches; the :class:`ExecutionReport` names
-    the physical ones. Tiles, plans and steps of pipeline stage ``s`` are on
+    the physical ones. Memory figures (``tiles``, ``max_tile_memory``,
+    ``total_memory``, ``memory_per_ipu``) are one replica's: every replica
+    holds the same. ``steps`` are the programs' own; tensors carried between
+    stages are IPU-Link copies, costed in ``estimate``. Tiles, plans and steps of pipeline stage ``s`` are on
     IPU ``s``; ``estimate`` gives each stage's cycles per micro-batch and the
     whole call's (``cycles_per_run``).
     """
@@ -254,7 +257,7 @@ class ExecutionReport:
     # The program's memory bounds were verified at load (checked mode).
     checked: bool = False
     # The physical IPUs of the attached device (replica r's stage s on
-    # ipus[r * stages + s]).
+    # ipus[r * num_ipus / replication_factor + s]).
     ipus: Optional[List[int]] = None
 
     @classmethod

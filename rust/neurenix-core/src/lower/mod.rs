@@ -16,6 +16,12 @@ pub mod precision;
 
 pub use device_ops::row_major_strides;
 
+/// The name of the stream that carries value `value` between pipeline
+/// stages (distinct from a model output of the same value).
+pub fn carried_stream_name(value: &str) -> String {
+    format!("{value}/carried")
+}
+
 use std::collections::HashMap;
 
 use crate::backend::{Backend, TensorId};
@@ -116,7 +122,8 @@ impl<'a> LowerCx<'a> {
         self.site = Some(Site::Value(v));
         let dtype = self.dtype(v)?;
         let dev = self.device_type(dtype);
-        self.bind_stream(v, dev, ipu)
+        let name = self.graph.value(v).name.clone();
+        self.bind_stream(v, dev, ipu, name)
     }
 
     /// Receives carried tensor `v` (produced by an earlier pipeline stage)
@@ -129,13 +136,19 @@ impl<'a> LowerCx<'a> {
     ) -> Result<HostStream> {
         self.role = FloatRole::Compute;
         self.site = Some(Site::Value(v));
-        self.bind_stream(v, dev, ipu)
+        let name = carried_stream_name(&self.graph.value(v).name);
+        self.bind_stream(v, dev, ipu, name)
     }
 
-    fn bind_stream(&mut self, v: ValueId, dev: DeviceType, ipu: u32) -> Result<HostStream> {
+    fn bind_stream(
+        &mut self,
+        v: ValueId,
+        dev: DeviceType,
+        ipu: u32,
+        name: String,
+    ) -> Result<HostStream> {
         let dtype = self.dtype(v)?;
         let shape = self.shape(v)?;
-        let name = self.graph.value(v).name.clone();
         if checked_numel(&shape)
             .and_then(|n| n.checked_mul(dev.size()))
             .is_none()
@@ -249,7 +262,7 @@ impl<'a> LowerCx<'a> {
         for &v in values {
             self.site = Some(Site::Value(v));
             let t = self.tensor(v)?;
-            let name = self.graph.value(v).name.clone();
+            let name = carried_stream_name(&self.graph.value(v).name);
             self.backend.mark_output(t.id, &name)?;
             out.push(HostStream {
                 name,
