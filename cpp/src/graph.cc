@@ -52,6 +52,20 @@ Graph::Graph(SystemSpec spec, uint32_t num_ipus)
                                           std::to_string(spec_.num_ipus));
   next_tile_.assign(num_ipus, 0);
   resident_.assign(static_cast<size_t>(num_ipus) * tiles_per_ipu_, 0);
+  expected_constants_.assign(num_ipus, 0);
+}
+
+void Graph::expect_constant_bytes(uint32_t ipu, uint64_t bytes_per_tile) {
+  NX_CHECK(ipu < num_ipus_, "expect_constant_bytes on a missing IPU");
+  expected_constants_[ipu] = bytes_per_tile;
+}
+
+uint64_t Graph::plannable_bytes(uint32_t ipu) const {
+  const uint64_t tile = bytes_per_tile();
+  const uint64_t expected = ipu < num_ipus_ ? expected_constants_[ipu] : 0;
+  // Never less than a tenth of the tile: a model whose constants alone fill
+  // the tiles still gets plans (and an honest out-of-memory report).
+  return expected >= tile - tile / 10 ? tile / 10 : tile - expected;
 }
 
 uint32_t Graph::reserve_tiles(uint32_t ipu, uint32_t count) {

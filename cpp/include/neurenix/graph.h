@@ -259,6 +259,15 @@ class Graph {
     return first_tile(ipu) + (first + i) % tiles_per_ipu_;
   }
 
+  // Bytes per tile the constants of the whole program are expected to take
+  // on `ipu` (their total over the tiles), set before operations are
+  // planned: the planners leave room for them, so that an early operation's
+  // temporaries do not take memory a later one's weights need.
+  void expect_constant_bytes(uint32_t ipu, uint64_t bytes_per_tile);
+  // Tile memory a planner may count on for one operation on `ipu`: a tile's
+  // bytes less the constants expected there.
+  uint64_t plannable_bytes(uint32_t ipu) const;
+
   void record_plan(OpPlan p) { op_plans_.push_back(std::move(p)); }
   const std::vector<OpPlan>& op_plans() const { return op_plans_; }
   void warn(const std::string& w) { warnings_.push_back(w); }
@@ -279,6 +288,7 @@ class Graph {
   std::vector<HostStream> outputs_;
   std::vector<uint32_t> next_tile_;  // per IPU, for map_linearly's rotation
   std::vector<uint64_t> resident_;   // bytes of constants mapped to each (global) tile
+  std::vector<uint64_t> expected_constants_;  // per IPU, bytes per tile
   std::vector<OpPlan> op_plans_;
   std::vector<std::string> warnings_;
 };
