@@ -496,9 +496,13 @@ fn fit_advice(
         ),
     };
     if opts.precision == Precision::Float32 {
-        advice.push_str(" float16 or mixed precision halves the bytes of weights and activations;");
+        advice.push_str(
+            " float16 or mixed precision halves the bytes of weights and activations; a smaller batch needs \
+             less memory for activations.",
+        );
+    } else {
+        advice.push_str(" A smaller batch needs less memory for activations.");
     }
-    advice.push_str(" a smaller batch needs less memory for activations.");
     advice
 }
 
