@@ -51,48 +51,12 @@ Graph::Graph(SystemSpec spec, uint32_t num_ipus)
     fail(ErrorCode::kInvalidArgument, "a graph for " + std::to_string(num_ipus) + " IPUs cannot be built on a system of " +
                                           std::to_string(spec_.num_ipus));
   next_tile_.assign(num_ipus, 0);
-  resident_.assign(static_cast<size_t>(num_ipus) * tiles_per_ipu_, 0);
-  expected_constants_.assign(num_ipus, 0);
-}
-
-void Graph::expect_constant_bytes(uint32_t ipu, uint64_t bytes_per_tile) {
-  NX_CHECK(ipu < num_ipus_, "expect_constant_bytes on a missing IPU");
-  expected_constants_[ipu] = bytes_per_tile;
-}
-
-uint64_t Graph::plannable_bytes(uint32_t ipu) const {
-  const uint64_t tile = bytes_per_tile();
-  const uint64_t expected = ipu < num_ipus_ ? expected_constants_[ipu] : 0;
-  // Never less than a tenth of the tile: a model whose constants alone fill
-  // the tiles still gets plans (and an honest out-of-memory report).
-  return expected >= tile - tile / 10 ? tile / 10 : tile - expected;
 }
 
 uint32_t Graph::reserve_tiles(uint32_t ipu, uint32_t count) {
   NX_CHECK(ipu < num_ipus_, "reserve_tiles on a missing IPU");
-  const uint32_t T = tiles_per_ipu_;
   uint32_t start = next_tile_[ipu];
-  if (count > 0 && count < T) {
-    // The window of `count` tiles holding the fewest always-live bytes so
-    // far, so that different operations' weights do not pile onto the same
-    // tiles; among equals the rotating start, which spreads what has no
-    // weights.
-    const uint64_t* r = resident_.data() + static_cast<size_t>(ipu) * T;
-    uint64_t sum = 0;
-    for (uint32_t i = 0; i < count; ++i) sum += r[(start + i) % T];
-    uint64_t best = sum;
-    uint32_t best_start = start;
-    for (uint32_t k = 1; k < T; ++k) {
-      const uint32_t s = (start + k) % T;
-      sum = sum - r[(s + T - 1) % T] + r[(s + count - 1) % T];
-      if (sum < best) {
-        best = sum;
-        best_start = s;
-      }
-    }
-    start = best_start;
-  }
-  next_tile_[ipu] = static_cast<uint32_t>((static_cast<uint64_t>(start) + count) % T);
+  next_tile_[ipu] = static_cast<uint32_t>((static_cast<uint64_t>(start) + count) % tiles_per_ipu_);
   return start;
 }
 
@@ -125,9 +89,6 @@ Tensor Graph::add_constant(const std::string& name, DeviceType dtype, const Shap
 }
 
 void Graph::rebuild_tiles(Variable& v) {
-  const uint64_t elem = device_type_size(v.dtype);
-  if (v.kind == VarKind::kConstant)
-    for (const TileShare& s : v.tiles) resident_[s.tile] -= s.count * elem;
   v.tiles.clear();
   std::vector<uint32_t> order(v.mapping.size());
   for (uint32_t i = 0; i < order.size(); ++i) order[i] = i;
@@ -141,8 +102,6 @@ void Graph::rebuild_tiles(Variable& v) {
     s.count += iv.end - iv.begin;
     s.intervals.push_back(idx);
   }
-  if (v.kind == VarKind::kConstant)
-    for (const TileShare& s : v.tiles) resident_[s.tile] += s.count * elem;
   v.mapped = true;
 }
 

@@ -248,25 +248,14 @@ class Graph {
   const std::vector<HostStream>& inputs() const { return inputs_; }
   const std::vector<HostStream>& outputs() const { return outputs_; }
 
-  // Hands out `count` consecutive tiles of `ipu` (wrapping around): the
-  // window whose tiles hold the fewest bytes of constants so far (so that
-  // successive operations' weights spread over the chip, as Poplar varies
-  // each operation's start tile), rotating the start among equals.
+  // Hands out `count` consecutive tiles of `ipu` (wrapping around), rotating
+  // the start so that successive small operations spread over the chip.
   // Returns the local index of the first; tile i of the window is
   // `window_tile(ipu, first, i)`.
   uint32_t reserve_tiles(uint32_t ipu, uint32_t count);
   uint32_t window_tile(uint32_t ipu, uint32_t first, uint32_t i) const {
     return first_tile(ipu) + (first + i) % tiles_per_ipu_;
   }
-
-  // Bytes per tile the constants of the whole program are expected to take
-  // on `ipu` (their total over the tiles), set before operations are
-  // planned: the planners leave room for them, so that an early operation's
-  // temporaries do not take memory a later one's weights need.
-  void expect_constant_bytes(uint32_t ipu, uint64_t bytes_per_tile);
-  // Tile memory a planner may count on for one operation on `ipu`: a tile's
-  // bytes less the constants expected there.
-  uint64_t plannable_bytes(uint32_t ipu) const;
 
   void record_plan(OpPlan p) { op_plans_.push_back(std::move(p)); }
   const std::vector<OpPlan>& op_plans() const { return op_plans_; }
@@ -287,8 +276,6 @@ class Graph {
   std::vector<HostStream> inputs_;
   std::vector<HostStream> outputs_;
   std::vector<uint32_t> next_tile_;  // per IPU, for map_linearly's rotation
-  std::vector<uint64_t> resident_;   // bytes of constants mapped to each (global) tile
-  std::vector<uint64_t> expected_constants_;  // per IPU, bytes per tile
   std::vector<OpPlan> op_plans_;
   std::vector<std::string> warnings_;
 };

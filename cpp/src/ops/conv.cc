@@ -150,7 +150,7 @@ Tensor conv(Graph& g, const Tensor& x, const Tensor& w, const Tensor* bias, cons
   };
   ConvPlan plan;
   static_cast<SplitPlan&>(plan) =
-      search_splits(G, M, N, K, g.tiles_per_ipu(), g.plannable_bytes(o.ipu), o.memory_proportion, evaluate, kGrain,
+      search_splits(G, M, N, K, g.tiles_per_ipu(), g.bytes_per_tile(), o.memory_proportion, evaluate, kGrain,
                     kGrain);
   plan.batch = d.n;
   plan.in_channels = d.c;

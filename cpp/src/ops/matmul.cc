@@ -125,7 +125,7 @@ Tensor matmul(Graph& g, const Tensor& a, const Tensor& b, const MatMulOptions& o
   if (G * M * N == 0) return c;
   if (K == 0) return fill(g, o.out_dtype, {G, M, N}, 0.0, ipu, o.name);
   MatMulProblem prob{G, M, N, K, in, partials, o.out_dtype, !g.var(a.var).mapped, !g.var(b.var).mapped};
-  MatMulPlan plan = plan_matmul(g.target(), g.tiles_per_ipu(), g.plannable_bytes(o.ipu), prob, o.memory_proportion);
+  MatMulPlan plan = plan_matmul(g.target(), g.tiles_per_ipu(), g.bytes_per_tile(), prob, o.memory_proportion);
   warn_unless_meets_target(g, what, plan, o.memory_proportion);
   if (plan_out) *plan_out = plan;
 

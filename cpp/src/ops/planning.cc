@@ -53,12 +53,8 @@ SplitPlan search_splits(uint64_t g, uint64_t m, uint64_t n, uint64_t k, uint32_t
     if (a.temp_bytes != b.temp_bytes) return a.temp_bytes < b.temp_bytes;
     return a.tiles_used() < b.tiles_used();
   };
-  // Judged by the tile's total (what the plan keeps resident plus its
-  // temporaries): fewer temporaries alone can put the operands on fewer
-  // tiles and raise the peak.
   auto leaner = [](const SplitPlan& a, const SplitPlan& b) {
-    const uint64_t ta = a.temp_bytes + a.resident_bytes, tb = b.temp_bytes + b.resident_bytes;
-    if (ta != tb) return ta < tb;
+    if (a.temp_bytes != b.temp_bytes) return a.temp_bytes < b.temp_bytes;
     return a.cycles < b.cycles;
   };
   const auto gs = split_candidates(g, tiles), ms = split_candidates(m, tiles), ns = split_candidates(n, tiles, n_grain),
@@ -119,8 +115,7 @@ void warn_unless_meets_target(Graph& g, const std::string& op, const SplitPlan& 
   if (plan.meets_memory_target) return;
   std::ostringstream w;
   w << op << ": no plan keeps temporaries under " << proportion << " of tile memory; using the leanest plan ("
-    << plan.temp_bytes << " bytes/tile of temporaries, " << plan.temp_bytes + plan.resident_bytes
-    << " bytes/tile in all)";
+    << plan.temp_bytes << " bytes/tile)";
   g.warn(w.str());
 }
 

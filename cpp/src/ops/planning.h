@@ -27,8 +27,7 @@ std::vector<uint32_t> split_candidates(uint64_t d, uint64_t max_split, uint64_t 
 
 // Among plans whose temporaries meet `proportion` of a tile (and which fit
 // the tile with what they keep resident), the fastest; failing that, the
-// plan with the smallest tile total (resident + temporaries) that fits;
-// failing that, the smallest.
+// plan with the fewest temporaries that fits; failing that, the smallest.
 // The returned plan's meets_memory_target says which case applied.
 // `n_grain` / `k_grain`: block granularity of N and K (see split_candidates).
 SplitPlan search_splits(uint64_t g, uint64_t m, uint64_t n, uint64_t k, uint32_t tiles, uint64_t bytes_per_tile,

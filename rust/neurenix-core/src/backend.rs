@@ -183,12 +183,6 @@ pub trait Backend {
     fn ipu_memory_bytes(&self) -> u64 {
         u64::MAX
     }
-    /// Announces the bytes the program's constants will take on `ipu` in
-    /// all, before any operation is planned, so that planners leave room
-    /// for them. Backends without planners ignore it.
-    fn expect_constant_bytes(&mut self, _bytes: u64, _ipu: u32) -> Result<()> {
-        Ok(())
-    }
     /// The system the backend compiles for (None: not described).
     fn system(&self) -> Option<crate::report::SystemInfo> {
         None

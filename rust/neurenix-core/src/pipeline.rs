@@ -177,7 +177,6 @@ pub fn compile_stages(
             .collect();
 
         let mut backend = new_backend()?;
-        backend.expect_constant_bytes(constant_bytes(model, &nodes, opts), 0)?;
         let zeros = vec![0u32; g.nodes.len()];
         let mut cx = LowerCx::new(backend.as_mut(), g, model.opset, opts, &zeros);
         let mut inputs = Vec::new();
@@ -255,26 +254,6 @@ pub fn compile_stages(
             .collect::<Result<_>>()?,
     };
     Ok((out, carries, streams))
-}
-
-/// Bytes of the constants `nodes` read, at the precision's float size.
-fn constant_bytes(model: &Model, nodes: &[usize], opts: &LowerOptions) -> u64 {
-    let g = &model.graph;
-    let float_bytes = if opts.precision == crate::lower::precision::Precision::Float32 {
-        4
-    } else {
-        2
-    };
-    let mut seen = std::collections::HashSet::new();
-    let mut total = 0.0;
-    for &i in nodes {
-        for &v in g.nodes[i].inputs.iter().flatten() {
-            if g.constant(v).is_some() && seen.insert(v) {
-                total += crate::shard::value_bytes(g, v, float_bytes);
-            }
-        }
-    }
-    total as u64
 }
 
 /// An out-of-memory error of stage `s`'s program, told as the replica's IPU.

@@ -137,10 +137,6 @@ uint32_t GraphBuilder::concat(rust::Slice<const uint32_t> xs, uint32_t axis, uin
   return keep(ops::concat(graph(), ts, axis, ipu, str(name)));
 }
 
-void GraphBuilder::expect_constant_bytes(uint32_t ipu, uint64_t bytes_per_tile) {
-  graph().expect_constant_bytes(ipu, bytes_per_tile);
-}
-
 uint32_t GraphBuilder::fill(DeviceType dtype, rust::Slice<const uint64_t> shape, double value, uint32_t ipu, rust::Str name) {
   return keep(ops::fill(graph(), dtype, to_shape(shape), value, ipu, str(name)));
 }

@@ -94,9 +94,6 @@ class GraphBuilder {
   uint32_t conv(uint32_t x, uint32_t w, rust::Slice<const uint32_t> bias, const ConvOptions& options);
   uint32_t pool(uint32_t x, const PoolOptions& options);
   uint32_t gather_rows(uint32_t table, uint32_t indices, uint32_t ipu, rust::Str name);
-  // The bytes per tile the program's constants will take on `ipu` (see
-  // Graph::expect_constant_bytes).
-  void expect_constant_bytes(uint32_t ipu, uint64_t bytes_per_tile);
   std::unique_ptr<Executable> compile();
 
  private:

@@ -346,11 +346,6 @@ pub mod ffi {
             name: &str,
         ) -> Result<u32>;
         /// Compiles the graph built so far; the builder is left empty.
-        fn expect_constant_bytes(
-            self: Pin<&mut GraphBuilder>,
-            ipu: u32,
-            bytes_per_tile: u64,
-        ) -> Result<()>;
         fn compile(self: Pin<&mut GraphBuilder>) -> Result<UniquePtr<Executable>>;
 
         fn fits(self: &Executable) -> bool;

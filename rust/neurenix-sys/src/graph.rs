@@ -260,12 +260,6 @@ impl Backend for GraphBuilder {
     fn ipu_memory_bytes(&self) -> u64 {
         u64::from(self.system.tiles_per_ipu).saturating_mul(self.system.bytes_per_tile)
     }
-    fn expect_constant_bytes(&mut self, bytes: u64, ipu: u32) -> Result<()> {
-        let per_tile = bytes / u64::from(self.system.tiles_per_ipu.max(1));
-        self.b()
-            .expect_constant_bytes(ipu, per_tile)
-            .map_err(from_cxx)
-    }
     fn system(&self) -> Option<SystemInfo> {
         Some(self.system.clone())
     }
