@@ -42,6 +42,20 @@ uint64_t amp_cycles(const TargetSpec& t, DeviceType in, DeviceType partials, uin
   return t.vertex_overhead_cycles + compute + 8 * m;
 }
 
+namespace {
+
+// Vertex state, exchange and control code a plan adds to each tile it uses,
+// roughly as the compiler counts them: per serial pass, an exchange and a
+// compute set (and with K split, another of each), a vertex per group, and
+// a few exchange descriptors per operand block and partial.
+uint64_t code_estimate(const SplitPlan& p, uint64_t g) {
+  const uint64_t groups = ceil_div(g, p.g_split), stages = p.k_split > 1 ? 2 : 1;
+  const uint64_t per_pass = 2 * stages * 8 + groups * stages * 40 + (4 + (p.k_split > 1 ? 2 * p.k_split : 0)) * 12;
+  return p.serial_split * per_pass;
+}
+
+}  // namespace
+
 SplitPlan search_splits(uint64_t g, uint64_t m, uint64_t n, uint64_t k, uint32_t tiles, uint64_t bytes_per_tile,
                         double proportion, const std::function<void(SplitPlan&)>& evaluate, uint64_t n_grain,
                         uint64_t k_grain, uint64_t occupied) {
@@ -86,6 +100,7 @@ SplitPlan search_splits(uint64_t g, uint64_t m, uint64_t n, uint64_t k, uint32_t
             plan.k_split = ki;
             plan.serial_split = s;
             evaluate(plan);
+            plan.code_bytes = code_estimate(plan, g);
             if (plan.total_bytes() <= usable) fitting.push_back(plan);
             if (!have_smallest || smaller(plan, smallest)) {
               smallest = plan;
