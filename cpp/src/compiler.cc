@@ -63,6 +63,48 @@ struct TileAllocator {
   }
 };
 
+// Greedy by size (as TensorFlow Lite's arena planner): the largest blocks
+// first, each at the lowest offset free over its whole live range. Used for
+// a tile that first-fit in program order leaves too full: it packs blocks of
+// different sizes and lifetimes with less fragmentation. `ranges[i]` is block
+// i's [first, last] step; returns the high-water mark, fills `offsets` and
+// the blocks live with the one that sets the mark.
+uint64_t place_by_size(const std::vector<uint64_t>& sizes, const std::vector<std::pair<int64_t, int64_t>>& ranges,
+                       std::vector<uint64_t>& offsets, std::vector<size_t>& at_peak) {
+  const size_t n = sizes.size();
+  std::vector<size_t> order(n);
+  for (size_t i = 0; i < n; ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return sizes[a] > sizes[b]; });
+  offsets.assign(n, 0);
+  std::vector<size_t> placed;
+  std::vector<std::pair<uint64_t, uint64_t>> busy;  // (offset, end) of overlapping placed blocks
+  uint64_t hwm = 0;
+  size_t top = SIZE_MAX;
+  for (size_t i : order) {
+    busy.clear();
+    for (size_t j : placed)
+      if (ranges[j].first <= ranges[i].second && ranges[i].first <= ranges[j].second)
+        busy.push_back({offsets[j], offsets[j] + sizes[j]});
+    std::sort(busy.begin(), busy.end());
+    uint64_t at = 0;
+    for (const auto& [b, e] : busy) {
+      if (b >= at + sizes[i]) break;
+      at = std::max(at, e);
+    }
+    offsets[i] = at;
+    placed.push_back(i);
+    if (at + sizes[i] > hwm) {
+      hwm = at + sizes[i];
+      top = i;
+    }
+  }
+  at_peak.clear();
+  if (top != SIZE_MAX)
+    for (size_t j : placed)
+      if (ranges[j].first <= ranges[top].second && ranges[top].first <= ranges[j].second) at_peak.push_back(j);
+  return hwm;
+}
+
 std::string step_name(const Graph& g, const Step& s) {
   switch (s.kind) {
     case StepKind::kCompute: return g.compute_sets()[s.index].name;
@@ -217,6 +259,25 @@ std::unique_ptr<Executable> compile(std::unique_ptr<Graph> gp) {
     TileMemory& m = mem[tile];
     if (m.variables == 0 && m.vertex_state == 0 && m.exchange_code == 0) continue;
     m.control_code += kWorkerStacks;
+    if (m.total() > capacity) {
+      // Too full with first-fit: try placing the largest blocks first.
+      const auto& items = per_tile[tile];
+      std::vector<uint64_t> sizes, offsets;
+      std::vector<std::pair<int64_t, int64_t>> ranges;
+      std::vector<size_t> at_peak;
+      for (const auto& [v, si] : items) {
+        sizes.push_back(align_up(g.var(v).tiles[si].count * device_type_size(g.var(v).dtype)));
+        ranges.push_back({live[v].first, live[v].last});
+      }
+      const uint64_t hwm = place_by_size(sizes, ranges, offsets, at_peak);
+      if (hwm < m.variables) {
+        for (size_t i = 0; i < items.size(); ++i) exe->var_offsets_[items[i].first][items[i].second] = offsets[i];
+        exe->arena_bytes_[tile] = hwm;
+        m.variables = hwm;
+        peaks[tile].clear();
+        for (size_t i : at_peak) peaks[tile].push_back({items[i].first, sizes[i]});
+      }
+    }
     exe->tile_memory_.push_back(m);
     if (m.total() > capacity) {
       TileOverflow o{m.ipu, m.tile, m.total(), capacity, {}};

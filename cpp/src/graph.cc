@@ -51,6 +51,7 @@ Graph::Graph(SystemSpec spec, uint32_t num_ipus)
     fail(ErrorCode::kInvalidArgument, "a graph for " + std::to_string(num_ipus) + " IPUs cannot be built on a system of " +
                                           std::to_string(spec_.num_ipus));
   next_tile_.assign(num_ipus, 0);
+  constant_bytes_.assign(num_tiles(), 0);
 }
 
 uint32_t Graph::reserve_tiles(uint32_t ipu, uint32_t count) {
@@ -58,6 +59,48 @@ uint32_t Graph::reserve_tiles(uint32_t ipu, uint32_t count) {
   uint32_t start = next_tile_[ipu];
   next_tile_[ipu] = static_cast<uint32_t>((static_cast<uint64_t>(start) + count) % tiles_per_ipu_);
   return start;
+}
+
+uint32_t Graph::reserve_tiles_balanced(uint32_t ipu, const std::vector<uint64_t>& kept) {
+  NX_CHECK(ipu < num_ipus_, "reserve_tiles_balanced on a missing IPU");
+  const uint32_t count = static_cast<uint32_t>(kept.size()), T = tiles_per_ipu_;
+  NX_CHECK(count <= T, "a window larger than the IPU");
+  if (std::all_of(kept.begin(), kept.end(), [](uint64_t b) { return b == 0; })) return reserve_tiles(ipu, count);
+  const uint64_t* load = constant_bytes_.data() + first_tile(ipu);
+  const uint32_t rotating = next_tile_[ipu];
+  uint32_t best = rotating;
+  uint64_t best_peak = UINT64_MAX;
+  // Every start, beginning with the rotating one: a later start must be
+  // strictly better to win, and gives up as soon as it cannot be.
+  for (uint32_t d = 0; d < T; ++d) {
+    const uint32_t s = (rotating + d) % T;
+    uint64_t peak = 0;
+    for (uint32_t i = 0; i < count && peak < best_peak; ++i) {
+      uint32_t t = s + i;
+      if (t >= T) t -= T;
+      peak = std::max(peak, load[t] + kept[i]);
+    }
+    if (peak < best_peak) {
+      best_peak = peak;
+      best = s;
+    }
+  }
+  next_tile_[ipu] = static_cast<uint32_t>((static_cast<uint64_t>(best) + count) % T);
+  return best;
+}
+
+uint64_t Graph::max_constant_bytes(uint32_t ipu) const {
+  const auto begin = constant_bytes_.begin() + first_tile(ipu);
+  return *std::max_element(begin, begin + tiles_per_ipu_);
+}
+
+void Graph::count_constant(const Variable& v, int sign) {
+  if (v.kind != VarKind::kConstant) return;
+  const uint64_t es = device_type_size(v.dtype);
+  for (const TileShare& s : v.tiles) {
+    if (sign > 0) constant_bytes_[s.tile] += s.count * es;
+    else constant_bytes_[s.tile] -= s.count * es;
+  }
 }
 
 Tensor Graph::add_variable(const std::string& name, DeviceType dtype, const Shape& shape, VarKind kind, uint32_t ipu) {
@@ -125,8 +168,10 @@ void Graph::set_mapping(VarId id, std::vector<TileInterval> intervals) {
     expect = iv.end;
   }
   NX_CHECK(expect == v.numel, "mapping of '" + v.name + "' does not cover the variable");
+  if (v.mapped) count_constant(v, -1);
   v.mapping = std::move(merged);
   rebuild_tiles(v);
+  count_constant(v, +1);
 }
 
 void Graph::map_linearly(VarId id, uint64_t grain) {
@@ -163,9 +208,11 @@ void Graph::clone_mapping(VarId dst, VarId src) {
   NX_CHECK(s.mapped, "clone_mapping from an unmapped variable");
   NX_CHECK(s.numel == d.numel, "clone_mapping between variables of different sizes");
   if (s.ipu == d.ipu) {
+    if (d.mapped) count_constant(d, -1);
     d.mapping = s.mapping;
     d.tiles = s.tiles;
     d.mapped = true;
+    count_constant(d, +1);
     return;
   }
   std::vector<TileInterval> ivs = s.mapping;

@@ -253,9 +253,21 @@ class Graph {
   // Returns the local index of the first; tile i of the window is
   // `window_tile(ipu, first, i)`.
   uint32_t reserve_tiles(uint32_t ipu, uint32_t count);
+  // Like reserve_tiles, for an operation that keeps `kept[i]` bytes for the
+  // whole program on tile i of its window (weights it lays out): starts the
+  // window where the busiest tile's constants, these included, are fewest, so
+  // that successive layers' weights do not pile onto the same tiles (Poplar
+  // varies each operation's start tile for the same reason). Among equally
+  // good starts, the one reserve_tiles would give. Window of kept.size() tiles.
+  uint32_t reserve_tiles_balanced(uint32_t ipu, const std::vector<uint64_t>& kept);
   uint32_t window_tile(uint32_t ipu, uint32_t first, uint32_t i) const {
     return first_tile(ipu) + (first + i) % tiles_per_ipu_;
   }
+
+  // Bytes of constants (live for the whole program) mapped to `tile` so far,
+  // and the most any tile of `ipu` holds.
+  uint64_t constant_bytes(uint32_t tile) const { return constant_bytes_.at(tile); }
+  uint64_t max_constant_bytes(uint32_t ipu) const;
 
   void record_plan(OpPlan p) { op_plans_.push_back(std::move(p)); }
   const std::vector<OpPlan>& op_plans() const { return op_plans_; }
@@ -264,6 +276,8 @@ class Graph {
 
  private:
   void rebuild_tiles(Variable& v);
+  // Adds (sign +1) or removes (-1) a mapped constant's bytes from constant_bytes_.
+  void count_constant(const Variable& v, int sign);
 
   SystemSpec spec_;
   TargetSpec target_;
@@ -276,6 +290,7 @@ class Graph {
   std::vector<HostStream> inputs_;
   std::vector<HostStream> outputs_;
   std::vector<uint32_t> next_tile_;  // per IPU, for map_linearly's rotation
+  std::vector<uint64_t> constant_bytes_;  // per global tile
   std::vector<OpPlan> op_plans_;
   std::vector<std::string> warnings_;
 };

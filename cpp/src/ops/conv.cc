@@ -137,8 +137,11 @@ Tensor conv(Graph& g, const Tensor& x, const Tensor& w, const Tensor* bias, cons
       recv = p.k_split * gb * ch_per * mb * d.wo * pb;
     }
     p.temp_bytes = in_bytes + w_bytes + part + recv + (bias ? nb * eb : 0);
-    const uint64_t n_tile = nb * p.serial_split;
-    p.resident_bytes = gb * mb * ceil_div(n_tile, p.k_split) * d.wo * ob + (w_unmapped ? gb * kb * n_tile * d.khw * eb : 0);
+    const uint64_t n_tile = n_columns(N, p.n_split, p.serial_split, 0, kGrain);  // block 0 has the most
+    // Weights the plan lays out are spread over the row blocks that use them.
+    const uint64_t w_block = gb * kb * n_tile * d.khw * eb;
+    p.kept_bytes = w_unmapped ? ceil_div(w_block, spread_count(w_block, p.m_split)) : 0;
+    p.resident_bytes = gb * mb * ceil_div(n_tile, p.k_split) * d.wo * ob + p.kept_bytes;
     const uint64_t ex = t.exchange_bytes_per_cycle;
     uint64_t per = t.sync_cycles + w_bytes / ex;
     per += t.sync_cycles + gb * (amp_cycles(t, in, partials, nb, mb * d.wo, kb * d.khw) + 4 * mb * nb * o.kh);
@@ -151,7 +154,7 @@ Tensor conv(Graph& g, const Tensor& x, const Tensor& w, const Tensor* bias, cons
   ConvPlan plan;
   static_cast<SplitPlan&>(plan) =
       search_splits(G, M, N, K, g.tiles_per_ipu(), g.bytes_per_tile(), o.memory_proportion, evaluate, kGrain,
-                    kGrain);
+                    kGrain, occupied_bytes(g, ipu, {&x, &w}));
   plan.batch = d.n;
   plan.in_channels = d.c;
   plan.out_channels = d.co;
@@ -163,20 +166,46 @@ Tensor conv(Graph& g, const Tensor& x, const Tensor& w, const Tensor* bias, cons
   if (plan_out) *plan_out = plan;
 
   const uint32_t ks = plan.k_split, S = plan.serial_split;
-  const SplitLayout lay(g, ipu, plan, G, M, N, K, kGrain);
-
-  // Weights: block (groups, out channels of pass j, in channels) on tile (g, 0, n, k).
-  if (w_unmapped) {
-    std::vector<TileInterval> ivs;
-    lay.each_block([&](uint32_t gi, uint32_t mi, uint32_t ni, uint32_t ki, uint32_t pass) {
-      const Range gr = lay.groups(gi), cr = lay.n_chunk(pass, ni), kr = lay.k_range(ki);
-      if (mi != 0 || gr.empty() || cr.empty() || kr.empty()) return;
+  // Weights the plan lays out: block (groups, out channels of every pass, in
+  // channels) spread over the tiles (g, m, n, k) of the first row blocks m
+  // (spread_count), and gathered whole by every tile that uses it. Kept on those tiles for
+  // the whole program, so the window goes where tiles keep least.
+  auto weight_runs = [&](const auto& lay_, uint32_t gi, uint32_t ni, uint32_t ki) {
+    std::vector<Range> runs;
+    const Range gr = lay_.groups(gi), kr = lay_.k_range(ki);
+    if (gr.empty() || kr.empty()) return runs;
+    for (uint32_t pass = 0; pass < plan.serial_split; ++pass) {
+      const Range cr = lay_.n_chunk(pass, ni);
       for (uint64_t gg = gr.begin; gg < gr.end; ++gg)
         for (uint64_t co = cr.begin; co < cr.end; ++co) {
           const uint64_t base = ((gg * d.cog + co) * d.cg) * d.khw;
-          ivs.push_back(TileInterval{base + kr.begin * d.khw, base + kr.end * d.khw, lay.tile(gi, 0, ni, ki), 0});
+          runs.push_back(Range{base + kr.begin * d.khw, base + kr.end * d.khw});
         }
-    });
+    }
+    return runs;
+  };
+  SplitLayout::KeptBytes kept;
+  if (w_unmapped)
+    kept = [&](uint32_t gi, uint32_t mi, uint32_t ni, uint32_t ki) -> uint64_t {
+      const Range gr = part(G, plan.g_split, gi), kr = part_g(K, plan.k_split, ki, kGrain);
+      if (part(M, plan.m_split, mi).empty()) return 0;
+      const uint64_t cols = n_columns(N, plan.n_split, plan.serial_split, ni, kGrain);
+      const uint64_t bytes = gr.size() * cols * kr.size() * d.khw * eb, holders = spread_count(bytes, plan.m_split);
+      return mi < holders ? ceil_div(bytes, holders) : 0;
+    };
+  const SplitLayout lay(g, ipu, plan, G, M, N, K, kGrain, kept);
+  if (w_unmapped) {
+    std::vector<TileInterval> ivs;
+    for (uint32_t gi = 0; gi < plan.g_split; ++gi)
+      for (uint32_t ni = 0; ni < plan.n_split; ++ni)
+        for (uint32_t ki = 0; ki < plan.k_split; ++ki) {
+          const std::vector<Range> runs = weight_runs(lay, gi, ni, ki);
+          uint64_t bytes = 0;
+          for (const Range& r : runs) bytes += r.size() * eb;
+          std::vector<uint32_t> tiles;
+          for (uint32_t mi = 0; mi < spread_count(bytes, plan.m_split); ++mi) tiles.push_back(lay.tile(gi, mi, ni, ki));
+          spread_runs(runs, tiles, ivs);
+        }
     g.set_mapping(w.var, std::move(ivs));
   }
   // Result: the output channels of a block split among the K tiles of the

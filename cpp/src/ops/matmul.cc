@@ -41,11 +41,14 @@ void evaluate(const TargetSpec& t, const MatMulProblem& p, SplitPlan& plan) {
   plan.temp_bytes = a_bytes + b_bytes + part_bytes + recv_bytes;
   // Operands this plan lays out itself, and the result, stay on the tiles.
   const uint64_t ob = device_type_size(p.out_dtype);
-  const uint64_t n_per_tile = nb * plan.serial_split;
-  uint64_t resident = gb * ceil_div(mb, plan.k_split) * n_per_tile * ob;
-  if (p.a_unmapped) resident += gb * mb * kb * eb;
-  if (p.b_unmapped) resident += gb * kb * n_per_tile * eb;
-  plan.resident_bytes = resident;
+  const uint64_t n_per_tile = n_columns(p.n, plan.n_split, plan.serial_split, 0, kGrain);  // block 0 has the most
+  // Operands the plan lays out are spread over the tiles that use them: A's
+  // blocks over the N blocks (those with columns), B's over the M blocks.
+  const uint64_t n_blocks = std::min<uint64_t>(plan.n_split, ceil_div(p.n, nb));
+  const uint64_t a_block = gb * mb * kb * eb, b_block = gb * kb * n_per_tile * eb;
+  plan.kept_bytes = (p.a_unmapped ? ceil_div(a_block, spread_count(a_block, n_blocks)) : 0) +
+                    (p.b_unmapped ? ceil_div(b_block, spread_count(b_block, plan.m_split)) : 0);
+  plan.resident_bytes = gb * ceil_div(mb, plan.k_split) * n_per_tile * ob + plan.kept_bytes;
   const uint64_t ex = t.exchange_bytes_per_cycle;
   uint64_t per_chunk = t.sync_cycles + b_bytes / ex;  // operand exchange
   per_chunk += t.sync_cycles + gb * amp_cycles(t, p.in_dtype, p.partials, mb, nb, kb);
@@ -69,10 +72,10 @@ std::string MatMulPlan::describe() const {
 }
 
 MatMulPlan plan_matmul(const TargetSpec& target, uint32_t tiles, uint64_t bytes_per_tile, const MatMulProblem& p,
-                       double proportion) {
+                       double proportion, uint64_t occupied) {
   MatMulPlan plan;
   static_cast<SplitPlan&>(plan) = search_splits(p.groups, p.m, p.n, p.k, tiles, bytes_per_tile, proportion,
-                                                [&](SplitPlan& s) { evaluate(target, p, s); }, kGrain, kGrain);
+                                                [&](SplitPlan& s) { evaluate(target, p, s); }, kGrain, kGrain, occupied);
   plan.groups = p.groups;
   plan.m = p.m;
   plan.n = p.n;
@@ -125,30 +128,84 @@ Tensor matmul(Graph& g, const Tensor& a, const Tensor& b, const MatMulOptions& o
   if (G * M * N == 0) return c;
   if (K == 0) return fill(g, o.out_dtype, {G, M, N}, 0.0, ipu, o.name);
   MatMulProblem prob{G, M, N, K, in, partials, o.out_dtype, !g.var(a.var).mapped, !g.var(b.var).mapped};
-  MatMulPlan plan = plan_matmul(g.target(), g.tiles_per_ipu(), g.bytes_per_tile(), prob, o.memory_proportion);
+  MatMulPlan plan = plan_matmul(g.target(), g.tiles_per_ipu(), g.bytes_per_tile(), prob, o.memory_proportion,
+                                occupied_bytes(g, o.ipu, {&a, &b}));
   warn_unless_meets_target(g, what, plan, o.memory_proportion);
   if (plan_out) *plan_out = plan;
 
   const uint32_t ks = plan.k_split, S = plan.serial_split;
-  const SplitLayout lay(g, ipu, plan, G, M, N, K, kGrain);
+  // Operands nobody has placed yet are kept where the plan puts them: A's
+  // block (g, m, k) spread over the tiles of the first N blocks that have
+  // columns, B's block (g, k, n over every pass) over those of the first M
+  // blocks (spread_count); every tile that uses a block gathers it whole. The window goes
+  // where tiles keep least.
+  const bool a_lay = !g.var(a.var).mapped, b_lay = !g.var(b.var).mapped && b.var != a.var;
+  const uint64_t eb = device_type_size(in);
+  auto n_cols = [&](uint32_t ni) { return n_columns(N, plan.n_split, S, ni, kGrain); };
+  std::vector<uint32_t> a_holders;  // N blocks with columns
+  for (uint32_t ni = 0; ni < plan.n_split; ++ni)
+    if (n_cols(ni)) a_holders.push_back(ni);
+  SplitLayout::KeptBytes kept;
+  if (a_lay || b_lay)
+    kept = [&](uint32_t gi, uint32_t mi, uint32_t ni, uint32_t ki) -> uint64_t {
+      const uint64_t gr = part(G, plan.g_split, gi).size(), mr = part(M, plan.m_split, mi).size();
+      const uint64_t kr = part_g(K, plan.k_split, ki, kGrain).size(), nc = n_cols(ni);
+      uint64_t bytes = 0;
+      if (a_lay) {
+        const uint64_t block = gr * mr * kr * eb, holders = spread_count(block, a_holders.size());
+        for (uint64_t h = 0; h < holders; ++h)
+          if (a_holders[h] == ni) bytes += ceil_div(block, holders);
+      }
+      if (b_lay) {
+        const uint64_t block = gr * kr * nc * eb, holders = spread_count(block, plan.m_split);
+        if (mi < holders) bytes += ceil_div(block, holders);
+      }
+      return bytes;
+    };
+  const SplitLayout lay(g, ipu, plan, G, M, N, K, kGrain, kept);
 
-  // Lay out operands nobody has placed yet (A's blocks on the first N block's
-  // tiles, B's on the first M block's), and the result, whose rows each K
+  // Lay out operands nobody has placed yet, and the result, whose rows each K
   // block of a tile group reduces a share of.
-  if (!g.var(a.var).mapped) {
+  auto row_runs = [](std::vector<Range>& runs, uint64_t rows_total, uint64_t cols_total, Range gr, Range rr, Range cr) {
+    if (gr.empty() || rr.empty() || cr.empty()) return;
+    for (uint64_t gg = gr.begin; gg < gr.end; ++gg)
+      for (uint64_t r = rr.begin; r < rr.end; ++r) {
+        const uint64_t base = (gg * rows_total + r) * cols_total;
+        runs.push_back(Range{base + cr.begin, base + cr.end});
+      }
+  };
+  auto run_bytes = [&](const std::vector<Range>& runs) {
+    uint64_t bytes = 0;
+    for (const Range& r : runs) bytes += r.size() * eb;
+    return bytes;
+  };
+  if (a_lay) {
     std::vector<TileInterval> ivs;
-    lay.each_block([&](uint32_t gi, uint32_t mi, uint32_t ni, uint32_t ki, uint32_t pass) {
-      if (ni == 0 && pass == 0)
-        block_intervals(ivs, M, K, lay.groups(gi), lay.rows(mi), lay.k_range(ki), lay.tile(gi, mi, 0, ki));
-    });
+    for (uint32_t gi = 0; gi < plan.g_split; ++gi)
+      for (uint32_t mi = 0; mi < plan.m_split; ++mi)
+        for (uint32_t ki = 0; ki < plan.k_split; ++ki) {
+          std::vector<Range> runs;
+          row_runs(runs, M, K, lay.groups(gi), lay.rows(mi), lay.k_range(ki));
+          std::vector<uint32_t> tiles;
+          for (uint64_t h = 0; h < spread_count(run_bytes(runs), a_holders.size()); ++h)
+            tiles.push_back(lay.tile(gi, mi, a_holders[h], ki));
+          spread_runs(runs, tiles, ivs);
+        }
     g.set_mapping(a.var, std::move(ivs));
   }
-  if (!g.var(b.var).mapped) {
+  if (b_lay) {
     std::vector<TileInterval> ivs;
-    lay.each_block([&](uint32_t gi, uint32_t mi, uint32_t ni, uint32_t ki, uint32_t pass) {
-      if (mi == 0)
-        block_intervals(ivs, K, N, lay.groups(gi), lay.k_range(ki), lay.n_chunk(pass, ni), lay.tile(gi, 0, ni, ki));
-    });
+    for (uint32_t gi = 0; gi < plan.g_split; ++gi)
+      for (uint32_t ni = 0; ni < plan.n_split; ++ni)
+        for (uint32_t ki = 0; ki < plan.k_split; ++ki) {
+          std::vector<Range> runs;
+          for (uint32_t pass = 0; pass < S; ++pass)
+            row_runs(runs, K, N, lay.groups(gi), lay.k_range(ki), lay.n_chunk(pass, ni));
+          std::vector<uint32_t> tiles;
+          for (uint32_t mi = 0; mi < spread_count(run_bytes(runs), plan.m_split); ++mi)
+            tiles.push_back(lay.tile(gi, mi, ni, ki));
+          spread_runs(runs, tiles, ivs);
+        }
     g.set_mapping(b.var, std::move(ivs));
   }
   {

@@ -42,19 +42,35 @@ uint64_t amp_cycles(const TargetSpec& t, DeviceType in, DeviceType partials, uin
   return t.vertex_overhead_cycles + compute + 8 * m;
 }
 
+namespace {
+
+// Vertex state, exchange and control code a plan adds to each tile it uses,
+// roughly as the compiler counts them: per serial pass, an exchange and a
+// compute set (and with K split, another of each), a vertex per group, and
+// a few exchange descriptors per operand block and partial.
+uint64_t code_estimate(const SplitPlan& p, uint64_t g) {
+  const uint64_t groups = ceil_div(g, p.g_split), stages = p.k_split > 1 ? 2 : 1;
+  const uint64_t per_pass = 2 * stages * 8 + groups * stages * 40 + (4 + (p.k_split > 1 ? 2 * p.k_split : 0)) * 12;
+  return p.serial_split * per_pass;
+}
+
+}  // namespace
+
 SplitPlan search_splits(uint64_t g, uint64_t m, uint64_t n, uint64_t k, uint32_t tiles, uint64_t bytes_per_tile,
                         double proportion, const std::function<void(SplitPlan&)>& evaluate, uint64_t n_grain,
-                        uint64_t k_grain) {
+                        uint64_t k_grain, uint64_t occupied) {
   const double budget = proportion * static_cast<double>(bytes_per_tile);
-  SplitPlan best, fallback, smallest;
-  bool have_best = false, have_fallback = false, have_smallest = false;
+  // Room left on every tile for what is not a variable: code, vertex state,
+  // exchange and control code, stacks (about 7% of a tile in a ResNet-50;
+  // relatively more on tiny tiles).
+  const uint64_t usable = bytes_per_tile - std::min(bytes_per_tile / 8 + 2048, bytes_per_tile / 2);
   auto faster = [](const SplitPlan& a, const SplitPlan& b) {
     if (a.cycles != b.cycles) return a.cycles < b.cycles;
     if (a.temp_bytes != b.temp_bytes) return a.temp_bytes < b.temp_bytes;
     return a.tiles_used() < b.tiles_used();
   };
-  auto leaner = [](const SplitPlan& a, const SplitPlan& b) {
-    if (a.temp_bytes != b.temp_bytes) return a.temp_bytes < b.temp_bytes;
+  auto smaller = [](const SplitPlan& a, const SplitPlan& b) {
+    if (a.total_bytes() != b.total_bytes()) return a.total_bytes() < b.total_bytes();
     return a.cycles < b.cycles;
   };
   const auto gs = split_candidates(g, tiles), ms = split_candidates(m, tiles), ns = split_candidates(n, tiles, n_grain),
@@ -64,6 +80,10 @@ SplitPlan search_splits(uint64_t g, uint64_t m, uint64_t n, uint64_t k, uint32_t
     serials.push_back(static_cast<uint32_t>(s));
     if (s >= 64) break;
   }
+  // Every plan that fits a tile on its own, and the smallest of all.
+  std::vector<SplitPlan> fitting;
+  SplitPlan smallest;
+  bool have_smallest = false;
   for (uint32_t gi : gs)
     for (uint32_t mi : ms) {
       if (static_cast<uint64_t>(gi) * mi > tiles) break;
@@ -80,18 +100,9 @@ SplitPlan search_splits(uint64_t g, uint64_t m, uint64_t n, uint64_t k, uint32_t
             plan.k_split = ki;
             plan.serial_split = s;
             evaluate(plan);
-            const uint64_t total = plan.temp_bytes + plan.resident_bytes;
-            const bool fits = total <= bytes_per_tile;
-            if (fits && static_cast<double>(plan.temp_bytes) <= budget && (!have_best || faster(plan, best))) {
-              best = plan;
-              have_best = true;
-            }
-            if (fits && (!have_fallback || leaner(plan, fallback))) {
-              fallback = plan;
-              have_fallback = true;
-            }
-            if (!have_smallest || total < smallest.temp_bytes + smallest.resident_bytes ||
-                (total == smallest.temp_bytes + smallest.resident_bytes && plan.cycles < smallest.cycles)) {
+            plan.code_bytes = code_estimate(plan, g);
+            if (plan.total_bytes() <= usable) fitting.push_back(plan);
+            if (!have_smallest || smaller(plan, smallest)) {
               smallest = plan;
               have_smallest = true;
             }
@@ -100,10 +111,67 @@ SplitPlan search_splits(uint64_t g, uint64_t m, uint64_t n, uint64_t k, uint32_t
       }
     }
   NX_CHECK(have_smallest, "planner found no plan");
-  if (have_best) return best;
-  SplitPlan chosen = have_fallback ? fallback : smallest;
+  auto fastest_of = [&](const auto& eligible) -> const SplitPlan* {
+    const SplitPlan* best = nullptr;
+    for (const SplitPlan& p : fitting)
+      if (eligible(p) && (!best || faster(p, *best))) best = &p;
+    return best;
+  };
+  // The fastest plan with the whole tile allowed; then, while its temporaries
+  // miss the target, the fastest with fewer temporaries that puts no more on
+  // its busiest tile, all told or kept for the whole program. So the plan a
+  // proportion gives never holds more on a tile than the plan a higher one
+  // gives. If the walk stops above the target, its last plan is used.
+  const SplitPlan* cur = fastest_of([](const SplitPlan&) { return true; });
+  if (!cur) {
+    smallest.meets_memory_target = false;
+    return smallest;
+  }
+  while (static_cast<double>(cur->temp_bytes) > budget) {
+    const SplitPlan* next = fastest_of([&](const SplitPlan& p) {
+      return p.temp_bytes < cur->temp_bytes && p.total_bytes() <= cur->total_bytes() && p.kept_bytes <= cur->kept_bytes;
+    });
+    if (!next) break;
+    cur = next;
+  }
+  SplitPlan chosen = *cur;
+  chosen.meets_memory_target = static_cast<double>(chosen.temp_bytes) <= budget;
+  if (occupied + chosen.total_bytes() <= usable) return chosen;
+  // With what the tiles already hold it would overflow: the fastest plan that
+  // fits then and meets the target, else the smallest that fits then.
+  auto fits_now = [&](const SplitPlan& p) { return occupied + p.total_bytes() <= usable; };
+  if (const SplitPlan* p = fastest_of([&](const SplitPlan& q) {
+        return fits_now(q) && static_cast<double>(q.temp_bytes) <= budget;
+      })) {
+    chosen = *p;
+    chosen.meets_memory_target = true;
+    return chosen;
+  }
+  const SplitPlan* least = nullptr;
+  for (const SplitPlan& p : fitting)
+    if (fits_now(p) && (!least || smaller(p, *least))) least = &p;
+  chosen = least ? *least : smallest;
   chosen.meets_memory_target = false;
   return chosen;
+}
+
+uint64_t n_columns(uint64_t n, uint32_t n_split, uint32_t serial, uint32_t ni, uint64_t grain) {
+  uint64_t cols = 0;
+  for (uint32_t pass = 0; pass < serial; ++pass)
+    cols += part_g(n, static_cast<uint64_t>(serial) * n_split, static_cast<uint64_t>(pass) * n_split + ni, grain).size();
+  return cols;
+}
+
+uint64_t occupied_bytes(const Graph& g, uint32_t ipu, std::initializer_list<const Tensor*> operands) {
+  uint64_t bytes = g.max_constant_bytes(ipu);
+  for (const Tensor* t : operands) {
+    const Variable& v = g.var(t->var);
+    if (!v.mapped || v.kind == VarKind::kConstant) continue;
+    uint64_t most = 0;
+    for (const TileShare& s : v.tiles) most = std::max(most, s.count);
+    bytes += most * device_type_size(v.dtype);
+  }
+  return bytes;
 }
 
 void check_memory_proportion(const std::string& op, double proportion) {
@@ -120,18 +188,45 @@ void warn_unless_meets_target(Graph& g, const std::string& op, const SplitPlan& 
 }
 
 SplitLayout::SplitLayout(Graph& g, uint32_t ipu, const SplitPlan& plan, uint64_t G, uint64_t M, uint64_t N, uint64_t K,
-                         uint64_t grain)
-    : g_(g), ipu_(ipu), plan_(plan), G_(G), M_(M), N_(N), K_(K), grain_(grain),
-      first_(g.reserve_tiles(ipu, plan.tiles_used())), position_(plan.tiles_used(), SIZE_MAX) {
+                         uint64_t grain, const KeptBytes& kept)
+    : g_(g), ipu_(ipu), plan_(plan), G_(G), M_(M), N_(N), K_(K), grain_(grain), first_(0),
+      position_(plan.tiles_used(), SIZE_MAX) {
+  std::vector<uint64_t> window(kept ? plan.tiles_used() : 0, 0);
   for (uint32_t gi = 0; gi < plan.g_split; ++gi)
     for (uint32_t mi = 0; mi < plan.m_split; ++mi)
       for (uint32_t ni = 0; ni < plan.n_split; ++ni)
         for (uint32_t ki = 0; ki < plan.k_split; ++ki) {
-          const SplitBlock b{gi, mi, ni, ki, tile(gi, mi, ni, ki), groups(gi), rows(mi), k_range(ki)};
+          if (kept) window[index(gi, mi, ni, ki)] = kept(gi, mi, ni, ki);
+          const SplitBlock b{gi, mi, ni, ki, 0, groups(gi), rows(mi), k_range(ki)};
           if (b.gr.empty() || b.mr.empty() || b.kr.empty()) continue;
           position_[index(gi, mi, ni, ki)] = blocks_.size();
           blocks_.push_back(b);
         }
+  first_ = kept ? g.reserve_tiles_balanced(ipu, window) : g.reserve_tiles(ipu, plan.tiles_used());
+  for (SplitBlock& b : blocks_) b.tile = tile(b.gi, b.mi, b.ni, b.ki);
+}
+
+void spread_runs(const std::vector<Range>& runs, const std::vector<uint32_t>& tiles, std::vector<TileInterval>& out) {
+  uint64_t total = 0;
+  for (const Range& r : runs) total += r.size();
+  if (total == 0) return;
+  NX_CHECK(!tiles.empty(), "spread_runs over no tiles");
+  const uint64_t share = ceil_div(total, tiles.size());
+  size_t ti = 0;
+  uint64_t left = share;  // of tile ti's share
+  for (const Range& r : runs) {
+    uint64_t at = r.begin;
+    while (at < r.end) {
+      const uint64_t take = std::min(left, r.end - at);
+      out.push_back(TileInterval{at, at + take, tiles[ti], 0});
+      at += take;
+      left -= take;
+      if (left == 0) {
+        if (ti + 1 < tiles.size()) ++ti;
+        left = share;
+      }
+    }
+  }
 }
 
 Tensor PackedBlocks::create(Graph& g, const std::string& name, DeviceType dtype, uint32_t ipu) {

@@ -7,8 +7,10 @@
 // bytes and cycles.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -25,14 +27,28 @@ inline uint64_t ceil_div(uint64_t a, uint64_t b) { return b == 0 ? 0 : (a + b - 
 // groups and exchange moves whole runs.
 std::vector<uint32_t> split_candidates(uint64_t d, uint64_t max_split, uint64_t grain = 1);
 
-// Among plans whose temporaries meet `proportion` of a tile (and which fit
-// the tile with what they keep resident), the fastest; failing that, the
-// plan with the fewest temporaries that fits; failing that, the smallest.
-// The returned plan's meets_memory_target says which case applied.
+// Judges plans by what they put on their busiest tile while they run
+// (temporaries + resident bytes) and by what they keep there for the whole
+// program (the operands they lay out). A plan fits a tile if that leaves room
+// for code and other fixed costs (1/8 of the tile and 2 KiB, at most half
+// the tile). Among the plans that fit, it
+// starts from the fastest and, while that plan's temporaries exceed
+// `proportion` of a tile, moves to the fastest plan with fewer temporaries
+// that holds no more on a tile, all told or kept; so lowering the proportion
+// never makes the chosen plan hold more. When the walk cannot reach the
+// target, its last plan is used and meets_memory_target is false. `occupied`:
+// bytes the busiest tile already holds (constants mapped so far, the
+// operation's mapped operands); if the chosen plan would overflow on top of
+// them, the fastest plan that fits them and meets the target is used, else
+// the smallest that fits them, else the smallest of all.
 // `n_grain` / `k_grain`: block granularity of N and K (see split_candidates).
 SplitPlan search_splits(uint64_t g, uint64_t m, uint64_t n, uint64_t k, uint32_t tiles, uint64_t bytes_per_tile,
                         double proportion, const std::function<void(SplitPlan&)>& evaluate, uint64_t n_grain = 1,
-                        uint64_t k_grain = 1);
+                        uint64_t k_grain = 1, uint64_t occupied = 0);
+
+// Elements of N block `ni` over all `serial` passes when N is split in
+// `n_split` blocks per pass of grain-multiple chunks (as SplitLayout::n_chunk).
+uint64_t n_columns(uint64_t n, uint32_t n_split, uint32_t serial, uint32_t ni, uint64_t grain);
 
 // Block length when `total` is split in `parts` blocks that are whole
 // multiples of `grain` (as split_candidates makes them).
@@ -64,6 +80,11 @@ inline Range sub(Range r, uint64_t parts, uint64_t i) {
   return {r.begin + p.begin, r.begin + p.end};
 }
 
+// What an operation's busiest tile may already hold when it runs, for
+// search_splits: the most constants any tile of `ipu` keeps so far, plus, for
+// each mapped operand that is not a constant, the most of it on one tile.
+uint64_t occupied_bytes(const Graph& g, uint32_t ipu, std::initializer_list<const Tensor*> operands);
+
 // Cycles of the accumulating matrix product unit for m x n outputs of depth k.
 uint64_t amp_cycles(const TargetSpec& t, DeviceType in, DeviceType partials, uint64_t m, uint64_t n, uint64_t k);
 
@@ -85,11 +106,15 @@ struct SplitBlock {
 // plan.tiles_used() consecutive tiles of one IPU (reserved on construction):
 // block (gi, mi, ni, ki) is the ((gi * m_split + mi) * n_split + ni) *
 // k_split + ki -th of the window. N and K are split in blocks that are whole
-// multiples of `grain` (see split_candidates).
+// multiples of `grain` (see split_candidates). `kept`, if given, says how many
+// bytes block (gi, mi, ni, ki) keeps on its tile for the whole program (the
+// weights the operation lays out); the window then starts where they add
+// least to what tiles already keep (Graph::reserve_tiles_balanced).
 class SplitLayout {
  public:
+  using KeptBytes = std::function<uint64_t(uint32_t gi, uint32_t mi, uint32_t ni, uint32_t ki)>;
   SplitLayout(Graph& g, uint32_t ipu, const SplitPlan& plan, uint64_t G, uint64_t M, uint64_t N, uint64_t K,
-              uint64_t grain);
+              uint64_t grain, const KeptBytes& kept = {});
 
   uint32_t index(uint32_t gi, uint32_t mi, uint32_t ni, uint32_t ki) const {
     return ((gi * plan_.m_split + mi) * plan_.n_split + ni) * plan_.k_split + ki;
@@ -128,6 +153,18 @@ class SplitLayout {
   std::vector<SplitBlock> blocks_;
   std::vector<size_t> position_;
 };
+
+// Over how many of the `holders` tiles that use it an operand block of
+// `bytes` is spread: pieces of at least 8 KiB, as every holder gathers every
+// piece (more pieces, more exchange code) and small blocks do not pile up.
+inline uint64_t spread_count(uint64_t bytes, uint64_t holders) {
+  constexpr uint64_t kMinPiece = 8192;
+  return std::max<uint64_t>(1, std::min<uint64_t>(holders, bytes / kMinPiece));
+}
+
+// Appends intervals that spread the flat element runs `runs` (of one
+// variable, in order) over `tiles` in nearly equal shares, in order.
+void spread_runs(const std::vector<Range>& runs, const std::vector<uint32_t>& tiles, std::vector<TileInterval>& out);
 
 // A flat temporary made of blocks laid back to back, each on one tile: add()
 // them (returning each block's first flat element), then create() it.

@@ -35,10 +35,13 @@ struct MatMulProblem {
   bool a_unmapped, b_unmapped;  // laid out by this plan: no exchange needed
 };
 
-// The cheapest plan that keeps temporaries within the memory target, or the
-// leanest plan when none does.
+// The cheapest plan that keeps temporaries within the memory target and fits
+// a tile (with `occupied` bytes already on it), found as search_splits in
+// src/ops/planning.h describes: lowering the proportion never gives a plan
+// that holds more on a tile. When the target cannot be met, the leanest such
+// plan, with meets_memory_target false.
 MatMulPlan plan_matmul(const TargetSpec& target, uint32_t tiles, uint64_t bytes_per_tile, const MatMulProblem& p,
-                       double memory_proportion);
+                       double memory_proportion, uint64_t occupied = 0);
 
 Tensor matmul(Graph& g, const Tensor& a, const Tensor& b, const MatMulOptions& opts, MatMulPlan* plan_out = nullptr);
 
