@@ -298,5 +298,6 @@ class ExecutionReport:
             f"{_bytes(self.exchanged_bytes)} exchanged; simulated in {self.wall_seconds * 1e3:,.1f} ms "
             f"(compute {self.compute_seconds * 1e3:,.1f}, exchange {self.exchange_seconds * 1e3:,.1f}, "
             f"host I/O {self.host_io_seconds * 1e3:,.1f}) using {_bytes(self.host_memory_bytes)} of host memory "
-            "for tiles" + (f"; on IPUs {', '.join(map(str, self.ipus))}" if self.ipus else "")
+            "for tiles"
+            + (f"; on IPU{'s' if len(self.ipus) > 1 else ''} {', '.join(map(str, self.ipus))}" if self.ipus else "")
         )
