@@ -9,7 +9,6 @@ use crate::executable::{Executable, HostStream};
 use crate::ir::Model;
 use crate::lower::precision::Precision;
 use crate::lower::{LowerCx, LowerOptions};
-use crate::ops::lookup;
 use crate::passes::{prepare, Limits, PassStats, TensorSpec};
 use crate::pipeline::{
     compile_stages, estimate, node_cycles, stage_stream_cycles, Carry, Execution, ModelStreams,
@@ -285,19 +284,8 @@ fn auto_shard(
     let sys = system.cloned().unwrap_or_else(default_system);
     let g = &m.graph;
     let n = g.nodes.len();
-    let rate = if opts.precision == Precision::Float32 {
-        sys.fp32_flops_per_cycle
-    } else {
-        sys.fp16_flops_per_cycle
-    } as f64;
     let host_rate = sys.host_link_bytes_per_sec / sys.clock_hz;
-    let mut costs: Vec<NodeCost> = estimate_costs(
-        m,
-        sys.tiles_per_ipu,
-        rate.max(1.0),
-        opts.float_bytes(),
-        host_rate,
-    );
+    let mut costs = first_costs(m, opts, &sys);
     // The node that streams each model output out (its producer).
     let mut stream_node: std::collections::HashMap<String, usize> = Default::default();
     let producers = g.producers();
@@ -446,19 +434,7 @@ fn fit_advice(
 ) -> String {
     let g = &m.graph;
     let n = g.nodes.len();
-    let rate = if opts.precision == Precision::Float32 {
-        sys.fp32_flops_per_cycle
-    } else {
-        sys.fp16_flops_per_cycle
-    } as f64;
-    let host_rate = sys.host_link_bytes_per_sec / sys.clock_hz;
-    let costs = estimate_costs(
-        m,
-        sys.tiles_per_ipu,
-        rate.max(1.0),
-        opts.float_bytes(),
-        host_rate,
-    );
+    let costs = first_costs(m, opts, sys);
     let capacity = sys.tiles_per_ipu as f64 * sys.bytes_per_tile as f64;
     let fits_on = |k: usize| {
         SplitProblem {
@@ -524,6 +500,24 @@ fn with_advice(e: Error, advice: &str) -> Error {
         },
         other => other,
     }
+}
+
+/// What each node of `m` costs before anything is compiled, on `sys` at
+/// the precision of `opts`.
+fn first_costs(m: &Model, opts: &CompileOptions, sys: &SystemInfo) -> Vec<NodeCost> {
+    let rate = if opts.precision == Precision::Float32 {
+        sys.fp32_flops_per_cycle
+    } else {
+        sys.fp16_flops_per_cycle
+    } as f64;
+    let host_rate = sys.host_link_bytes_per_sec / sys.clock_hz;
+    estimate_costs(
+        m,
+        sys.tiles_per_ipu,
+        rate.max(1.0),
+        opts.float_bytes(),
+        host_rate,
+    )
 }
 
 /// How far over capacity the fullest tile of an out-of-memory error is (1
@@ -612,25 +606,8 @@ pub fn lower_model(
     for &v in &g.inputs {
         in_bind.push(cx.bind_input(v, 0)?);
     }
-    let mut placement = Vec::new();
-    for (i, node) in g.nodes.iter().enumerate() {
-        let op = lookup(node, m.opset)?;
-        cx.begin_node(i, op.float_role());
-        op.lower(&mut cx, node)?;
-        for &o in &node.outputs {
-            if !cx.is_set(o) && g.constant(o).is_none() {
-                return Err(Error::Internal(format!(
-                    "lowering node '{}' left output {o} unset",
-                    node.name
-                )));
-            }
-        }
-        placement.push(Placement {
-            node: node.name.clone(),
-            op_type: node.op_type.clone(),
-            ipu: 0,
-        });
-    }
+    let all: Vec<usize> = (0..g.nodes.len()).collect();
+    let placement = cx.lower_nodes(&all, 0)?;
     let outputs = cx.finish_outputs(&g.outputs)?;
     Ok(Lowered {
         inputs: in_bind,

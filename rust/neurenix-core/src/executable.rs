@@ -18,8 +18,8 @@ use crate::backend::DeviceEngine;
 use crate::compile::{CompileOptions, Lowered, ShardReport};
 use crate::dtype::{DeviceType, ElemType};
 use crate::error::{Error, Result};
-use crate::pipeline::{Carry, Execution, PipelineEstimate, Sink, Source, Stage};
-use crate::report::{DeviceReport, RunStats, StepKind};
+use crate::pipeline::{step_stream, Carry, Execution, PipelineEstimate, Sink, Source, Stage};
+use crate::report::{DeviceReport, RunStats};
 use crate::tensor::{device_to_host, host_to_device};
 
 /// One input or output of a compiled program: the tensor as the host sees it
@@ -79,27 +79,12 @@ fn merge_reports(stages: &[Stage], cycles: u64) -> DeviceReport {
         }));
         // Carried tensors' streams are IPU-Link copies on the device, costed
         // by the estimate, not host transfers.
-        let carried: Vec<&str> = st
-            .inputs
-            .iter()
-            .filter(|(_, src)| matches!(src, Source::Carried(_)))
-            .map(|(h, _)| h.name.as_str())
-            .chain(
-                st.outputs
-                    .iter()
-                    .filter(|(_, sink)| matches!(sink, Sink::Carried(_)))
-                    .map(|(h, _)| h.name.as_str()),
-            )
-            .collect();
+        let carried = st.stream_names(true);
         r.steps.extend(
             st.report
                 .steps
                 .iter()
-                .filter(|s| {
-                    !matches!(s.kind, StepKind::HostToDevice | StepKind::DeviceToHost)
-                        || !carried
-                            .contains(&s.name.split_once(' ').map_or(s.name.as_str(), |(_, n)| n))
-                })
+                .filter(|s| !step_stream(s).is_some_and(|n| carried.contains(n)))
                 .map(|s| {
                     let mut s = s.clone();
                     s.ipu = st.ipu;

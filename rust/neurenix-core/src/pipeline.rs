@@ -17,8 +17,7 @@ use crate::error::{Error, Result};
 use crate::executable::HostStream;
 use crate::ir::{Model, ValueId};
 use crate::lower::{LowerCx, LowerOptions};
-use crate::ops::lookup;
-use crate::report::{DeviceReport, StepKind, SystemInfo};
+use crate::report::{DeviceReport, StepCost, StepKind, SystemInfo};
 use crate::topology::{Topology, Transfer};
 
 /// How micro-batches pass the stages of a replica.
@@ -87,6 +86,37 @@ pub struct Stage {
     pub outputs: Vec<(HostStream, Sink)>,
     pub device: Box<dyn DeviceExecutable>,
     pub report: DeviceReport,
+}
+
+impl Stage {
+    /// Names of the stage's streams that carry tensors between stages
+    /// (`carried`) or the model's inputs and outputs (`!carried`).
+    pub fn stream_names(&self, carried: bool) -> BTreeSet<&str> {
+        let ins = self
+            .inputs
+            .iter()
+            .filter(move |(_, src)| matches!(src, Source::Carried(_)) == carried)
+            .map(|(h, _)| h.name.as_str());
+        let outs = self
+            .outputs
+            .iter()
+            .filter(move |(_, sink)| matches!(sink, Sink::Carried(_)) == carried)
+            .map(|(h, _)| h.name.as_str());
+        ins.chain(outs).collect()
+    }
+}
+
+/// The stream a host-transfer step moves ("host->device x" -> "x"); None for
+/// compute and exchange steps.
+pub fn step_stream(step: &StepCost) -> Option<&str> {
+    match step.kind {
+        StepKind::HostToDevice | StepKind::DeviceToHost => Some(
+            step.name
+                .split_once(' ')
+                .map_or(step.name.as_str(), |(_, n)| n),
+        ),
+        StepKind::Compute | StepKind::Exchange => None,
+    }
 }
 
 /// The host streams of the whole model (micro-batch shapes).
@@ -189,26 +219,7 @@ pub fn compile_stages(
             let hs = cx.bind_carried(carries[c].value, carries[c].device_type, 0)?;
             inputs.push((hs, Source::Carried(c)));
         }
-        let mut placement = Vec::new();
-        for &i in &nodes {
-            let node = &g.nodes[i];
-            let op = lookup(node, model.opset)?;
-            cx.begin_node(i, op.float_role());
-            op.lower(&mut cx, node)?;
-            for &o in &node.outputs {
-                if !cx.is_set(o) && g.constant(o).is_none() {
-                    return Err(Error::Internal(format!(
-                        "lowering node '{}' left output {o} unset",
-                        node.name
-                    )));
-                }
-            }
-            placement.push(Placement {
-                node: node.name.clone(),
-                op_type: node.op_type.clone(),
-                ipu: s,
-            });
-        }
+        let placement = cx.lower_nodes(&nodes, s)?;
         let out_values: Vec<ValueId> = outs.iter().map(|&k| g.outputs[k]).collect();
         let host_out = cx.finish_outputs(&out_values)?;
         let carry_values: Vec<ValueId> = carried_out.iter().map(|&c| carries[c].value).collect();
@@ -376,18 +387,7 @@ pub fn estimate(
         .unwrap_or(1);
     let mut est = Vec::new();
     for st in stages {
-        let carried: BTreeSet<&str> = st
-            .inputs
-            .iter()
-            .filter(|(_, src)| matches!(src, Source::Carried(_)))
-            .map(|(h, _)| h.name.as_str())
-            .chain(
-                st.outputs
-                    .iter()
-                    .filter(|(_, sink)| matches!(sink, Sink::Carried(_)))
-                    .map(|(h, _)| h.name.as_str()),
-            )
-            .collect();
+        let carried = st.stream_names(true);
         let (mut compute, mut host) = (0u64, 0u64);
         for step in &st.report.steps {
             match step.kind {
@@ -395,11 +395,7 @@ pub fn estimate(
                     compute = compute.saturating_add(step.cycles)
                 }
                 StepKind::HostToDevice | StepKind::DeviceToHost => {
-                    let stream = step
-                        .name
-                        .split_once(' ')
-                        .map_or(step.name.as_str(), |(_, n)| n);
-                    if !carried.contains(stream) {
+                    if !step_stream(step).is_some_and(|n| carried.contains(n)) {
                         // Replicas sharing a host link share its bandwidth;
                         // the fixed latency of each stream overlaps.
                         let sys = &st.report.system;
@@ -468,29 +464,11 @@ pub fn estimate(
 /// Cycles of the model's host streams in `stage`'s program, by stream name
 /// (carried tensors excluded).
 pub fn stage_stream_cycles(stage: &Stage) -> HashMap<String, f64> {
-    let host: BTreeSet<&str> = stage
-        .inputs
-        .iter()
-        .filter(|(_, s)| matches!(s, Source::Host(_)))
-        .map(|(h, _)| h.name.as_str())
-        .chain(
-            stage
-                .outputs
-                .iter()
-                .filter(|(_, s)| matches!(s, Sink::Host(_)))
-                .map(|(h, _)| h.name.as_str()),
-        )
-        .collect();
+    let host = stage.stream_names(false);
     let mut out = HashMap::new();
     for step in &stage.report.steps {
-        if matches!(step.kind, StepKind::HostToDevice | StepKind::DeviceToHost) {
-            let name = step
-                .name
-                .split_once(' ')
-                .map_or(step.name.as_str(), |(_, n)| n);
-            if host.contains(name) {
-                *out.entry(name.to_string()).or_insert(0.0) += step.cycles as f64;
-            }
+        if let Some(name) = step_stream(step).filter(|n| host.contains(n)) {
+            *out.entry(name.to_string()).or_insert(0.0) += step.cycles as f64;
         }
     }
     out

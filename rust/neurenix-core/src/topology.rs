@@ -193,20 +193,8 @@ mod tests {
     fn system(version: &str) -> SystemInfo {
         SystemInfo {
             version: version.into(),
-            chip: String::new(),
-            num_ipus: 16,
-            tiles_per_ipu: 1472,
-            bytes_per_tile: 638976,
             clock_hz: 1.0e9,
-            fp16_flops_per_cycle: 128,
-            fp32_flops_per_cycle: 32,
-            fp8_flops_per_cycle: 0,
-            worker_threads: 6,
-            exchange_bytes_per_cycle: 4,
-            sync_cycles: 90,
-            ipu_link_bytes_per_sec: 32e9,
-            ipu_links: 10,
-            host_link_bytes_per_sec: 64e9,
+            ..crate::compile::default_system()
         }
     }
 

@@ -25,10 +25,12 @@ pub fn carried_stream_name(value: &str) -> String {
 use std::collections::HashMap;
 
 use crate::backend::{Backend, TensorId};
+use crate::compile::Placement;
 use crate::dtype::{DeviceType, ElemType};
 use crate::error::{Error, Result};
 use crate::executable::HostStream;
 use crate::ir::{Graph, Node, NodeId, ValueId};
+use crate::ops::lookup;
 use crate::tensor::{checked_numel, HostTensor};
 
 use fusion::LazyMap;
@@ -181,6 +183,33 @@ impl<'a> LowerCx<'a> {
         self.site = Some(Site::Node(idx));
         self.current_ipu = self.node_ipu.get(idx).copied().unwrap_or(0);
         self.role = role;
+    }
+
+    /// Lowers `nodes` (in program order) onto the stage on IPU `ipu` of
+    /// its replica; returns where each went.
+    pub fn lower_nodes(&mut self, nodes: &[NodeId], ipu: u32) -> Result<Vec<Placement>> {
+        let graph = self.graph;
+        let mut placement = Vec::with_capacity(nodes.len());
+        for &i in nodes {
+            let node = &graph.nodes[i];
+            let op = lookup(node, self.opset)?;
+            self.begin_node(i, op.float_role());
+            op.lower(self, node)?;
+            for &o in &node.outputs {
+                if !self.is_set(o) && graph.constant(o).is_none() {
+                    return Err(Error::Internal(format!(
+                        "lowering node '{}' left output {o} unset",
+                        node.name
+                    )));
+                }
+            }
+            placement.push(Placement {
+                node: node.name.clone(),
+                op_type: node.op_type.clone(),
+                ipu,
+            });
+        }
+        Ok(placement)
     }
 
     pub fn ipu(&self) -> u32 {
