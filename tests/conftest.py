@@ -21,6 +21,7 @@ def _isolated_locks(tmp_path, monkeypatch):
     lock_dir = tmp_path / "ipu-locks"
     monkeypatch.setenv("NEURENIX_IPU_LOCK_DIR", str(lock_dir))
     for var in ("NEURENIX_IPU_MODEL", "NEURENIX_NUM_IPUS", "NEURENIX_PRECISION", "NEURENIX_MEMORY_PROPORTION",
-                "NEURENIX_HALF_PARTIALS", "NEURENIX_COMPILE_ONLY", "NEURENIX_DEVICE_ID"):
+                "NEURENIX_HALF_PARTIALS", "NEURENIX_COMPILE_ONLY", "NEURENIX_DEVICE_ID", "NEURENIX_REPLICATION_FACTOR",
+                "NEURENIX_DEVICE_ITERATIONS", "NEURENIX_EXECUTION"):
         monkeypatch.delenv(var, raising=False)
     yield lock_dir

@@ -379,3 +379,33 @@ def test_an_output_also_read_by_a_later_stage_is_streamed_and_carried():
     host_steps = [(s.ipu, s.kind, s.name) for s in compiled.report.steps if s.kind != "compute" and s.kind != "exchange"]
     assert (0, "device_to_host", "device->host hidden") in host_steps
     assert not any("carried" in name for _, _, name in host_steps), "carried tensors are not host transfers"
+
+
+def test_sharding_plans_of_the_wrong_type_are_refused(monkeypatch):
+    from neurenix.hardware.graphcore import InvalidOptionTypeError
+    from neurenix.hardware.graphcore.options import options_from_env
+
+    with pytest.raises(InvalidOptionTypeError, match="names the nodes at which stages begin"):
+        GraphCoreManager(num_ipus=2, sharding=["dense1", 3], ipu_model=tiny())
+    with pytest.raises(InvalidOptionTypeError, match="maps node names"):
+        GraphCoreManager(num_ipus=2, sharding={1: 1}, ipu_model=tiny())
+    with pytest.raises(InvalidOptionTypeError, match="IPUs are integers"):
+        GraphCoreManager(num_ipus=2, sharding={"dense1": "1"}, ipu_model=tiny())
+    with pytest.raises(InvalidOptionError, match="names a node twice"):
+        GraphCoreManager(num_ipus=4, sharding=["dense1", "dense1"], ipu_model=tiny())
+    with pytest.raises(InvalidOptionTypeError, match="sharding must be"):
+        GraphCoreManager(num_ipus=2, sharding=3, ipu_model=tiny())
+    with pytest.raises(InvalidOptionTypeError, match="replication_factor must be an integer"):
+        GraphCoreManager(num_ipus=2, replication_factor=2.0, ipu_model=tiny())
+    # The environment sets the new options too, validated the same way.
+    monkeypatch.setenv("NEURENIX_REPLICATION_FACTOR", "2")
+    monkeypatch.setenv("NEURENIX_DEVICE_ITERATIONS", "3")
+    monkeypatch.setenv("NEURENIX_EXECUTION", "sharded")
+    opts = options_from_env()
+    assert (opts["replication_factor"], opts["device_iterations"], opts["execution"]) == (2, 3, "sharded")
+    m = GraphCoreManager(num_ipus=2, ipu_model=tiny(), **{k: opts[k] for k in ("replication_factor",
+                                                                              "device_iterations", "execution")})
+    assert (m.replication_factor, m.device_iterations, m.execution) == (2, 3, "sharded")
+    monkeypatch.setenv("NEURENIX_DEVICE_ITERATIONS", "three")
+    with pytest.raises(InvalidOptionError, match="NEURENIX_DEVICE_ITERATIONS"):
+        options_from_env()
