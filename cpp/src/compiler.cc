@@ -18,6 +18,7 @@ constexpr uint64_t kControlPerStep = 8;
 constexpr uint64_t kExchangeCodePerCopy = 8;
 constexpr uint64_t kVertexStateBase = 16;
 constexpr uint64_t kVertexStatePerField = 4;
+constexpr size_t kLargestPerTile = 3;  // tensors a tile's memory report lists
 
 uint64_t align_up(uint64_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
 
@@ -228,6 +229,9 @@ std::unique_ptr<Executable> compile(std::unique_ptr<Graph> gp) {
     mem[tile].tile = tile % g.tiles_per_ipu();
     mem[tile].global_tile = tile;
     mem[tile].variables = exe->arena_bytes_[tile];
+    for (const auto& [v, si] : per_tile[tile])
+      if (g.var(v).kind == VarKind::kConstant)
+        mem[tile].constants += align_up(g.var(v).tiles[si].count * device_type_size(g.var(v).dtype));
   }
   std::vector<std::set<std::string>> codelets(ntiles);
   std::vector<int64_t> last_step_on_tile(ntiles, -1);
@@ -278,17 +282,22 @@ std::unique_ptr<Executable> compile(std::unique_ptr<Graph> gp) {
         for (size_t i : at_peak) peaks[tile].push_back({items[i].first, sizes[i]});
       }
     }
-    exe->tile_memory_.push_back(m);
+    auto& peak = peaks[tile];
+    std::stable_sort(peak.begin(), peak.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+    auto tile_tensor = [&](size_t i) {
+      const Variable& var = g.var(peak[i].first);
+      return TileTensor{var.name, var.node, peak[i].second};
+    };
+    for (size_t i = 0; i < peak.size() && i < kLargestPerTile; ++i) m.largest.push_back(tile_tensor(i));
     if (m.total() > capacity) {
       TileOverflow o{m.ipu, m.tile, m.total(), capacity, {}};
-      auto& peak = peaks[tile];
-      std::sort(peak.begin(), peak.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
-      for (size_t i = 0; i < peak.size() && i < 5; ++i) o.largest.push_back(MemoryConsumer{g.var(peak[i].first).name, peak[i].second});
+      for (size_t i = 0; i < peak.size() && i < 5; ++i) o.largest.push_back(tile_tensor(i));
       if (m.vertex_state + m.code + m.exchange_code + m.control_code > capacity / 4)
-        o.largest.push_back(MemoryConsumer{"(vertex state, code, exchange and control code)",
-                                           m.vertex_state + m.code + m.exchange_code + m.control_code});
+        o.largest.push_back(TileTensor{"(vertex state, code, exchange and control code)", "",
+                                       m.vertex_state + m.code + m.exchange_code + m.control_code});
       exe->overflows_.push_back(std::move(o));
     }
+    exe->tile_memory_.push_back(std::move(m));
   }
 
   // Resolve addresses.
@@ -348,25 +357,65 @@ std::unique_ptr<Executable> compile(std::unique_ptr<Graph> gp) {
       exe->byte_schedule_[ei].push_back(Executable::TileByteCopies{tc.dst_tile, begin, static_cast<uint32_t>(bc.size())});
     }
   }
+  // Bytes of variables live at each step (constants all along).
+  std::vector<int64_t> live_delta(nsteps + 1, 0);
+  for (size_t v = 0; v < g.num_vars(); ++v) {
+    if (live[v].first < 0) continue;
+    const Variable& var = g.var(static_cast<VarId>(v));
+    uint64_t bytes = 0;
+    for (const TileShare& sh : var.tiles) bytes += align_up(sh.count * device_type_size(var.dtype));
+    live_delta[live[v].first] += static_cast<int64_t>(bytes);
+    live_delta[std::min<int64_t>(live[v].last, nsteps - 1) + 1] -= static_cast<int64_t>(bytes);
+  }
+  int64_t live_now = 0;
+
   const double host_bytes_per_cycle = t.host_link_bytes_per_sec / t.clock_hz;
   const double link_bytes_per_cycle = t.ipu_link_bytes_per_sec * t.ipu_links / t.clock_hz;
+  auto fmt_bytes = [](uint64_t b) { return std::to_string(b) + " B"; };
   for (int64_t s = 0; s < nsteps; ++s) {
     const Step& st = program[s];
-    StepCost c{st.kind, st.index, step_name(g, st), 0, 0, 0};
+    StepCost c{st.kind, st.index, step_name(g, st), 0, 0, 0, "", -1, 0, {}};
+    live_now += live_delta[s];
+    c.live_bytes = static_cast<uint64_t>(live_now);
     switch (st.kind) {
       case StepKind::kCompute: {
+        // The slowest tile sets the cost: its vertices run one after another
+        // (each spread over the tile's worker threads), then all tiles sync.
+        const ComputeSet& cs = g.compute_sets()[st.index];
+        c.node = cs.node;
         uint64_t worst = 0;
+        const Executable::TileVertices* busiest = nullptr;
         for (const auto& tv : exe->compute_schedule_[st.index]) {
           uint64_t sum = 0;
           for (const Vertex* v : tv.vertices) sum += v->cycles(t);
-          worst = std::max(worst, sum);
+          if (!busiest || sum > worst) {
+            worst = sum;
+            busiest = &tv;
+          }
         }
+        if (busiest) {
+          c.tile = busiest->tile % g.tiles_per_ipu();
+          std::map<std::string, std::pair<uint64_t, uint64_t>> by_kind;  // vertex kind -> (count, cycles)
+          for (const Vertex* v : busiest->vertices) {
+            auto& k = by_kind[v->name()];
+            k.first += 1;
+            k.second += v->cycles(t) - t.vertex_overhead_cycles;
+          }
+          for (const auto& [kind, k] : by_kind)
+            c.terms.push_back(CostTerm{std::to_string(k.first) + " x " + kind, k.second});
+          c.terms.push_back(CostTerm{"vertex launch (" + std::to_string(busiest->vertices.size()) + " x " +
+                                         std::to_string(t.vertex_overhead_cycles) + ")",
+                                     busiest->vertices.size() * t.vertex_overhead_cycles});
+        }
+        c.terms.push_back(CostTerm{"sync", t.sync_cycles});
         c.cycles = worst + t.sync_cycles;
-        c.items = g.compute_sets()[st.index].vertices.size();
+        c.items = cs.vertices.size();
         break;
       }
       case StepKind::kExchange: {
-        std::unordered_map<uint32_t, uint64_t> in, out, cross;  // cross: bytes leaving each IPU
+        const Exchange& ex = g.exchanges()[st.index];
+        c.node = ex.node;
+        std::unordered_map<uint32_t, uint64_t> in, out, desc, cross;  // cross: bytes leaving each IPU
         // The exchange fabric multicasts: data sent once can be received by
         // any number of tiles, so a sender pays for each distinct run once.
         struct Sent {
@@ -384,11 +433,12 @@ std::unique_ptr<Executable> compile(std::unique_ptr<Graph> gp) {
           }
         };
         std::vector<Sent> sent;
-        sent.reserve(g.exchanges()[st.index].copies.size());
-        c.items = g.exchanges()[st.index].copies.size();
-        for (const Copy& cp : g.exchanges()[st.index].copies) {
+        sent.reserve(ex.copies.size());
+        c.items = ex.copies.size();
+        for (const Copy& cp : ex.copies) {
           uint64_t bytes = cp.count * cp.outer * device_type_size(g.var(cp.src).dtype);
           c.bytes += bytes;
+          desc[cp.dst_tile] += 1;
           if (cp.src_tile == cp.dst_tile) {
             in[cp.dst_tile] += bytes / 2;  // on-tile copy: memory bandwidth, not exchange
             continue;
@@ -400,23 +450,60 @@ std::unique_ptr<Executable> compile(std::unique_ptr<Graph> gp) {
         }
         std::sort(sent.begin(), sent.end());
         for (size_t i = 0; i < sent.size(); ++i)
-          if (i == 0 || !(sent[i] == sent[i - 1])) out[sent[i].tile] += sent[i].bytes;
-        uint64_t worst = 0;
-        for (auto& [tile, b] : in) worst = std::max(worst, b);
-        for (auto& [tile, b] : out) worst = std::max(worst, b);
-        uint64_t cyc = worst / t.exchange_bytes_per_cycle + t.sync_cycles;
+          if (i == 0 || !(sent[i] == sent[i - 1])) {
+            out[sent[i].tile] += sent[i].bytes;
+            desc[sent[i].tile] += 1;
+          }
+        // Each tile moves its larger direction at the exchange rate and runs
+        // its descriptors; the busiest tile sets the cost.
+        uint64_t worst = 0, worst_bytes = 0, worst_desc = 0;
+        bool worst_sends = false;
+        uint32_t worst_tile = UINT32_MAX;
+        for (auto& [tile, n] : desc) {
+          const uint64_t bi = in.count(tile) ? in[tile] : 0, bo = out.count(tile) ? out[tile] : 0;
+          const uint64_t b = std::max(bi, bo);
+          const uint64_t cost = b / t.exchange_bytes_per_cycle + n * t.exchange_descriptor_cycles;
+          if (worst_tile == UINT32_MAX || cost > worst || (cost == worst && tile < worst_tile)) {
+            worst = cost;
+            worst_bytes = b;
+            worst_desc = n;
+            worst_sends = bo > bi;
+            worst_tile = tile;
+          }
+        }
+        if (worst_tile != UINT32_MAX) c.tile = worst_tile % g.tiles_per_ipu();
+        const uint64_t move = worst_bytes / t.exchange_bytes_per_cycle;
+        const uint64_t on_chip = move + worst_desc * t.exchange_descriptor_cycles + t.sync_cycles;
         uint64_t cross_worst = 0;
         for (auto& [ipu, b] : cross) cross_worst = std::max(cross_worst, b);
-        if (!cross.empty())
-          cyc = std::max<uint64_t>(cyc, static_cast<uint64_t>(cross_worst / link_bytes_per_cycle)) + t.cross_ipu_sync_cycles;
-        c.cycles = cyc;
+        const uint64_t link = static_cast<uint64_t>(cross_worst / link_bytes_per_cycle);
+        if (cross.empty() || on_chip >= link) {
+          c.terms.push_back(CostTerm{std::string(worst_sends ? "send " : "receive ") + fmt_bytes(worst_bytes) + " at " +
+                                         std::to_string(t.exchange_bytes_per_cycle) + " B/cycle",
+                                     move});
+          c.terms.push_back(CostTerm{std::to_string(worst_desc) + " copy descriptor(s) x " +
+                                         std::to_string(t.exchange_descriptor_cycles),
+                                     worst_desc * t.exchange_descriptor_cycles});
+          c.terms.push_back(CostTerm{"sync", t.sync_cycles});
+          c.cycles = on_chip;
+        } else {
+          c.terms.push_back(CostTerm{fmt_bytes(cross_worst) + " over the IPU-Links", link});
+          c.cycles = link;
+        }
+        if (!cross.empty()) {
+          c.terms.push_back(CostTerm{"cross-IPU sync", t.cross_ipu_sync_cycles});
+          c.cycles += t.cross_ipu_sync_cycles;
+        }
         break;
       }
       case StepKind::kHostToDevice:
       case StepKind::kDeviceToHost: {
         const Tensor& tt = st.kind == StepKind::kHostToDevice ? g.inputs()[st.index].tensor : g.outputs()[st.index].tensor;
         c.bytes = tt.numel() * device_type_size(g.var(tt.var).dtype);
-        c.cycles = t.host_transfer_latency_cycles + static_cast<uint64_t>(c.bytes / host_bytes_per_cycle);
+        const uint64_t stream = static_cast<uint64_t>(c.bytes / host_bytes_per_cycle);
+        c.terms.push_back(CostTerm{"host stream latency", t.host_transfer_latency_cycles});
+        c.terms.push_back(CostTerm{fmt_bytes(c.bytes) + " over " + t.host_link, stream});
+        c.cycles = t.host_transfer_latency_cycles + stream;
         break;
       }
     }

@@ -109,6 +109,7 @@ Tensor Graph::add_variable(const std::string& name, DeviceType dtype, const Shap
                                           std::to_string(num_ipus_) + " IPU(s)");
   Variable v;
   v.name = name;
+  v.node = node_;
   v.dtype = dtype;
   v.shape = shape;
   v.numel = shape_numel(shape);
@@ -251,7 +252,7 @@ TileLocation Graph::locate(VarId id, uint64_t flat) const {
 }
 
 uint32_t Graph::add_compute_set(const std::string& name) {
-  compute_sets_.push_back(ComputeSet{name, {}});
+  compute_sets_.push_back(ComputeSet{name, node_, {}});
   return static_cast<uint32_t>(compute_sets_.size() - 1);
 }
 
@@ -267,7 +268,7 @@ void Graph::add_vertex(uint32_t cs, std::unique_ptr<Vertex> v) {
 }
 
 uint32_t Graph::add_exchange(const std::string& name) {
-  exchanges_.push_back(Exchange{name, {}});
+  exchanges_.push_back(Exchange{name, node_, {}});
   return static_cast<uint32_t>(exchanges_.size() - 1);
 }
 

@@ -7,44 +7,77 @@
 namespace neurenix {
 namespace {
 
-// Sources:
-//  - tiles, memory, clock: Graphcore IPU product briefs (GC2, GC200/M2000,
-//    Bow-2000, C600) and Poplar's target constants (IPU1/IPU2 "numTiles",
-//    "bytesPerTile").
-//  - FP16/FP32 flops per tile per cycle: 250 TFLOPS FP16 for GC200 =
-//    1472 tiles x 128 flops x 1.33 GHz; FP32 is a quarter of FP16 on Mk2, and
-//    half of Mk2's rate on Mk1 (125 TFLOPS FP16 at 1216 tiles, 1.6 GHz).
-//    C600 doubles FP16's rate for FP8.
-//  - six worker contexts per tile, exchange 4 B/cycle/tile, local memory
-//    16 B/cycle read and 8 B/cycle write: "Dissecting the Graphcore IPU
-//    Architecture via Microbenchmarking" (Jia et al., 2019).
-//  - sync 90 cycles: the value PopLibs' planners use for an on-chip sync;
-//    cross-IPU syncs go through the GW-Links/IPU-Links and cost more.
-//  - IPU-Links 32 GB/s each, 10 per GC200; host link PCIe Gen4 x16 ~64 GB/s
-//    (M2000 product brief).
-//  - vertex overhead and host latency: calibration estimates, not published.
+// Every constant, with its source. "Estimate" marks the ones no public
+// figure gives; they are listed by estimated_target_constants() and in
+// docs/cost-model.md, and are the ones to recalibrate against a real IPU.
+//
+//  tiles_per_ipu, bytes_per_tile, clock_hz: Graphcore's product briefs and
+//    Poplar's target constants: GC2 1,216 tiles x 256 KiB at 1.6 GHz (C2
+//    card); GC200 1,472 tiles x 624 KiB ("900 MB") at 1.33 GHz (IPU-M2000);
+//    Bow IPU at 1.85 GHz (Bow-2000); the C600 card's IPU at 1.5 GHz.
+//  fp16/fp32_flops_per_cycle: the published peaks divided by tiles x clock:
+//    GC200 250 TFLOPS FP16 = 1,472 x 128 x 1.33 GHz and 62.5 TFLOPS FP32 =
+//    1,472 x 32 x 1.33 GHz; Bow 350 TFLOPS (x 1.85 GHz); C600 280 TFLOPS FP16
+//    (x 1.5 GHz); GC2 125 TFLOPS FP16 = 1,216 x 64 x 1.6 GHz and 31.1 TFLOPS
+//    FP32 = 1,216 x 16 x 1.6 GHz (also measured by Jia et al., "Dissecting the
+//    Graphcore IPU Architecture via Microbenchmarking", 2019). The briefs give
+//    one FP16 peak for float and half partials, so half partials do not
+//    change the AMP rate here (they halve partials' bytes: memory, exchange
+//    and the reduction vertices).
+//  worker_threads 6, exchange 4 B/cycle/tile each way, local memory 16 B/cycle
+//    read and 8 B/cycle write: Jia et al. 2019 (six hardware worker contexts
+//    sharing the tile's issue slots round-robin; 64-bit stores, 128-bit loads).
+//  ipu_link_bytes_per_sec, ipu_links: GC2 and GC200 have 10 IPU-Links,
+//    320 GB/s per chip (product briefs) = 32 GB/s each.
+//  host links (each direction): C2 card PCIe Gen3 x16, 15.75 GB/s; IPU-M2000
+//    and Bow-2000: the IPU-Gateway's two 100 Gb/s host-fabric ports
+//    (RoCE), 25 GB/s for the four IPUs of the machine; C600 card PCIe Gen4 x16,
+//    31.5 GB/s.
+//  Estimates: sync_cycles (90 on chip), cross_ipu_sync_cycles (800),
+//    exchange_descriptor_cycles (2), vertex_overhead_cycles (60),
+//    host_transfer_latency_cycles (2,000).
 std::vector<TargetSpec> make_table() {
-  TargetSpec ipu2{"ipu2", "GC200 (Mk2, M2000)", 1472, 638976, 1.33e9, 128, 32, 0,
-                  6, 4, 16, 8, 90, 800, 32e9, 10, 64e9, 2000, 60};
+  TargetSpec ipu2;
+  ipu2.version = "ipu2";
+  ipu2.chip = "GC200 (Mk2, IPU-M2000)";
+  ipu2.tiles_per_ipu = 1472;
+  ipu2.bytes_per_tile = 638976;
+  ipu2.clock_hz = 1.33e9;
+  ipu2.fp16_flops_per_cycle = 128;
+  ipu2.fp32_flops_per_cycle = 32;
+  ipu2.worker_threads = 6;
+  ipu2.exchange_bytes_per_cycle = 4;
+  ipu2.exchange_descriptor_cycles = 2;
+  ipu2.local_read_bytes_per_cycle = 16;
+  ipu2.local_write_bytes_per_cycle = 8;
+  ipu2.sync_cycles = 90;
+  ipu2.cross_ipu_sync_cycles = 800;
+  ipu2.ipu_link_bytes_per_sec = 32e9;
+  ipu2.ipu_links = 10;
+  ipu2.host_link = "IPU-Gateway, 2 x 100 Gb/s host fabric";
+  ipu2.host_link_bytes_per_sec = 25e9;
+  ipu2.host_transfer_latency_cycles = 2000;
+  ipu2.vertex_overhead_cycles = 60;
   TargetSpec ipu1 = ipu2;
   ipu1.version = "ipu1";
-  ipu1.chip = "GC2 (Mk1)";
+  ipu1.chip = "GC2 (Mk1, C2 card)";
   ipu1.tiles_per_ipu = 1216;
   ipu1.bytes_per_tile = 262144;
   ipu1.clock_hz = 1.6e9;
   ipu1.fp16_flops_per_cycle = 64;
   ipu1.fp32_flops_per_cycle = 16;
-  ipu1.ipu_links = 10;
-  ipu1.host_link_bytes_per_sec = 32e9;  // PCIe Gen3 x16 on the C2 card
+  ipu1.host_link = "PCIe Gen3 x16";
+  ipu1.host_link_bytes_per_sec = 15.75e9;
   TargetSpec bow = ipu2;
   bow.version = "bow";
-  bow.chip = "Bow IPU";
+  bow.chip = "Bow IPU (Bow-2000)";
   bow.clock_hz = 1.85e9;
   TargetSpec ipu21 = ipu2;
   ipu21.version = "ipu21";
-  ipu21.chip = "C600 (FP8 capable)";
+  ipu21.chip = "IPU21 (C600 card)";
   ipu21.clock_hz = 1.5e9;
-  ipu21.fp8_flops_per_cycle = 256;
+  ipu21.host_link = "PCIe Gen4 x16";
+  ipu21.host_link_bytes_per_sec = 31.5e9;
   return {ipu1, ipu2, bow, ipu21};
 }
 
@@ -53,6 +86,12 @@ std::vector<TargetSpec> make_table() {
 const std::vector<TargetSpec>& all_targets() {
   static const std::vector<TargetSpec> table = make_table();
   return table;
+}
+
+const std::vector<std::string>& estimated_target_constants() {
+  static const std::vector<std::string> names = {"sync_cycles", "cross_ipu_sync_cycles", "exchange_descriptor_cycles",
+                                                  "vertex_overhead_cycles", "host_transfer_latency_cycles"};
+  return names;
 }
 
 const TargetSpec& target_for(const std::string& version) {

@@ -22,14 +22,16 @@ struct Expected {
   uint32_t tiles;
   uint64_t bytes;
   double clock;
-  uint32_t fp16, fp32, fp8;
+  uint32_t fp16, fp32;
+  double host_link;  // bytes per second, each direction
+  double peak_fp16_tflops;  // the published peak the flops per cycle reproduce
 };
 
 const Expected kExpected[] = {
-    {"ipu1", 1216, 262144, 1.6e9, 64, 16, 0},
-    {"ipu2", 1472, 638976, 1.33e9, 128, 32, 0},
-    {"bow", 1472, 638976, 1.85e9, 128, 32, 0},
-    {"ipu21", 1472, 638976, 1.5e9, 128, 32, 256},
+    {"ipu1", 1216, 262144, 1.6e9, 64, 16, 15.75e9, 125},    // C2 card: PCIe Gen3 x16
+    {"ipu2", 1472, 638976, 1.33e9, 128, 32, 25e9, 250},     // IPU-M2000: 2 x 100 Gb/s
+    {"bow", 1472, 638976, 1.85e9, 128, 32, 25e9, 350},      // Bow-2000: 2 x 100 Gb/s
+    {"ipu21", 1472, 638976, 1.5e9, 128, 32, 31.5e9, 280},   // C600 card: PCIe Gen4 x16
 };
 
 TEST(Target, TableHasTheFourSupportedChips) {
@@ -47,11 +49,15 @@ TEST(Target, TableHasTheFourSupportedChips) {
     EXPECT_DOUBLE_EQ(t.clock_hz, e.clock);
     EXPECT_EQ(t.fp16_flops_per_cycle, e.fp16);
     EXPECT_EQ(t.fp32_flops_per_cycle, e.fp32);
-    EXPECT_EQ(t.fp8_flops_per_cycle, e.fp8);
+    EXPECT_DOUBLE_EQ(t.host_link_bytes_per_sec, e.host_link);
+    EXPECT_FALSE(t.host_link.empty());
+    // The flops per cycle reproduce the published peak within 1%.
+    const double peak = t.tiles_per_ipu * t.fp16_flops_per_cycle * t.clock_hz / 1e12;
+    EXPECT_NEAR(peak, e.peak_fp16_tflops, e.peak_fp16_tflops * 0.01);
     // Constants every chip shares: six worker contexts, exchange 4 B/cycle,
     // local memory 16 B/cycle read and 8 B/cycle write (Jia et al. 2019);
-    // a 90-cycle sync (the value PopLibs' planners use); IPU-Links of 32 GB/s,
-    // 10 per chip (M2000 product brief).
+    // a 90-cycle sync (an estimate); IPU-Links of 32 GB/s, 10 per chip
+    // (product briefs).
     EXPECT_EQ(t.worker_threads, 6u);
     EXPECT_EQ(t.exchange_bytes_per_cycle, 4u);
     EXPECT_EQ(t.local_read_bytes_per_cycle, 16u);
@@ -64,8 +70,21 @@ TEST(Target, TableHasTheFourSupportedChips) {
     EXPECT_GT(t.host_transfer_latency_cycles, 0u);
     EXPECT_GT(t.vertex_overhead_cycles, 0u);
   }
-  EXPECT_EQ(target_for("ipu1").host_link_bytes_per_sec, 32e9);  // PCIe Gen3 x16
-  EXPECT_EQ(target_for("ipu2").host_link_bytes_per_sec, 64e9);  // PCIe Gen4 x16
+}
+
+TEST(Target, EstimatedConstantsAreNamedFieldsOfTheTable) {
+  const std::set<std::string> fields = {"sync_cycles", "cross_ipu_sync_cycles", "exchange_descriptor_cycles",
+                                        "vertex_overhead_cycles", "host_transfer_latency_cycles"};
+  const auto& named = estimated_target_constants();
+  EXPECT_EQ(std::set<std::string>(named.begin(), named.end()), fields);
+}
+
+TEST(Target, WorkerRoundingFillsWholeRoundsOfWorkerThreads) {
+  const TargetSpec& t = target_for("ipu2");
+  EXPECT_EQ(worker_rounded(t, 0), 0u);
+  EXPECT_EQ(worker_rounded(t, 1), 6u);
+  EXPECT_EQ(worker_rounded(t, 6), 6u);
+  EXPECT_EQ(worker_rounded(t, 7), 12u);
 }
 
 TEST(Target, PeakThroughputMatchesMarketedNumbers) {

@@ -11,7 +11,7 @@ Records are frozen classes with a keyword constructor, equality and a repr.
 from typing import List, Optional, Sequence, Tuple, Union, final
 
 __all__ = [
-    "Model", "Executable", "DeviceManager", "Device", "SystemInfo", "TileMemory", "OpPlan", "StepCost",
+    "Model", "Executable", "DeviceManager", "Device", "SystemInfo", "TileMemory", "TileTensor", "OpPlan", "StepCost", "CostTerm",
     "CarriedTensor", "StageEstimate", "PipelineEstimate", "RunStats", "PassStats", "Placement", "TensorSpec", "HostStream", "DeviceInfo", "ValueParts", "TensorParts",
     "AttrParts", "NodeParts", "ModelParts", "compile", "describe_system", "supported_ops", "supported_opsets", "_panic",
 ]
@@ -20,7 +20,7 @@ __all__ = [
 
 @final
 class SystemInfo:
-    """A simulated system and the target constants of its chip."""
+    """A simulated system and the target constants of its chip (sources: docs/cost-model.md)."""
 
     version: str  # "ipu1", "ipu2", "bow", "ipu21"
     chip: str
@@ -28,15 +28,22 @@ class SystemInfo:
     tiles_per_ipu: int
     bytes_per_tile: int
     clock_hz: float
-    fp16_flops_per_cycle: int
-    fp32_flops_per_cycle: int
-    fp8_flops_per_cycle: int  # 0 where the chip has no FP8
+    fp16_flops_per_cycle: int  # per tile, AMP with half inputs
+    fp32_flops_per_cycle: int  # per tile, AMP with float inputs
     worker_threads: int
-    exchange_bytes_per_cycle: int
+    exchange_bytes_per_cycle: int  # per tile, each direction
+    exchange_descriptor_cycles: int
+    local_read_bytes_per_cycle: int
+    local_write_bytes_per_cycle: int
     sync_cycles: int
-    ipu_link_bytes_per_sec: float
+    cross_ipu_sync_cycles: int
+    ipu_link_bytes_per_sec: float  # one link, each direction
     ipu_links: int
-    host_link_bytes_per_sec: float
+    host_link: str  # e.g. "PCIe Gen4 x16"
+    host_link_bytes_per_sec: float  # each direction
+    host_transfer_latency_cycles: int
+    vertex_overhead_cycles: int
+    estimated_constants: List[str]  # the constants that are estimates, not published figures
     def __new__(
         cls,
         version: str,
@@ -47,13 +54,20 @@ class SystemInfo:
         clock_hz: float,
         fp16_flops_per_cycle: int,
         fp32_flops_per_cycle: int,
-        fp8_flops_per_cycle: int,
         worker_threads: int,
         exchange_bytes_per_cycle: int,
+        exchange_descriptor_cycles: int,
+        local_read_bytes_per_cycle: int,
+        local_write_bytes_per_cycle: int,
         sync_cycles: int,
+        cross_ipu_sync_cycles: int,
         ipu_link_bytes_per_sec: float,
         ipu_links: int,
+        host_link: str,
         host_link_bytes_per_sec: float,
+        host_transfer_latency_cycles: int,
+        vertex_overhead_cycles: int,
+        estimated_constants: List[str],
     ) -> "SystemInfo": ...
 
 def describe_system(spec: str) -> SystemInfo:
@@ -221,27 +235,42 @@ class HostStream:
     def __new__(cls, name: str, dtype: str, shape: List[int], device_type: str) -> "HostStream": ...
 
 @final
+class TileTensor:
+    """A variable on a tile, with the model node that owns it ("" for model inputs)."""
+
+    name: str
+    node: str
+    bytes: int
+    def __new__(cls, name: str, node: str, bytes: int) -> "TileTensor": ...
+
+@final
 class TileMemory:
-    """Peak memory of one tile, by category (bytes); ``tile`` is the index within IPU ``ipu``."""
+    """Peak memory of one tile, by category (bytes); ``tile`` is the index within IPU ``ipu``.
+    Always live: ``constants`` (of ``variables``), vertex state and all code; not always live:
+    ``variables - constants`` (activations and temporaries at the peak)."""
 
     ipu: int
     tile: int
     variables: int
+    constants: int
     vertex_state: int
     code: int
     exchange_code: int
     control_code: int
     total: int
+    largest: List[TileTensor]  # live at the peak, largest first
     def __new__(
         cls,
         ipu: int,
         tile: int,
         variables: int,
+        constants: int,
         vertex_state: int,
         code: int,
         exchange_code: int,
         control_code: int,
         total: int,
+        largest: List[TileTensor],
     ) -> "TileMemory": ...
 
 @final
@@ -276,7 +305,31 @@ class StepCost:
     cycles: int
     bytes: int  # exchanged or streamed (0 for compute)
     items: int  # vertices of a compute step, copy descriptors of an exchange
-    def __new__(cls, ipu: int, kind: str, name: str, cycles: int, bytes: int, items: int) -> "StepCost": ...
+    node: str  # the model node it belongs to ("" for host streams)
+    tile: Optional[int]  # the tile (within the IPU) that set the cost
+    live_bytes: int  # bytes of variables live on the IPU during the step
+    terms: List[CostTerm]  # the cost formula's terms; they sum to cycles
+    def __new__(
+        cls,
+        ipu: int,
+        kind: str,
+        name: str,
+        cycles: int,
+        bytes: int,
+        items: int,
+        node: str,
+        tile: Optional[int],
+        live_bytes: int,
+        terms: List[CostTerm],
+    ) -> "StepCost": ...
+
+@final
+class CostTerm:
+    """One term of a step's cost formula (docs/cost-model.md)."""
+
+    name: str
+    cycles: int
+    def __new__(cls, name: str, cycles: int) -> "CostTerm": ...
 
 @final
 class CarriedTensor:

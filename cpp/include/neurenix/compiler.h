@@ -11,8 +11,11 @@
 
 namespace neurenix {
 
-struct MemoryConsumer {
+// A variable on a tile (or, in an overflow, the tile's fixed overheads), with
+// the model node that owns it.
+struct TileTensor {
   std::string name;
+  std::string node;  // "" for model inputs and fixed overheads
   uint64_t bytes;
 };
 
@@ -22,11 +25,13 @@ struct TileMemory {
   uint32_t tile = 0;          // tile index within its IPU
   uint32_t global_tile = 0;   // ipu * tiles_per_ipu + tile: the tile id of the graph and the engine
   uint64_t variables = 0;     // high-water mark of the variable arena
+  uint64_t constants = 0;     // of which always live: weights and other constants
   uint64_t vertex_state = 0;  // vertex fields and parameters
   uint64_t code = 0;          // codelet code
   uint64_t exchange_code = 0; // exchange descriptors
   uint64_t control_code = 0;  // program control and worker stacks
   uint64_t total() const { return variables + vertex_state + code + exchange_code + control_code; }
+  std::vector<TileTensor> largest;  // live at the peak, largest first (a few)
 };
 
 struct TileOverflow {
@@ -34,7 +39,13 @@ struct TileOverflow {
   uint32_t tile;  // tile index within its IPU
   uint64_t used;
   uint64_t capacity;
-  std::vector<MemoryConsumer> largest;  // live at the peak, largest first
+  std::vector<TileTensor> largest;  // live at the peak, largest first
+};
+
+// One term of a step's cost formula (see docs/cost-model.md).
+struct CostTerm {
+  std::string name;
+  uint64_t cycles;
 };
 
 struct StepCost {
@@ -44,6 +55,10 @@ struct StepCost {
   uint64_t cycles;
   uint64_t bytes;  // exchanged or streamed bytes (0 for compute)
   uint64_t items;  // vertices (compute) or copy descriptors (exchange)
+  std::string node;        // the model node it belongs to ("" for host streams)
+  int64_t tile = -1;       // the tile that set the cost, index within its IPU (-1: none)
+  uint64_t live_bytes = 0; // bytes of variables live on the step's IPU during it
+  std::vector<CostTerm> terms;  // the formula's terms; they sum to `cycles`
 };
 
 class Executable {

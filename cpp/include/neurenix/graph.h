@@ -53,6 +53,7 @@ struct TileShare {
 
 struct Variable {
   std::string name;
+  std::string node;  // the model node whose lowering made it ("" for model inputs)
   DeviceType dtype;
   Shape shape;
   uint64_t numel = 0;
@@ -132,6 +133,7 @@ class Vertex {
 
 struct ComputeSet {
   std::string name;
+  std::string node;  // the model node whose lowering made it
   std::vector<std::unique_ptr<Vertex>> vertices;
 };
 
@@ -159,6 +161,7 @@ struct Copy {
 
 struct Exchange {
   std::string name;
+  std::string node;  // the model node whose lowering made it
   std::vector<Copy> copies;
 };
 
@@ -198,6 +201,11 @@ class Graph {
   uint64_t bytes_per_tile() const { return spec_.tile_bytes(); }
   uint32_t ipu_of_tile(uint32_t tile) const { return tile / tiles_per_ipu_; }
   uint32_t first_tile(uint32_t ipu) const { return ipu * tiles_per_ipu_; }
+
+  // The model node being lowered ("" for none): variables, compute sets and
+  // exchanges added from now on belong to it, for reports.
+  void begin_node(std::string node) { node_ = std::move(node); }
+  const std::string& node() const { return node_; }
 
   // Variables ---------------------------------------------------------------
   Tensor add_variable(const std::string& name, DeviceType dtype, const Shape& shape, VarKind kind, uint32_t ipu);
@@ -293,6 +301,7 @@ class Graph {
   std::vector<uint64_t> constant_bytes_;  // per global tile
   std::vector<OpPlan> op_plans_;
   std::vector<std::string> warnings_;
+  std::string node_;
 };
 
 }  // namespace neurenix

@@ -13,25 +13,39 @@ namespace neurenix {
 
 struct TargetSpec {
   std::string version;         // "ipu1", "ipu2", "bow", "ipu21"
-  std::string chip;            // marketing name, e.g. "GC200 (Mk2)"
+  std::string chip;            // chip and the system it ships in, e.g. "GC200 (Mk2, IPU-M2000)"
   uint32_t tiles_per_ipu;      // tiles on a full chip
   uint64_t bytes_per_tile;     // SRAM per tile
   double clock_hz;             // tile clock
-  uint32_t fp16_flops_per_cycle;  // per tile, accumulating matrix product unit
-  uint32_t fp32_flops_per_cycle;  // per tile
-  uint32_t fp8_flops_per_cycle;   // per tile, 0 where the chip has no FP8
-  uint32_t worker_threads;        // hardware worker contexts per tile
+  uint32_t fp16_flops_per_cycle;  // per tile, accumulating matrix product (AMP) unit, half inputs
+  uint32_t fp32_flops_per_cycle;  // per tile, AMP unit, float inputs
+  uint32_t worker_threads;        // hardware worker contexts per tile, sharing its issue slots
   uint32_t exchange_bytes_per_cycle;    // per tile, each direction
+  uint32_t exchange_descriptor_cycles;  // per copy descriptor a tile executes in an exchange
   uint32_t local_read_bytes_per_cycle;  // per tile
   uint32_t local_write_bytes_per_cycle; // per tile
   uint32_t sync_cycles;            // on-chip BSP sync
   uint32_t cross_ipu_sync_cycles;  // sync spanning several IPUs
-  double ipu_link_bytes_per_sec;   // one IPU-Link
+  double ipu_link_bytes_per_sec;   // one IPU-Link, each direction
   uint32_t ipu_links;              // IPU-Links per chip
-  double host_link_bytes_per_sec;  // PCIe to the host
+  std::string host_link;           // what connects the host, e.g. "PCIe Gen4 x16"
+  double host_link_bytes_per_sec;  // host link, each direction
   uint32_t host_transfer_latency_cycles;  // fixed cost of a host stream
   uint32_t vertex_overhead_cycles;  // supervisor cost to launch one vertex
 };
+
+// Which constants of the table are estimates rather than published or
+// measured figures (for reports; see target.cc for the sources).
+const std::vector<std::string>& estimated_target_constants();
+
+// Work items of a worker vertex (elements, rows, ...), rounded up to whole
+// rounds of the tile's worker threads. A tile issues one instruction per
+// cycle, each of its `worker_threads` workers one every `worker_threads`
+// cycles; a vertex's items are dealt out to all workers, so a count that does
+// not fill the last round leaves issue slots idle.
+inline uint64_t worker_rounded(const TargetSpec& t, uint64_t items) {
+  return (items + t.worker_threads - 1) / t.worker_threads * t.worker_threads;
+}
 
 // The table of supported chips.
 const std::vector<TargetSpec>& all_targets();

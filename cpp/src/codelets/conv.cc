@@ -50,8 +50,7 @@ uint64_t ConvVertex::cycles(const TargetSpec& t) const {
   const uint64_t depth = half ? 16 : 8;
   const uint64_t k = static_cast<uint64_t>(s_.cin) * s_.kh * s_.kw;
   const uint64_t p = static_cast<uint64_t>(s_.rows) * s_.out_w;
-  uint64_t compute = 2 * s_.cout * p * ((k + depth - 1) / depth * depth) / rate;
-  if (partials_ == DeviceType::kFloat16) compute = compute * 9 / 10;
+  const uint64_t compute = 2 * s_.cout * p * ((k + depth - 1) / depth * depth) / rate;  // AMP, as MatMulVertex
   return t.vertex_overhead_cycles + compute + 4ull * s_.rows * s_.cout * s_.kh;
 }
 

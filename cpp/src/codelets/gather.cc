@@ -25,7 +25,8 @@ void GatherVertex::list_fields(std::vector<Field*>& out) {
 }
 
 uint64_t GatherVertex::cycles(const TargetSpec& t) const {
-  return t.vertex_overhead_cycles + idx_.count * (6 + cols_ * device_type_size(dtype_) / t.local_read_bytes_per_cycle);
+  return t.vertex_overhead_cycles +
+         worker_rounded(t, idx_.count) * (6 + cols_ * device_type_size(dtype_) / t.local_read_bytes_per_cycle);
 }
 
 void GatherVertex::compute(uint8_t* mem) const {

@@ -160,7 +160,7 @@ uint64_t MapVertex::cycles(const TargetSpec& t) const {
   for (const auto& o : operands_)
     if (!o.scalar) bytes += static_cast<double>(device_type_size(o.dtype));
   per += bytes / t.local_read_bytes_per_cycle;
-  return t.vertex_overhead_cycles + static_cast<uint64_t>(per * static_cast<double>(out_.count) + 0.5);
+  return t.vertex_overhead_cycles + static_cast<uint64_t>(per * static_cast<double>(worker_rounded(t, out_.count)) + 0.5);
 }
 
 void MapVertex::compute(uint8_t* mem) const {
@@ -379,7 +379,7 @@ void FillVertex::compute(uint8_t* mem) const {
 }
 
 uint64_t FillVertex::cycles(const TargetSpec& t) const {
-  return t.vertex_overhead_cycles + out_.count * device_type_size(dtype_) / t.local_write_bytes_per_cycle;
+  return t.vertex_overhead_cycles + worker_rounded(t, out_.count) * device_type_size(dtype_) / t.local_write_bytes_per_cycle;
 }
 
 }  // namespace neurenix

@@ -30,7 +30,8 @@ void PoolVertex::list_fields(std::vector<Field*>& out) {
 
 uint64_t PoolVertex::cycles(const TargetSpec& t) const {
   const double per = dtype_ == DeviceType::kFloat16 ? 0.25 : 0.5;
-  const double work = static_cast<double>(s_.planes) * s_.out_rows * s_.out_cols * s_.kh * s_.kw;
+  const double outputs = static_cast<double>(worker_rounded(t, static_cast<uint64_t>(s_.planes) * s_.out_rows * s_.out_cols));
+  const double work = outputs * s_.kh * s_.kw;
   return t.vertex_overhead_cycles + static_cast<uint64_t>(per * work) + 4ull * s_.planes * s_.out_rows;
 }
 

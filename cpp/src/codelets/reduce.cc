@@ -46,7 +46,8 @@ uint64_t ReduceVertex::cycles(const TargetSpec& t) const {
   uint64_t elems = 0;
   for (const auto& s : segs_) elems += s.len;
   const double per = in_dtype_ == DeviceType::kFloat16 ? 0.25 : 0.5;
-  return t.vertex_overhead_cycles + static_cast<uint64_t>(per * static_cast<double>(elems)) + 6 * segs_.size();
+  return t.vertex_overhead_cycles + static_cast<uint64_t>(per * static_cast<double>(worker_rounded(t, elems))) +
+         6 * segs_.size();
 }
 
 namespace {

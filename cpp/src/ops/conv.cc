@@ -144,7 +144,7 @@ Tensor conv(Graph& g, const Tensor& x, const Tensor& w, const Tensor* bias, cons
     p.resident_bytes = gb * mb * ceil_div(n_tile, p.k_split) * d.wo * ob + p.kept_bytes;
     const uint64_t ex = t.exchange_bytes_per_cycle;
     uint64_t per = t.sync_cycles + w_bytes / ex;
-    per += t.sync_cycles + gb * (amp_cycles(t, in, partials, nb, mb * d.wo, kb * d.khw) + 4 * mb * nb * o.kh);
+    per += t.sync_cycles + gb * (amp_cycles(t, in, nb, mb * d.wo, kb * d.khw) + 4 * mb * nb * o.kh);
     if (p.k_split > 1) {
       per += t.sync_cycles + (p.k_split - 1) * ch_per * gb * mb * d.wo * pb / ex;
       per += t.sync_cycles + t.vertex_overhead_cycles + p.k_split * ch_per * gb * mb * d.wo / 2;

@@ -51,7 +51,7 @@ void evaluate(const TargetSpec& t, const MatMulProblem& p, SplitPlan& plan) {
   plan.resident_bytes = gb * ceil_div(mb, plan.k_split) * n_per_tile * ob + plan.kept_bytes;
   const uint64_t ex = t.exchange_bytes_per_cycle;
   uint64_t per_chunk = t.sync_cycles + b_bytes / ex;  // operand exchange
-  per_chunk += t.sync_cycles + gb * amp_cycles(t, p.in_dtype, p.partials, mb, nb, kb);
+  per_chunk += t.sync_cycles + gb * amp_cycles(t, p.in_dtype, mb, nb, kb);
   if (plan.k_split > 1) {
     per_chunk += t.sync_cycles + (plan.k_split - 1) * rows_per * gb * nb * pb / ex;
     per_chunk += t.sync_cycles + t.vertex_overhead_cycles + plan.k_split * rows_per * gb * nb / 2;

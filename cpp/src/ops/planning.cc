@@ -32,13 +32,12 @@ std::vector<uint32_t> split_candidates(uint64_t d, uint64_t max_split, uint64_t 
   return {eff.begin(), eff.end()};
 }
 
-uint64_t amp_cycles(const TargetSpec& t, DeviceType in, DeviceType partials, uint64_t m, uint64_t n, uint64_t k) {
+uint64_t amp_cycles(const TargetSpec& t, DeviceType in, uint64_t m, uint64_t n, uint64_t k) {
   const bool half = in == DeviceType::kFloat16;
   const uint64_t rate = half ? t.fp16_flops_per_cycle : t.fp32_flops_per_cycle;
   const uint64_t depth = half ? 16 : 8;  // input channels the AMP consumes per pass
-  uint64_t compute = 2 * m * n * ceil_div(k, depth) * depth / rate;
-  // Half partials halve the accumulator traffic: modelled as a 10% saving.
-  if (partials == DeviceType::kFloat16) compute = compute * 9 / 10;
+  // The AMP's rate does not depend on the partials type (MatMulVertex).
+  const uint64_t compute = 2 * m * n * ceil_div(k, depth) * depth / rate;
   return t.vertex_overhead_cycles + compute + 8 * m;
 }
 

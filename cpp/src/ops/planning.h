@@ -86,7 +86,7 @@ inline Range sub(Range r, uint64_t parts, uint64_t i) {
 uint64_t occupied_bytes(const Graph& g, uint32_t ipu, std::initializer_list<const Tensor*> operands);
 
 // Cycles of the accumulating matrix product unit for m x n outputs of depth k.
-uint64_t amp_cycles(const TargetSpec& t, DeviceType in, DeviceType partials, uint64_t m, uint64_t n, uint64_t k);
+uint64_t amp_cycles(const TargetSpec& t, DeviceType in, uint64_t m, uint64_t n, uint64_t k);
 
 // Throws kInvalidArgument unless `proportion` is in (0, 1]; `op` names the
 // operation ("matmul 'fc1'").

@@ -179,6 +179,9 @@ pub trait Backend {
     ) -> Result<TensorId> {
         Err(not_implemented("gather_rows"))
     }
+    /// What is built from now on lowers model node `node` ("" for none:
+    /// model inputs, outputs and carried tensors), for reports.
+    fn begin_node(&mut self, _node: &str) {}
     /// Bytes of tile memory of one IPU (the most one tensor can occupy).
     fn ipu_memory_bytes(&self) -> u64 {
         u64::MAX

@@ -572,13 +572,20 @@ pub fn default_system() -> SystemInfo {
         clock_hz: 1.33e9,
         fp16_flops_per_cycle: 128,
         fp32_flops_per_cycle: 32,
-        fp8_flops_per_cycle: 0,
         worker_threads: 6,
         exchange_bytes_per_cycle: 4,
+        exchange_descriptor_cycles: 2,
+        local_read_bytes_per_cycle: 16,
+        local_write_bytes_per_cycle: 8,
         sync_cycles: 90,
+        cross_ipu_sync_cycles: 800,
         ipu_link_bytes_per_sec: 32e9,
         ipu_links: 10,
-        host_link_bytes_per_sec: 64e9,
+        host_link: String::new(),
+        host_link_bytes_per_sec: 25e9,
+        host_transfer_latency_cycles: 2000,
+        vertex_overhead_cycles: 60,
+        estimated_constants: Vec::new(),
     }
 }
 

@@ -68,7 +68,7 @@ fn merge_reports(stages: &[Stage], cycles: u64) -> DeviceReport {
     };
     for st in stages {
         r.tiles.extend(st.report.tiles.iter().map(|t| {
-            let mut t = *t;
+            let mut t = t.clone();
             t.ipu = st.ipu;
             t
         }));

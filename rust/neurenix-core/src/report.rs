@@ -18,28 +18,52 @@ pub struct SystemInfo {
     pub clock_hz: f64,
     pub fp16_flops_per_cycle: u32,
     pub fp32_flops_per_cycle: u32,
-    /// 0 where the chip has no FP8.
-    pub fp8_flops_per_cycle: u32,
     pub worker_threads: u32,
     pub exchange_bytes_per_cycle: u32,
+    pub exchange_descriptor_cycles: u32,
+    pub local_read_bytes_per_cycle: u32,
+    pub local_write_bytes_per_cycle: u32,
     pub sync_cycles: u32,
+    pub cross_ipu_sync_cycles: u32,
+    /// One IPU-Link, each direction.
     pub ipu_link_bytes_per_sec: f64,
     pub ipu_links: u32,
+    /// What connects the host, e.g. "PCIe Gen4 x16".
+    pub host_link: String,
+    /// Each direction.
     pub host_link_bytes_per_sec: f64,
+    pub host_transfer_latency_cycles: u32,
+    pub vertex_overhead_cycles: u32,
+    /// Names of the constants that are estimates rather than published or
+    /// measured figures.
+    pub estimated_constants: Vec<String>,
+}
+
+/// A variable on a tile, with the model node that owns it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TileTensor {
+    pub name: String,
+    /// "" for model inputs and other tensors no node made.
+    pub node: String,
+    pub bytes: u64,
 }
 
 /// Memory of one tile at its peak, by category (bytes).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TileMemory {
     pub ipu: u32,
     /// Tile index within its IPU.
     pub tile: u32,
     /// High-water mark of the variables (weights, activations, temporaries).
     pub variables: u64,
+    /// Of `variables`, the always-live ones: weights and other constants.
+    pub constants: u64,
     pub vertex_state: u64,
     pub code: u64,
     pub exchange_code: u64,
     pub control_code: u64,
+    /// The largest variables live at the tile's peak, largest first.
+    pub largest: Vec<TileTensor>,
 }
 
 impl TileMemory {
@@ -88,6 +112,13 @@ impl StepKind {
     }
 }
 
+/// One term of a step's cost formula (docs/cost-model.md).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CostTerm {
+    pub name: String,
+    pub cycles: u64,
+}
+
 /// The estimated cost of one program step.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StepCost {
@@ -100,6 +131,14 @@ pub struct StepCost {
     pub bytes: u64,
     /// Vertices of a compute step, copy descriptors of an exchange.
     pub items: u64,
+    /// The model node the step belongs to ("" for host streams).
+    pub node: String,
+    /// The tile (within the step's IPU) that set the cost.
+    pub tile: Option<u32>,
+    /// Bytes of variables live on the step's IPU during the step.
+    pub live_bytes: u64,
+    /// The terms of the cost formula; they sum to `cycles`.
+    pub terms: Vec<CostTerm>,
 }
 
 /// Statistics of one run of a loaded program.

@@ -45,8 +45,10 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<device::PyDevice>()?;
     m.add_class::<records::SystemInfo>()?;
     m.add_class::<records::TileMemory>()?;
+    m.add_class::<records::TileTensor>()?;
     m.add_class::<records::OpPlan>()?;
     m.add_class::<records::StepCost>()?;
+    m.add_class::<records::CostTerm>()?;
     m.add_class::<records::RunStats>()?;
     m.add_class::<records::CarriedTensor>()?;
     m.add_class::<records::StageEstimate>()?;

@@ -41,9 +41,11 @@ record! {
     "SystemInfo" SystemInfo {
         version: String, chip: String, num_ipus: u32, tiles_per_ipu: u32, bytes_per_tile: u64,
         clock_hz: f64, fp16_flops_per_cycle: u32, fp32_flops_per_cycle: u32,
-        fp8_flops_per_cycle: u32, worker_threads: u32, exchange_bytes_per_cycle: u32,
-        sync_cycles: u32, ipu_link_bytes_per_sec: f64, ipu_links: u32,
-        host_link_bytes_per_sec: f64,
+        worker_threads: u32, exchange_bytes_per_cycle: u32, exchange_descriptor_cycles: u32,
+        local_read_bytes_per_cycle: u32, local_write_bytes_per_cycle: u32,
+        sync_cycles: u32, cross_ipu_sync_cycles: u32, ipu_link_bytes_per_sec: f64, ipu_links: u32,
+        host_link: String, host_link_bytes_per_sec: f64, host_transfer_latency_cycles: u32,
+        vertex_overhead_cycles: u32, estimated_constants: Vec<String>,
     }
 }
 
@@ -58,13 +60,35 @@ impl From<report::SystemInfo> for SystemInfo {
             clock_hz: s.clock_hz,
             fp16_flops_per_cycle: s.fp16_flops_per_cycle,
             fp32_flops_per_cycle: s.fp32_flops_per_cycle,
-            fp8_flops_per_cycle: s.fp8_flops_per_cycle,
             worker_threads: s.worker_threads,
             exchange_bytes_per_cycle: s.exchange_bytes_per_cycle,
+            exchange_descriptor_cycles: s.exchange_descriptor_cycles,
+            local_read_bytes_per_cycle: s.local_read_bytes_per_cycle,
+            local_write_bytes_per_cycle: s.local_write_bytes_per_cycle,
             sync_cycles: s.sync_cycles,
+            cross_ipu_sync_cycles: s.cross_ipu_sync_cycles,
             ipu_link_bytes_per_sec: s.ipu_link_bytes_per_sec,
             ipu_links: s.ipu_links,
+            host_link: s.host_link,
             host_link_bytes_per_sec: s.host_link_bytes_per_sec,
+            host_transfer_latency_cycles: s.host_transfer_latency_cycles,
+            vertex_overhead_cycles: s.vertex_overhead_cycles,
+            estimated_constants: s.estimated_constants,
+        }
+    }
+}
+
+record! {
+    /// A variable on a tile, with the model node that owns it.
+    "TileTensor" TileTensor { name: String, node: String, bytes: u64 }
+}
+
+impl From<&report::TileTensor> for TileTensor {
+    fn from(t: &report::TileTensor) -> Self {
+        TileTensor {
+            name: t.name.clone(),
+            node: t.node.clone(),
+            bytes: t.bytes,
         }
     }
 }
@@ -72,8 +96,8 @@ impl From<report::SystemInfo> for SystemInfo {
 record! {
     /// Peak memory of one tile, by category (bytes).
     "TileMemory" TileMemory {
-        ipu: u32, tile: u32, variables: u64, vertex_state: u64, code: u64, exchange_code: u64,
-        control_code: u64, total: u64,
+        ipu: u32, tile: u32, variables: u64, constants: u64, vertex_state: u64, code: u64,
+        exchange_code: u64, control_code: u64, total: u64, largest: Vec<TileTensor>,
     }
 }
 
@@ -83,11 +107,13 @@ impl From<&report::TileMemory> for TileMemory {
             ipu: t.ipu,
             tile: t.tile,
             variables: t.variables,
+            constants: t.constants,
             vertex_state: t.vertex_state,
             code: t.code,
             exchange_code: t.exchange_code,
             control_code: t.control_code,
             total: t.total(),
+            largest: t.largest.iter().map(TileTensor::from).collect(),
         }
     }
 }
@@ -117,7 +143,15 @@ impl From<&report::OpPlan> for OpPlan {
 record! {
     /// The estimated cost of one program step. `kind`: "compute",
     /// "exchange", "host_to_device" or "device_to_host".
-    "StepCost" StepCost { ipu: u32, kind: String, name: String, cycles: u64, bytes: u64, items: u64 }
+    "StepCost" StepCost {
+        ipu: u32, kind: String, name: String, cycles: u64, bytes: u64, items: u64, node: String,
+        tile: Option<u32>, live_bytes: u64, terms: Vec<CostTerm>,
+    }
+}
+
+record! {
+    /// One term of a step's cost formula.
+    "CostTerm" CostTerm { name: String, cycles: u64 }
 }
 
 impl From<&report::StepCost> for StepCost {
@@ -129,6 +163,17 @@ impl From<&report::StepCost> for StepCost {
             cycles: s.cycles,
             bytes: s.bytes,
             items: s.items,
+            node: s.node.clone(),
+            tile: s.tile,
+            live_bytes: s.live_bytes,
+            terms: s
+                .terms
+                .iter()
+                .map(|t| CostTerm {
+                    name: t.name.clone(),
+                    cycles: t.cycles,
+                })
+                .collect(),
         }
     }
 }

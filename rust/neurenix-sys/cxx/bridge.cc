@@ -34,14 +34,25 @@ SystemInfo system_info(const SystemSpec& spec) {
   out.clock_hz = t.clock_hz;
   out.fp16_flops_per_cycle = t.fp16_flops_per_cycle;
   out.fp32_flops_per_cycle = t.fp32_flops_per_cycle;
-  out.fp8_flops_per_cycle = t.fp8_flops_per_cycle;
   out.worker_threads = t.worker_threads;
   out.exchange_bytes_per_cycle = t.exchange_bytes_per_cycle;
+  out.exchange_descriptor_cycles = t.exchange_descriptor_cycles;
+  out.local_read_bytes_per_cycle = t.local_read_bytes_per_cycle;
+  out.local_write_bytes_per_cycle = t.local_write_bytes_per_cycle;
   out.sync_cycles = t.sync_cycles;
+  out.cross_ipu_sync_cycles = t.cross_ipu_sync_cycles;
   out.ipu_link_bytes_per_sec = t.ipu_link_bytes_per_sec;
   out.ipu_links = t.ipu_links;
+  out.host_link = rust::String(t.host_link);
   out.host_link_bytes_per_sec = t.host_link_bytes_per_sec;
+  out.host_transfer_latency_cycles = t.host_transfer_latency_cycles;
+  out.vertex_overhead_cycles = t.vertex_overhead_cycles;
+  for (const auto& n : estimated_target_constants()) out.estimated_constants.push_back(rust::String(n));
   return out;
+}
+
+TileTensor tile_tensor(const ::neurenix::TileTensor& t) {
+  return TileTensor{rust::String(t.name), rust::String(t.node), t.bytes};
 }
 
 }  // namespace
@@ -142,6 +153,7 @@ uint32_t GraphBuilder::fill(DeviceType dtype, rust::Slice<const uint64_t> shape,
 }
 
 void GraphBuilder::mark_output(uint32_t x, rust::Str name) { graph().add_output_stream(str(name), tensor(x)); }
+void GraphBuilder::begin_node(rust::Str node) { graph().begin_node(str(node)); }
 
 namespace {
 
@@ -212,7 +224,7 @@ rust::Vec<TileOverflow> Executable::overflows() const {
     f.tile = o.tile;
     f.used = o.used;
     f.capacity = o.capacity;
-    for (const auto& c : o.largest) f.largest.push_back(MemoryConsumer{rust::String(c.name), c.bytes});
+    for (const auto& c : o.largest) f.largest.push_back(tile_tensor(c));
     out.push_back(std::move(f));
   }
   return out;
@@ -220,8 +232,11 @@ rust::Vec<TileOverflow> Executable::overflows() const {
 
 rust::Vec<TileMemory> Executable::tile_memory() const {
   rust::Vec<TileMemory> out;
-  for (const auto& m : exe_->tile_memory())
-    out.push_back(TileMemory{m.ipu, m.tile, m.variables, m.vertex_state, m.code, m.exchange_code, m.control_code});
+  for (const auto& m : exe_->tile_memory()) {
+    TileMemory r{m.ipu, m.tile, m.variables, m.constants, m.vertex_state, m.code, m.exchange_code, m.control_code, {}};
+    for (const auto& c : m.largest) r.largest.push_back(tile_tensor(c));
+    out.push_back(std::move(r));
+  }
   return out;
 }
 
@@ -235,7 +250,11 @@ rust::Vec<OpPlan> Executable::op_plans() const {
 
 rust::Vec<StepCost> Executable::step_costs() const {
   rust::Vec<StepCost> out;
-  for (const auto& s : exe_->step_costs()) out.push_back(StepCost{s.kind, rust::String(s.name), s.cycles, s.bytes, s.items});
+  for (const auto& s : exe_->step_costs()) {
+    StepCost r{s.kind, rust::String(s.name), s.cycles, s.bytes, s.items, rust::String(s.node), s.tile, s.live_bytes, {}};
+    for (const auto& term : s.terms) r.terms.push_back(CostTerm{rust::String(term.name), term.cycles});
+    out.push_back(std::move(r));
+  }
   return out;
 }
 

@@ -91,6 +91,7 @@ class GraphBuilder {
   uint32_t concat(rust::Slice<const uint32_t> xs, uint32_t axis, uint32_t ipu, rust::Str name);
   uint32_t fill(DeviceType dtype, rust::Slice<const uint64_t> shape, double value, uint32_t ipu, rust::Str name);
   void mark_output(uint32_t x, rust::Str name);
+  void begin_node(rust::Str node);
   uint32_t conv(uint32_t x, uint32_t w, rust::Slice<const uint32_t> bias, const ConvOptions& options);
   uint32_t pool(uint32_t x, const PoolOptions& options);
   uint32_t gather_rows(uint32_t table, uint32_t indices, uint32_t ipu, rust::Str name);

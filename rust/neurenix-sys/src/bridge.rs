@@ -144,8 +144,10 @@ pub mod ffi {
         name: String,
     }
 
-    struct MemoryConsumer {
+    /// A variable on a tile and the model node that owns it ("" for none).
+    struct TileTensor {
         name: String,
+        node: String,
         bytes: u64,
     }
 
@@ -155,7 +157,7 @@ pub mod ffi {
         tile: u32,
         used: u64,
         capacity: u64,
-        largest: Vec<MemoryConsumer>,
+        largest: Vec<TileTensor>,
     }
 
     /// Peak memory of one tile (`tile`: index within IPU `ipu`).
@@ -163,10 +165,20 @@ pub mod ffi {
         ipu: u32,
         tile: u32,
         variables: u64,
+        /// Of `variables`, the always-live constants.
+        constants: u64,
         vertex_state: u64,
         code: u64,
         exchange_code: u64,
         control_code: u64,
+        /// Live at the peak, largest first.
+        largest: Vec<TileTensor>,
+    }
+
+    /// One term of a step's cost formula.
+    struct CostTerm {
+        name: String,
+        cycles: u64,
     }
 
     struct OpPlan {
@@ -185,6 +197,13 @@ pub mod ffi {
         cycles: u64,
         bytes: u64,
         items: u64,
+        /// The model node the step belongs to ("" for none).
+        node: String,
+        /// The tile that set the cost, within its IPU; -1 for none.
+        tile: i64,
+        live_bytes: u64,
+        /// They sum to `cycles`.
+        terms: Vec<CostTerm>,
     }
 
     struct RunStats {
@@ -210,13 +229,21 @@ pub mod ffi {
         clock_hz: f64,
         fp16_flops_per_cycle: u32,
         fp32_flops_per_cycle: u32,
-        fp8_flops_per_cycle: u32,
         worker_threads: u32,
         exchange_bytes_per_cycle: u32,
+        exchange_descriptor_cycles: u32,
+        local_read_bytes_per_cycle: u32,
+        local_write_bytes_per_cycle: u32,
         sync_cycles: u32,
+        cross_ipu_sync_cycles: u32,
         ipu_link_bytes_per_sec: f64,
         ipu_links: u32,
+        host_link: String,
         host_link_bytes_per_sec: f64,
+        host_transfer_latency_cycles: u32,
+        vertex_overhead_cycles: u32,
+        /// Names of the constants that are estimates, not published figures.
+        estimated_constants: Vec<String>,
     }
 
     struct DeviceInfo {
@@ -329,6 +356,8 @@ pub mod ffi {
             name: &str,
         ) -> Result<u32>;
         fn mark_output(self: Pin<&mut GraphBuilder>, x: u32, name: &str) -> Result<()>;
+        /// What is added from now on belongs to model node `node` ("": none).
+        fn begin_node(self: Pin<&mut GraphBuilder>, node: &str);
         /// `bias`: empty, or the one bias tensor.
         fn conv(
             self: Pin<&mut GraphBuilder>,

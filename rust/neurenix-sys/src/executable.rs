@@ -19,13 +19,28 @@ pub(crate) fn system_info(s: ffi::SystemInfo) -> report::SystemInfo {
         clock_hz: s.clock_hz,
         fp16_flops_per_cycle: s.fp16_flops_per_cycle,
         fp32_flops_per_cycle: s.fp32_flops_per_cycle,
-        fp8_flops_per_cycle: s.fp8_flops_per_cycle,
         worker_threads: s.worker_threads,
         exchange_bytes_per_cycle: s.exchange_bytes_per_cycle,
+        exchange_descriptor_cycles: s.exchange_descriptor_cycles,
+        local_read_bytes_per_cycle: s.local_read_bytes_per_cycle,
+        local_write_bytes_per_cycle: s.local_write_bytes_per_cycle,
         sync_cycles: s.sync_cycles,
+        cross_ipu_sync_cycles: s.cross_ipu_sync_cycles,
         ipu_link_bytes_per_sec: s.ipu_link_bytes_per_sec,
         ipu_links: s.ipu_links,
+        host_link: s.host_link,
         host_link_bytes_per_sec: s.host_link_bytes_per_sec,
+        host_transfer_latency_cycles: s.host_transfer_latency_cycles,
+        vertex_overhead_cycles: s.vertex_overhead_cycles,
+        estimated_constants: s.estimated_constants,
+    }
+}
+
+fn tile_tensor(t: ffi::TileTensor) -> report::TileTensor {
+    report::TileTensor {
+        name: t.name,
+        node: t.node,
+        bytes: t.bytes,
     }
 }
 
@@ -62,10 +77,12 @@ impl DeviceExecutable for Executable {
                     ipu: t.ipu,
                     tile: t.tile,
                     variables: t.variables,
+                    constants: t.constants,
                     vertex_state: t.vertex_state,
                     code: t.code,
                     exchange_code: t.exchange_code,
                     control_code: t.control_code,
+                    largest: t.largest.into_iter().map(tile_tensor).collect(),
                 })
                 .collect(),
             plans: x
@@ -91,6 +108,17 @@ impl DeviceExecutable for Executable {
                     cycles: c.cycles,
                     bytes: c.bytes,
                     items: c.items,
+                    node: c.node,
+                    tile: u32::try_from(c.tile).ok(),
+                    live_bytes: c.live_bytes,
+                    terms: c
+                        .terms
+                        .into_iter()
+                        .map(|t| report::CostTerm {
+                            name: t.name,
+                            cycles: t.cycles,
+                        })
+                        .collect(),
                 })
                 .collect(),
             warnings: x.warnings(),

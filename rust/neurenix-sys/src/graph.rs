@@ -92,6 +92,9 @@ impl GraphBuilder {
 }
 
 impl Backend for GraphBuilder {
+    fn begin_node(&mut self, node: &str) {
+        self.b().begin_node(node);
+    }
     fn add_input(
         &mut self,
         name: &str,

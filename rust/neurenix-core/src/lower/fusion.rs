@@ -70,9 +70,15 @@ impl LowerCx<'_> {
             Some(Slot::Lazy(l)) => {
                 let l = l.clone();
                 let ins: Vec<_> = l.inputs.iter().map(|t| t.id).collect();
+                // Computed while another node lowers: it still belongs to
+                // the node that produced it.
+                self.backend.begin_node(&l.name);
                 let id =
                     self.backend
-                        .map(&l.expr.flatten(), &ins, l.dtype, &l.shape, l.ipu, &l.name)?;
+                        .map(&l.expr.flatten(), &ins, l.dtype, &l.shape, l.ipu, &l.name);
+                let current = self.node().map_or("", |n| n.name.as_str());
+                self.backend.begin_node(current);
+                let id = id?;
                 let t = DevTensor {
                     id,
                     shape: l.shape,

@@ -194,6 +194,7 @@ impl<'a> LowerCx<'a> {
             let node = &graph.nodes[i];
             let op = lookup(node, self.opset)?;
             self.begin_node(i, op.float_role());
+            self.backend.begin_node(&node.name);
             op.lower(self, node)?;
             for &o in &node.outputs {
                 if !self.is_set(o) && graph.constant(o).is_none() {
@@ -209,6 +210,7 @@ impl<'a> LowerCx<'a> {
                 ipu,
             });
         }
+        self.backend.begin_node("");
         Ok(placement)
     }
 
