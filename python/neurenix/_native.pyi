@@ -8,7 +8,7 @@ that is a bug (a Rust panic included) is an ``IPUInternalError``, never a crash.
 Records are frozen classes with a keyword constructor, equality and a repr.
 """
 
-from typing import List, Optional, Sequence, Tuple, Union, final
+from typing import Callable, List, Optional, Sequence, Tuple, Union, final
 
 __all__ = [
     "Model", "Executable", "DeviceManager", "Device", "SystemInfo", "TileMemory", "TileTensor", "OpPlan", "StepCost", "CostTerm",
@@ -485,8 +485,10 @@ def compile(
     device_iterations: int = 1,
     sharding: Union[None, str, List[str], List[Tuple[str, int]]] = None,
     execution: Optional[str] = None,
+    progress: Optional[Callable[[str, int, int], object]] = None,
 ) -> Executable:
     """Compiles ``model`` for ``inputs`` (one micro-batch) on ``num_ipus`` IPUs of ``system``, in
     ``replication_factor`` replicas; ``sharding``: "auto" (or None), the node names at which stages begin, or
     (node name, IPU) pairs; ``execution``: "pipelined", "sharded" or None (pipelined when the device
-    iterations fill the pipeline)."""
+    iterations fill the pipeline). ``progress`` is called with (stage, done, total) as the compile advances
+    (stages "passes", "planning", "lowering", "allocation"); its exceptions are reported, not raised."""

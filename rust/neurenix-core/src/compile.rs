@@ -14,6 +14,7 @@ use crate::pipeline::{
     compile_stages, estimate, node_cycles, stage_stream_cycles, Carry, Execution, ModelStreams,
     PipelineEstimate, Stage,
 };
+use crate::progress;
 use crate::report::SystemInfo;
 use crate::shard::{
     estimate_costs, host_stream_cycles, manual_stages, stages_from_starts, value_bytes, NodeCost,
@@ -160,7 +161,9 @@ pub fn compile(
     };
     drop(probe);
     let mut m = model.clone();
+    progress::report("passes", 0, 1);
     let passes = prepare(&mut m, inputs, &limits)?;
+    progress::report("passes", 1, 1);
     let ipus = opts.ipus_per_replica();
     if let Some(sys) = &system {
         if opts.num_ipus > sys.num_ipus {
@@ -204,7 +207,9 @@ pub fn compile(
             opts.device_iterations
         )));
     }
-    let sync = 800;
+    let sync = system
+        .as_ref()
+        .map_or(800, |s| u64::from(s.cross_ipu_sync_cycles));
     let topology = system
         .as_ref()
         .map(|s| Topology::new(s, ipus, sync))
@@ -319,7 +324,9 @@ fn auto_shard(
     let mut best: Option<(u64, Built)> = None;
     let mut attempts = 0;
     let mut last_oom: Option<Error> = None;
-    for _ in 0..6 {
+    const MAX_ATTEMPTS: u64 = 6;
+    for attempt in 0..MAX_ATTEMPTS {
+        progress::report("planning", attempt, MAX_ATTEMPTS);
         let problem = SplitProblem {
             costs: &costs,
             reads: reads.clone(),

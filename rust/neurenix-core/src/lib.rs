@@ -14,6 +14,7 @@ pub mod model_parts;
 pub mod ops;
 pub mod passes;
 pub mod pipeline;
+pub mod progress;
 pub mod report;
 pub mod shard;
 pub mod tensor;

@@ -220,6 +220,7 @@ pub fn compile_stages(
             inputs.push((hs, Source::Carried(c)));
         }
         let placement = cx.lower_nodes(&nodes, s)?;
+        crate::progress::report("allocation", u64::from(s), u64::from(stages));
         let out_values: Vec<ValueId> = outs.iter().map(|&k| g.outputs[k]).collect();
         let host_out = cx.finish_outputs(&out_values)?;
         let carry_values: Vec<ValueId> = carried_out.iter().map(|&c| carries[c].value).collect();
@@ -236,6 +237,7 @@ pub fn compile_stages(
             outputs.push((hs, Sink::Carried(c)));
         }
         let device = backend.compile().map_err(|e| on_stage(e, s, stages))?;
+        crate::progress::report("allocation", u64::from(s) + 1, u64::from(stages));
         let report = device.report();
         out.push(Stage {
             ipu: s,

@@ -51,11 +51,12 @@ impl ShardingArg {
 }
 
 /// Compiles `model` for `inputs` (one micro-batch) on the system described
-/// by `system` ("version=ipu2,num_ipus=16,...").
+/// by `system` ("version=ipu2,num_ipus=16,..."). `progress`, if given, is
+/// called with (stage, done, total) as the compile advances.
 #[pyfunction]
 #[pyo3(signature = (model, inputs, system, num_ipus, precision, memory_proportion, enable_half_partials,
                     replication_factor = 1, device_iterations = 1, sharding = None,
-                    execution = None))]
+                    execution = None, progress = None))]
 #[allow(clippy::too_many_arguments)]
 pub fn compile(
     py: Python<'_>,
@@ -70,6 +71,7 @@ pub fn compile(
     device_iterations: u32,
     sharding: Option<ShardingArg>,
     execution: Option<String>,
+    progress: Option<Py<PyAny>>,
 ) -> PyResult<PyExecutable> {
     guarded(|| {
         let specs = tensor_specs(&inputs).py()?;
@@ -94,7 +96,21 @@ pub fn compile(
                 let mut new_backend = || -> neurenix_core::error::Result<Box<dyn Backend>> {
                     Ok(Box::new(GraphBuilder::new(&system, 1)?))
                 };
-                compile_model(&model.model, &specs, &options, &mut new_backend)
+                let mut run = || compile_model(&model.model, &specs, &options, &mut new_backend);
+                match progress {
+                    None => run(),
+                    Some(callback) => neurenix_core::progress::with_listener(
+                        Box::new(move |stage, done, total| {
+                            // A failing progress callback must not fail the compile.
+                            Python::attach(|py| {
+                                if let Err(e) = callback.call1(py, (stage, done, total)) {
+                                    e.write_unraisable(py, None);
+                                }
+                            })
+                        }),
+                        run,
+                    ),
+                }
             })
             .py()?;
         Ok(PyExecutable {

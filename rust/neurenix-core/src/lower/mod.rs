@@ -190,7 +190,9 @@ impl<'a> LowerCx<'a> {
     pub fn lower_nodes(&mut self, nodes: &[NodeId], ipu: u32) -> Result<Vec<Placement>> {
         let graph = self.graph;
         let mut placement = Vec::with_capacity(nodes.len());
-        for &i in nodes {
+        let total = nodes.len() as u64;
+        for (done, &i) in nodes.iter().enumerate() {
+            crate::progress::report("lowering", done as u64, total);
             let node = &graph.nodes[i];
             let op = lookup(node, self.opset)?;
             self.begin_node(i, op.float_role());
@@ -211,6 +213,7 @@ impl<'a> LowerCx<'a> {
             });
         }
         self.backend.begin_node("");
+        crate::progress::report("lowering", total, total);
         Ok(placement)
     }
 
