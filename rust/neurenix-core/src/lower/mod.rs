@@ -329,7 +329,10 @@ impl<'a> LowerCx<'a> {
                 // keeps the name of the node that made it.
                 let mut ins = Vec::new();
                 let e = self.operand(v, &mut ins, Some(want))?;
-                self.map_named(&e, &ins, want, &shape, &name)?
+                self.backend.begin_node(&name);
+                let t = self.map_named(&e, &ins, want, &shape, &name);
+                self.backend.begin_node("");
+                t?
             } else {
                 self.tensor_as(v, want)?
             };
