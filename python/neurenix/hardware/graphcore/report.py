@@ -3,13 +3,23 @@ estimated cycles and throughput.
 
 The records inside the reports come straight from the native core
 (:class:`TileMemory`, :class:`OpPlan`, :class:`StepCost`,
-:class:`SystemInfo`; see ``neurenix/_native.pyi``).
+:class:`SystemInfo`; see ``neurenix/_native.pyi``). One report object gives
+every view of them: ``str(report)`` (a text summary), :meth:`CompileReport.to_dict`
+and :meth:`~CompileReport.to_json` (plain data), :meth:`~CompileReport.to_trace`
+(a Perfetto timeline, ``report_trace.py``), :meth:`~CompileReport.save_plots`
+(PNG plots, ``report_plots.py``), :meth:`~CompileReport.to_html` (one
+self-contained page, ``report_html.py``) and :meth:`~CompileReport.save` (all
+of them in a directory). ``docs/reports.md`` describes each, field by field.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import math
+import os
 from dataclasses import dataclass
-from typing import Any, Dict, List, NamedTuple, Optional
+from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
 from neurenix._native import CarriedTensor, OpPlan, PipelineEstimate, StageEstimate, StepCost, SystemInfo, TileMemory
 
@@ -33,6 +43,46 @@ def _bytes(n: float) -> str:
             return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
         n /= 1024
     return f"{n:.1f} GiB"
+
+
+def _finite(x: float) -> Optional[float]:
+    """``x`` as JSON allows it: None for infinities and NaN."""
+    x = float(x)
+    return x if math.isfinite(x) else None
+
+
+def _record(obj: Any) -> Dict[str, Any]:
+    """A native record's public fields (its data attributes) as a dict."""
+    out: Dict[str, Any] = {}
+    for k in dir(obj):
+        if k.startswith("_"):
+            continue
+        v = getattr(obj, k)
+        if not callable(v):
+            out[k] = v
+    return out
+
+
+def tile_always_live(t: TileMemory) -> int:
+    """Bytes of tile ``t`` that are live for the whole program: constants,
+    vertex state, code, exchange and control code."""
+    return t.constants + t.vertex_state + t.code + t.exchange_code + t.control_code
+
+
+def tile_not_always_live(t: TileMemory) -> int:
+    """Bytes of tile ``t`` that are live only part of the program
+    (activations and temporaries at the tile's peak)."""
+    return t.variables - t.constants
+
+
+def tile_largest(t: TileMemory) -> List[Dict[str, Any]]:
+    """The largest variables live at tile ``t``'s peak, largest first."""
+    return [{"name": x.name, "node": x.node, "bytes": int(x.bytes)} for x in t.largest]
+
+
+def step_terms(step: StepCost) -> List[Dict[str, Any]]:
+    """The terms of a step's cost formula; they sum to its cycles."""
+    return [{"name": x.name, "cycles": int(x.cycles)} for x in step.terms]
 
 
 class Placement(NamedTuple):
@@ -158,21 +208,54 @@ class CompileReport:
         s = self.estimated_seconds
         return self.batch_size / s if s > 0 else float("inf")
 
+    @property
+    def ipus_per_replica(self) -> int:
+        """IPUs of one replica (the pipeline stages, and any IPU a plan leaves unused)."""
+        return max(1, self.num_ipus // max(1, self.replication_factor))
+
+    @property
+    def latency_cycles(self) -> int:
+        """One micro-batch through all stages."""
+        return sum(s.interval_cycles for s in self.estimate.stages)
+
     def memory_per_ipu(self) -> List[Dict[str, Any]]:
-        """One entry per IPU of a replica."""
+        """One entry per IPU of a replica: tiles used, total bytes, the
+        busiest tile and its headroom (capacity - used), the always-live /
+        not-always-live split, bytes by category and the tile balance."""
+        cap = self.bytes_per_tile
         out = []
-        for ipu in range(self.num_ipus // self.replication_factor):
+        for ipu in range(self.ipus_per_replica):
             ts = [t for t in self.tiles if t.ipu == ipu]
             top = max(ts, key=lambda t: t.total, default=None)
+            total = sum(t.total for t in ts)
+            mean = total / len(ts) if ts else 0.0
             out.append(
                 {
                     "ipu": ipu,
                     "tiles_used": len(ts),
-                    "total_bytes": sum(t.total for t in ts),
+                    "total_bytes": total,
                     "max_tile_bytes": top.total if top else 0,
                     "max_tile": top.tile if top else None,
+                    "headroom_bytes": cap - (top.total if top else 0),
+                    "always_live_bytes": sum(tile_always_live(t) for t in ts),
+                    "not_always_live_bytes": sum(tile_not_always_live(t) for t in ts),
+                    "by_category": {
+                        k: sum(getattr(t, k) for t in ts)
+                        for k in _TILE_CATEGORIES
+                    },
+                    "min_tile_bytes": min((t.total for t in ts), default=0),
+                    "mean_tile_bytes": mean,
+                    "max_over_mean": (top.total / mean) if top and mean > 0 else None,
                 }
             )
+        return out
+
+    def busiest_tiles(self, per_ipu: int = 3) -> List[TileMemory]:
+        """The ``per_ipu`` fullest tiles of each IPU, fullest first within an IPU."""
+        out: List[TileMemory] = []
+        for ipu in range(self.ipus_per_replica):
+            ts = sorted((t for t in self.tiles if t.ipu == ipu), key=lambda t: (-t.total, t.tile))
+            out += ts[:per_ipu]
         return out
 
     def cycles_by_kind(self) -> Dict[str, int]:
@@ -181,8 +264,263 @@ class CompileReport:
             out[s.kind] = out.get(s.kind, 0) + s.cycles
         return out
 
+    def step_nodes(self) -> List[str]:
+        """The ONNX node each step lowers, in step order (``""`` for host
+        streams)."""
+        return [s.node for s in self.steps]
+
+    def cycles_per_layer(self) -> List[Dict[str, Any]]:
+        """Compute and exchange cycles summed per ONNX node (one run of each
+        stage's program, i.e. one micro-batch), most cycles first:
+        ``{"node", "op_type", "ipu", "cycles", "by_kind": {"compute", "exchange"},
+        "steps", "plans"}``. Steps of no node are in :meth:`unattributed_cycles`."""
+        op_type = {p.node: (p.op_type, p.ipu) for p in self.placement}
+        order = {p.node: i for i, p in enumerate(self.placement)}
+        plans: Dict[str, List[str]] = {}
+        for o in self.plans:
+            plans.setdefault(o.name, [])
+            if o.kind not in plans[o.name]:
+                plans[o.name].append(o.kind)
+        layers: Dict[str, Dict[str, Any]] = {}
+        for s, node in zip(self.steps, self.step_nodes()):
+            if not node or s.kind not in ("compute", "exchange"):
+                continue
+            if node not in layers:
+                ot, ipu = op_type.get(node, ("", s.ipu))
+                layers[node] = {
+                    "node": node,
+                    "op_type": ot,
+                    "ipu": ipu,
+                    "cycles": 0,
+                    "by_kind": {"compute": 0, "exchange": 0},
+                    "steps": 0,
+                    "plans": plans.get(node, []),
+                }
+            e = layers[node]
+            e["cycles"] += s.cycles
+            e["by_kind"][s.kind] += s.cycles
+            e["steps"] += 1
+        return sorted(layers.values(), key=lambda e: (-e["cycles"], order.get(e["node"], len(order))))
+
+    def unattributed_cycles(self) -> Dict[str, int]:
+        """Compute and exchange cycles of steps that belong to no node."""
+        out = {"compute": 0, "exchange": 0}
+        for s, node in zip(self.steps, self.step_nodes()):
+            if not node and s.kind in out:
+                out[s.kind] += s.cycles
+        return out
+
+    def liveness(self) -> List[Dict[str, Any]]:
+        """Bytes of variables live on each IPU during each of its steps:
+        ``{"ipu", "step_index" (indices into ``steps``), "live_bytes",
+        "peak_live_bytes", "peak_step"}`` per IPU of a replica."""
+        out = []
+        for ipu in range(self.ipus_per_replica):
+            idx = [i for i, s in enumerate(self.steps) if s.ipu == ipu]
+            live = [self.steps[i].live_bytes for i in idx]
+            peak = max(range(len(live)), key=lambda k: live[k], default=None)
+            out.append(
+                {
+                    "ipu": ipu,
+                    "step_index": idx,
+                    "live_bytes": live,
+                    "peak_live_bytes": live[peak] if peak is not None else None,
+                    "peak_step": idx[peak] if peak is not None else None,
+                }
+            )
+        return out
+
+    def to_dict(self) -> Dict[str, Any]:
+        """The whole report as JSON-safe plain data (see ``docs/reports.md``).
+        ``total_cycles`` is one run's cycles, exactly ``cycles_per_run``."""
+        e = self.estimate
+        nodes = self.step_nodes()
+        return {
+            "report": "compile",
+            "format_version": REPORT_FORMAT_VERSION,
+            "system": _record(self.system),
+            "options": {
+                "num_ipus": self.num_ipus,
+                "ipus_per_replica": self.ipus_per_replica,
+                "replication_factor": self.replication_factor,
+                "device_iterations": self.device_iterations,
+                "micro_batch_size": self.micro_batch_size,
+                "batch_size": self.batch_size,
+                "execution": e.execution,
+                "precision": self.precision,
+                "memory_proportion": self.memory_proportion,
+                "enable_half_partials": self.enable_half_partials,
+            },
+            "graph": {
+                "passes": dict(self.passes),
+                "compile_seconds": self.compile_seconds,
+                "placement": [{"node": p.node, "op_type": p.op_type, "ipu": p.ipu} for p in self.placement],
+            },
+            "warnings": list(self.warnings),
+            "memory": {
+                "bytes_per_tile": self.bytes_per_tile,
+                "total_bytes": self.total_memory,
+                "max_tile_bytes": self.max_tile_memory,
+                "ipus": self.memory_per_ipu(),
+                "tiles": [
+                    {
+                        "ipu": t.ipu,
+                        "tile": t.tile,
+                        "total": t.total,
+                        "variables": t.variables,
+                        "constants": t.constants,
+                        "vertex_state": t.vertex_state,
+                        "code": t.code,
+                        "exchange_code": t.exchange_code,
+                        "control_code": t.control_code,
+                        "always_live": tile_always_live(t),
+                        "not_always_live": tile_not_always_live(t),
+                        "headroom": self.bytes_per_tile - t.total,
+                        "largest": tile_largest(t),
+                    }
+                    for t in self.tiles
+                ],
+            },
+            "liveness": self.liveness(),
+            "plans": [
+                {
+                    "name": o.name,
+                    "kind": o.kind,
+                    "ipu": o.ipu,
+                    "plan": o.plan,
+                    "tiles_used": o.tiles_used,
+                    "temp_bytes_per_tile": o.temp_bytes_per_tile,
+                    "estimated_cycles": o.estimated_cycles,
+                }
+                for o in self.plans
+            ],
+            "steps": [
+                {
+                    "index": i,
+                    "ipu": s.ipu,
+                    "kind": s.kind,
+                    "name": s.name,
+                    "node": node,
+                    "cycles": s.cycles,
+                    "bytes": s.bytes,
+                    "items": s.items,
+                    "tile": s.tile,
+                    "live_bytes": s.live_bytes,
+                    "terms": step_terms(s),
+                }
+                for i, (s, node) in enumerate(zip(self.steps, nodes))
+            ],
+            "cycles_by_kind": self.cycles_by_kind(),
+            "layers": self.cycles_per_layer(),
+            "unattributed_cycles": self.unattributed_cycles(),
+            "estimate": {
+                "execution": e.execution,
+                "replicas": e.replicas,
+                "device_iterations": e.device_iterations,
+                "fill_cycles": e.fill_cycles,
+                "interval_cycles": e.interval_cycles,
+                "cycles_per_call": e.cycles_per_call,
+                "attempts": e.attempts,
+                "stages": [
+                    {
+                        "ipu": st.ipu,
+                        "nodes": st.nodes,
+                        "compute_cycles": st.compute_cycles,
+                        "host_cycles": st.host_cycles,
+                        "copy_cycles": st.copy_cycles,
+                        "interval_cycles": st.interval_cycles,
+                        "carried_in": [
+                            {"name": c.name, "bytes": c.bytes, "from_ipu": c.from_ipu} for c in st.carried_in
+                        ],
+                        "max_tile_bytes": st.max_tile_bytes,
+                        "memory_bytes": st.memory_bytes,
+                    }
+                    for st in e.stages
+                ],
+            },
+            "total_cycles": self.cycles_per_run,
+            "cycles_per_run": self.cycles_per_run,
+            "seconds_per_run": self.estimated_seconds,
+            "interval_cycles": self.interval_cycles,
+            "latency_cycles": self.latency_cycles,
+            "latency_seconds": self.latency_seconds,
+            "throughput_samples_per_second": _finite(self.estimated_throughput),
+            "call_throughput_samples_per_second": _finite(self.call_throughput),
+        }
+
+    def to_json(self, path: Optional[str] = None, indent: Optional[int] = 1) -> str:
+        """:meth:`to_dict` as JSON text; also written to ``path`` when given."""
+        return _dump_json(self.to_dict(), path, indent)
+
+    def to_trace(self, path: Optional[str] = None) -> Dict[str, Any]:
+        """A Perfetto / Chrome trace-event timeline of one run: one process per
+        IPU of a replica, each step a slice, micro-batches laid out by the
+        pipeline schedule (``report_trace.py``). Written to ``path`` as JSON
+        when given; open it in ui.perfetto.dev."""
+        from .report_trace import build_trace
+
+        trace = build_trace(self)
+        if path is not None:
+            _dump_json(trace, path, None)
+        return trace
+
+    def save_plots(self, directory: str) -> List[str]:
+        """Writes the PNG plots (tile memory, liveness, cycles per layer) into
+        ``directory``; returns their paths. Needs matplotlib
+        (``pip install neurenix-ipu[plots]``)."""
+        from .report_plots import save_plots
+
+        return save_plots(self, directory)
+
+    def to_html(self, path: Optional[str] = None, execution: Optional["ExecutionReport"] = None) -> str:
+        """One self-contained HTML page (inline plots and tables, no network,
+        no scripts); also written to ``path`` when given. ``execution``: a
+        run's :class:`ExecutionReport` to show beside the estimate."""
+        from .report_html import render_html
+
+        page = render_html(self, execution=execution)
+        if path is not None:
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(page)
+        return page
+
+    def save(self, directory: str, execution: Optional["ExecutionReport"] = None) -> List[str]:
+        """Writes every export into ``directory`` (created if needed):
+        ``report.json`` (with ``"execution"`` when a run is given),
+        ``trace.json``, ``summary.txt``, the PNG plots when matplotlib is
+        installed, and ``report.html``. Returns the paths written."""
+        os.makedirs(directory, exist_ok=True)
+        paths = []
+        data = self.to_dict()
+        if execution is not None:
+            data["execution"] = execution.to_dict()
+        p = os.path.join(directory, "report.json")
+        _dump_json(data, p, 1)
+        paths.append(p)
+        p = os.path.join(directory, "trace.json")
+        self.to_trace(p)
+        paths.append(p)
+        p = os.path.join(directory, "summary.txt")
+        with open(p, "w", encoding="utf-8") as f:
+            f.write(str(self) + "\n" + (str(execution) + "\n" if execution is not None else ""))
+        paths.append(p)
+        from .report_plots import have_matplotlib
+
+        if have_matplotlib():
+            paths += self.save_plots(directory)
+        p = os.path.join(directory, "report.html")
+        self.to_html(p, execution=execution)
+        paths.append(p)
+        return paths
+
     def __str__(self) -> str:
+        return self.summary()
+
+    def summary(self, top: int = 8) -> str:
+        """The text summary (``str(report)``); ``top``: lines per list before
+        "... and N more"."""
         s = self.system
+        cap = self.bytes_per_tile
         lines = [
             f"Target: {self.num_ipus} x {s.version} ({s.chip}), {s.tiles_per_ipu} tiles x "
             f"{_bytes(s.bytes_per_tile)}, {s.clock_hz / 1e9:.2f} GHz (simulator)",
@@ -193,6 +531,7 @@ class CompileReport:
             f"{self.passes['fused']} fused, {self.passes['dead']} dead, {self.passes['nodes_out']} on device; "
             f"compiled in {self.compile_seconds:.2f} s",
         ]
+        busiest = {t.ipu: t for t in self.busiest_tiles(per_ipu=1)}
         for m in self.memory_per_ipu():
             if m["tiles_used"] == 0:
                 lines.append(f"IPU {m['ipu']}: unused")
@@ -200,8 +539,27 @@ class CompileReport:
             lines.append(
                 f"IPU {m['ipu']}: {m['tiles_used']} tiles used, {_bytes(m['total_bytes'])} total, busiest tile "
                 f"{m['max_tile']} at {_bytes(m['max_tile_bytes'])} "
-                f"({100.0 * m['max_tile_bytes'] / self.bytes_per_tile:.1f}% of {_bytes(self.bytes_per_tile)})"
+                f"({100.0 * m['max_tile_bytes'] / cap:.1f}% of {_bytes(cap)})"
             )
+            c = m["by_category"]
+            lines.append(
+                f"  always live {_bytes(m['always_live_bytes'])} (constants {_bytes(c['constants'])}, code "
+                f"{_bytes(c['code'])}, vertex state {_bytes(c['vertex_state'])}, exchange and control code "
+                f"{_bytes(c['exchange_code'] + c['control_code'])}), not always live "
+                f"{_bytes(m['not_always_live_bytes'])}; headroom on the busiest tile "
+                f"{_bytes(m['headroom_bytes'])}"
+                + (f"; busiest / mean tile {m['max_over_mean']:.2f}" if m["max_over_mean"] else "")
+            )
+            t = busiest.get(m["ipu"])
+            big = tile_largest(t) if t is not None else []
+            if t is not None and big:
+                shown = ", ".join(
+                    f"{x['name']}" + (f" ({x['node']})" if x["node"] else "") + f" {_bytes(x['bytes'])}"
+                    for x in big[:5]
+                )
+                more = f", ... and {len(big) - 5} more" if len(big) > 5 else ""
+                lines.append(f"  tile {t.tile} at its peak: always live {_bytes(tile_always_live(t))}, "
+                             f"not always live {_bytes(tile_not_always_live(t))}; largest: {shown}{more}")
         kinds = self.cycles_by_kind()
         e = self.estimate
         if self.num_stages > 1 or self.replication_factor > 1 or self.device_iterations > 1:
@@ -223,16 +581,59 @@ class CompileReport:
         lines.append(
             "  " + ", ".join(f"{k.replace('_', ' ')} {v:,}" for k, v in sorted(kinds.items(), key=lambda kv: -kv[1]))
         )
-        mm = [o for o in self.plans if o.kind == "matmul"]
-        if mm:
-            lines.append(f"Matmul plans ({len(mm)}):")
-            for o in mm[:8]:
+        lines.append(
+            f"  latency of one micro-batch through {self.num_stages} stage(s): {self.latency_cycles:,} cycles "
+            f"({self.latency_seconds * 1e6:,.1f} us)"
+        )
+        layers = self.cycles_per_layer()
+        if layers:
+            lines.append(f"Cycles per layer, one micro-batch (top {min(top, len(layers))} of {len(layers)}):")
+            for x in layers[:top]:
+                k = x["by_kind"]
+                lines.append(
+                    f"  {x['node']} ({x['op_type'] or '?'}, IPU {x['ipu']}): {x['cycles']:,} "
+                    f"(compute {k['compute']:,}, exchange {k['exchange']:,})"
+                )
+            if len(layers) > top:
+                rest = sum(x["cycles"] for x in layers[top:])
+                lines.append(f"  ... and {len(layers) - top} more ({rest:,} cycles)")
+        layer_cycles = {x["node"]: x["cycles"] for x in layers}
+        by_kind: Dict[str, List[Tuple[int, OpPlan]]] = {}
+        for i, o in enumerate(self.plans):
+            by_kind.setdefault(o.kind, []).append((i, o))
+        for kind in sorted(by_kind, key=_plan_kind_order):
+            ops = sorted(
+                by_kind[kind],
+                key=lambda io: (-io[1].estimated_cycles, -layer_cycles.get(io[1].name, 0), io[0]),
+            )
+            lines.append(f"{_PLAN_TITLES.get(kind, kind.replace('_', ' ').capitalize())} plans ({len(ops)}):")
+            for _, o in ops[:top]:
                 lines.append(f"  {o.name} (IPU {o.ipu}): {o.plan}")
-            if len(mm) > 8:
-                lines.append(f"  ... and {len(mm) - 8} more")
+            if len(ops) > top:
+                lines.append(f"  ... and {len(ops) - top} more")
         for w in self.warnings:
             lines.append(f"Warning: {w}")
         return "\n".join(lines)
+
+
+REPORT_FORMAT_VERSION = 1
+
+_TILE_CATEGORIES = ("variables", "constants", "vertex_state", "code", "exchange_code", "control_code")
+_PLAN_KINDS = ("matmul", "conv", "pool", "reduce", "gather", "map", "rearrange", "ipu_copy")
+_PLAN_TITLES = {"matmul": "Matmul", "conv": "Conv", "pool": "Pool", "reduce": "Reduce", "gather": "Gather",
+                "map": "Map", "rearrange": "Rearrange", "ipu_copy": "IPU copy"}
+
+
+def _plan_kind_order(kind: str) -> Tuple[int, str]:
+    return (_PLAN_KINDS.index(kind) if kind in _PLAN_KINDS else len(_PLAN_KINDS), kind)
+
+
+def _dump_json(data: Any, path: Optional[str], indent: Optional[int]) -> str:
+    text = json.dumps(data, indent=indent, allow_nan=False)
+    if path is not None:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text + "\n")
+    return text
 
 
 @dataclass
@@ -289,6 +690,21 @@ class ExecutionReport:
     def samples_per_second(self) -> float:
         s = self.estimated_seconds
         return self.batch_size / s if s > 0 else float("inf")
+
+    def to_dict(self) -> Dict[str, Any]:
+        """The run as JSON-safe plain data: every field, plus ``total_cycles``
+        (exactly ``cycles``), ``estimated_seconds`` and ``samples_per_second``."""
+        d: Dict[str, Any] = {"report": "execution", "format_version": REPORT_FORMAT_VERSION}
+        d.update(dataclasses.asdict(self))
+        d["ipus"] = list(self.ipus) if self.ipus is not None else None
+        d["total_cycles"] = self.cycles
+        d["estimated_seconds"] = self.estimated_seconds
+        d["samples_per_second"] = _finite(self.samples_per_second)
+        return d
+
+    def to_json(self, path: Optional[str] = None, indent: Optional[int] = 1) -> str:
+        """:meth:`to_dict` as JSON text; also written to ``path`` when given."""
+        return _dump_json(self.to_dict(), path, indent)
 
     def __str__(self) -> str:
         return (
