@@ -162,3 +162,15 @@ def test_host_streams_use_each_systems_host_link(version, link):
     assert inp.bytes == x.nbytes
     stream = inp.cycles - r.system.host_transfer_latency_cycles
     assert stream == int(x.nbytes / (link / r.system.clock_hz))
+
+
+def test_cycles_by_term_kind_sum_to_the_run(mlp_run):
+    _, _, report, _ = mlp_run
+    by_term = report.cycles_by_term()
+    assert sum(by_term.values()) == report.cycles_per_run
+    syncs = sum(1 for s in report.steps if s.kind in ("compute", "exchange"))
+    assert by_term["sync"] == syncs * report.system.sync_cycles
+    hosts = sum(1 for s in report.steps if s.kind.endswith("host") or s.kind.startswith("host"))
+    assert by_term["host_latency"] == hosts * report.system.host_transfer_latency_cycles
+    assert set(by_term) <= {"vertex", "launch", "sync", "exchange", "descriptors", "ipu_link", "host_latency",
+                            "host_link"}

@@ -402,12 +402,12 @@ std::unique_ptr<Executable> compile(std::unique_ptr<Graph> gp) {
             k.second += v->cycles(t) - t.vertex_overhead_cycles;
           }
           for (const auto& [kind, k] : by_kind)
-            c.terms.push_back(CostTerm{std::to_string(k.first) + " x " + kind, k.second});
-          c.terms.push_back(CostTerm{"vertex launch (" + std::to_string(busiest->vertices.size()) + " x " +
+            c.terms.push_back(CostTerm{"vertex", std::to_string(k.first) + " x " + kind, k.second});
+          c.terms.push_back(CostTerm{"launch", "vertex launch (" + std::to_string(busiest->vertices.size()) + " x " +
                                          std::to_string(t.vertex_overhead_cycles) + ")",
                                      busiest->vertices.size() * t.vertex_overhead_cycles});
         }
-        c.terms.push_back(CostTerm{"sync", t.sync_cycles});
+        c.terms.push_back(CostTerm{"sync", "sync", t.sync_cycles});
         c.cycles = worst + t.sync_cycles;
         c.items = cs.vertices.size();
         break;
@@ -478,20 +478,20 @@ std::unique_ptr<Executable> compile(std::unique_ptr<Graph> gp) {
         for (auto& [ipu, b] : cross) cross_worst = std::max(cross_worst, b);
         const uint64_t link = static_cast<uint64_t>(cross_worst / link_bytes_per_cycle);
         if (cross.empty() || on_chip >= link) {
-          c.terms.push_back(CostTerm{std::string(worst_sends ? "send " : "receive ") + fmt_bytes(worst_bytes) + " at " +
+          c.terms.push_back(CostTerm{"exchange", std::string(worst_sends ? "send " : "receive ") + fmt_bytes(worst_bytes) + " at " +
                                          std::to_string(t.exchange_bytes_per_cycle) + " B/cycle",
                                      move});
-          c.terms.push_back(CostTerm{std::to_string(worst_desc) + " copy descriptor(s) x " +
+          c.terms.push_back(CostTerm{"descriptors", std::to_string(worst_desc) + " copy descriptor(s) x " +
                                          std::to_string(t.exchange_descriptor_cycles),
                                      worst_desc * t.exchange_descriptor_cycles});
-          c.terms.push_back(CostTerm{"sync", t.sync_cycles});
+          c.terms.push_back(CostTerm{"sync", "sync", t.sync_cycles});
           c.cycles = on_chip;
         } else {
-          c.terms.push_back(CostTerm{fmt_bytes(cross_worst) + " over the IPU-Links", link});
+          c.terms.push_back(CostTerm{"ipu_link", fmt_bytes(cross_worst) + " over the IPU-Links", link});
           c.cycles = link;
         }
         if (!cross.empty()) {
-          c.terms.push_back(CostTerm{"cross-IPU sync", t.cross_ipu_sync_cycles});
+          c.terms.push_back(CostTerm{"sync", "cross-IPU sync", t.cross_ipu_sync_cycles});
           c.cycles += t.cross_ipu_sync_cycles;
         }
         break;
@@ -501,8 +501,8 @@ std::unique_ptr<Executable> compile(std::unique_ptr<Graph> gp) {
         const Tensor& tt = st.kind == StepKind::kHostToDevice ? g.inputs()[st.index].tensor : g.outputs()[st.index].tensor;
         c.bytes = tt.numel() * device_type_size(g.var(tt.var).dtype);
         const uint64_t stream = static_cast<uint64_t>(c.bytes / host_bytes_per_cycle);
-        c.terms.push_back(CostTerm{"host stream latency", t.host_transfer_latency_cycles});
-        c.terms.push_back(CostTerm{fmt_bytes(c.bytes) + " over " + t.host_link, stream});
+        c.terms.push_back(CostTerm{"host_latency", "host stream latency", t.host_transfer_latency_cycles});
+        c.terms.push_back(CostTerm{"host_link", fmt_bytes(c.bytes) + " over " + t.host_link, stream});
         c.cycles = t.host_transfer_latency_cycles + stream;
         break;
       }

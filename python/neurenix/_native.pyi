@@ -325,11 +325,13 @@ class StepCost:
 
 @final
 class CostTerm:
-    """One term of a step's cost formula (docs/cost-model.md)."""
+    """One term of a step's cost formula (docs/cost-model.md). ``kind``: "vertex", "launch", "sync",
+    "exchange", "descriptors", "ipu_link", "host_latency" or "host_link"."""
 
+    kind: str
     name: str
     cycles: int
-    def __new__(cls, name: str, cycles: int) -> "CostTerm": ...
+    def __new__(cls, kind: str, name: str, cycles: int) -> "CostTerm": ...
 
 @final
 class CarriedTensor:

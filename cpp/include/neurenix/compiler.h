@@ -44,6 +44,9 @@ struct TileOverflow {
 
 // One term of a step's cost formula (see docs/cost-model.md).
 struct CostTerm {
+  // "vertex", "launch", "sync", "exchange", "descriptors", "ipu_link",
+  // "host_latency" or "host_link".
+  std::string kind;
   std::string name;
   uint64_t cycles;
 };

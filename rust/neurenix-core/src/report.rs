@@ -115,6 +115,10 @@ impl StepKind {
 /// One term of a step's cost formula (docs/cost-model.md).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CostTerm {
+    /// What the term counts: "vertex" (a kind of vertex's work), "launch",
+    /// "sync", "exchange" (bytes moved), "descriptors", "ipu_link",
+    /// "host_latency", "host_link".
+    pub kind: String,
     pub name: String,
     pub cycles: u64,
 }

@@ -151,7 +151,7 @@ record! {
 
 record! {
     /// One term of a step's cost formula.
-    "CostTerm" CostTerm { name: String, cycles: u64 }
+    "CostTerm" CostTerm { kind: String, name: String, cycles: u64 }
 }
 
 impl From<&report::StepCost> for StepCost {
@@ -170,6 +170,7 @@ impl From<&report::StepCost> for StepCost {
                 .terms
                 .iter()
                 .map(|t| CostTerm {
+                    kind: t.kind.clone(),
                     name: t.name.clone(),
                     cycles: t.cycles,
                 })

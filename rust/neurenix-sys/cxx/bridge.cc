@@ -252,7 +252,7 @@ rust::Vec<StepCost> Executable::step_costs() const {
   rust::Vec<StepCost> out;
   for (const auto& s : exe_->step_costs()) {
     StepCost r{s.kind, rust::String(s.name), s.cycles, s.bytes, s.items, rust::String(s.node), s.tile, s.live_bytes, {}};
-    for (const auto& term : s.terms) r.terms.push_back(CostTerm{rust::String(term.name), term.cycles});
+    for (const auto& term : s.terms) r.terms.push_back(CostTerm{rust::String(term.kind), rust::String(term.name), term.cycles});
     out.push_back(std::move(r));
   }
   return out;

@@ -177,6 +177,9 @@ pub mod ffi {
 
     /// One term of a step's cost formula.
     struct CostTerm {
+        /// "vertex", "launch", "sync", "exchange", "descriptors",
+        /// "ipu_link", "host_latency" or "host_link".
+        kind: String,
         name: String,
         cycles: u64,
     }

@@ -115,6 +115,7 @@ impl DeviceExecutable for Executable {
                         .terms
                         .into_iter()
                         .map(|t| report::CostTerm {
+                            kind: t.kind,
                             name: t.name,
                             cycles: t.cycles,
                         })

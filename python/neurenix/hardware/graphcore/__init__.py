@@ -27,6 +27,7 @@ from .errors import (
 )
 from .manager import GraphCoreManager, get_graphcore_manager
 from .options import IPUModel
+from .planning import BatchSearch, IPUSearch, PlanTry, find_max_batch, find_min_ipus, with_batch_size
 from .report import CompileReport, ExecutionReport
 
 
@@ -46,6 +47,12 @@ __all__ = [
     "CompileReport",
     "ExecutionReport",
     "supported_operators",
+    "find_max_batch",
+    "find_min_ipus",
+    "with_batch_size",
+    "BatchSearch",
+    "IPUSearch",
+    "PlanTry",
     "IPUError",
     "InvalidOptionError",
     "InvalidOptionTypeError",

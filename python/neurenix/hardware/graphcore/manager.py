@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import warnings
 import weakref
@@ -33,7 +34,16 @@ from .options import (
     check_threads,
     options_from_env,
 )
+from .progress import CompileProgress
 from .report import ExecutionReport
+
+
+def _model_label(model: Any) -> str:
+    """A short name of a model for the progress bar."""
+    if isinstance(model, (str, os.PathLike)):
+        return os.path.basename(os.fspath(model))
+    name = getattr(getattr(model, "graph", None), "name", "")
+    return name or "model"
 
 
 def _native():
@@ -66,7 +76,10 @@ class GraphCoreManager:
         enable_half_partials: accumulate matmul and convolution partial sums
             in half (only where their inputs are half).
         compile_only: compile against the system without attaching; execution
-            then raises :class:`DeviceNotAttachedError`.
+            then raises :class:`DeviceNotAttachedError`. ``num_ipus`` may then
+            exceed the system's IPUs (up to 1024): the plan is made for a
+            system of the same chips (version, tiles, bytes per tile) with
+            ``num_ipus`` IPUs, and ``ipu_model`` is that system.
         device_id: attach this device (numbered like ``gc-info``: single IPUs
             first, then pairs, fours, ...); default: the first free group.
         ipu_model: the simulated system (:class:`IPUModel`); default
@@ -115,6 +128,19 @@ class GraphCoreManager:
             raise InvalidOptionTypeError(
                 f"ipu_model must be an IPUModel, got {type(ipu_model).__name__}", "ipu_model"
             )
+        if (
+            compile_only is True
+            and isinstance(num_ipus, int)
+            and not isinstance(num_ipus, bool)
+            and ipu_model.num_ipus < num_ipus
+            and not num_ipus & (num_ipus - 1)
+        ):
+            # Planning attaches nothing, so it is not bounded by the system's
+            # size: plan for the same chips (version, tiles, bytes per tile)
+            # with as many IPUs as asked.
+            import dataclasses
+
+            ipu_model = dataclasses.replace(ipu_model, num_ipus=num_ipus)
         self.ipu_model = ipu_model
         self._system = ipu_model.spec()
         self._describe = ipu_model.describe()
@@ -284,22 +310,26 @@ class GraphCoreManager:
         every input shape is fixed). Raises :class:`UnsupportedOperatorError`,
         :class:`ModelFormatError`, :class:`InputMismatchError` or
         :class:`IPUOutOfMemoryError`; the manager stays usable after any."""
-        proto = onnx_import.load(model)
-        native_model = onnx_import.to_native(proto)
-        specs = self._example_specs(native_model, example_inputs)
-        exe = _native().compile(
-            native_model,
-            specs,
-            self._system,
-            self.num_ipus,
-            self.precision,
-            self.memory_proportion,
-            self.enable_half_partials,
-            self.replication_factor,
-            self.device_iterations,
-            self._sharding,
-            self.execution,
-        )
+        with CompileProgress(_model_label(model)) as progress:
+            progress("import", 0, 1)
+            proto = onnx_import.load(model)
+            native_model = onnx_import.to_native(proto)
+            progress("import", 1, 1)
+            specs = self._example_specs(native_model, example_inputs)
+            exe = _native().compile(
+                native_model,
+                specs,
+                self._system,
+                self.num_ipus,
+                self.precision,
+                self.memory_proportion,
+                self.enable_half_partials,
+                self.replication_factor,
+                self.device_iterations,
+                self._sharding,
+                self.execution,
+                progress,
+            )
         compiled = CompiledModel(exe, proto.graph.name or "model")
         for w in compiled.report.warnings:
             warnings.warn(w, IPUPlanWarning, stacklevel=2)

@@ -82,7 +82,7 @@ def tile_largest(t: TileMemory) -> List[Dict[str, Any]]:
 
 def step_terms(step: StepCost) -> List[Dict[str, Any]]:
     """The terms of a step's cost formula; they sum to its cycles."""
-    return [{"name": x.name, "cycles": int(x.cycles)} for x in step.terms]
+    return [{"kind": x.kind, "name": x.name, "cycles": int(x.cycles)} for x in step.terms]
 
 
 class Placement(NamedTuple):
@@ -264,6 +264,17 @@ class CompileReport:
             out[s.kind] = out.get(s.kind, 0) + s.cycles
         return out
 
+    def cycles_by_term(self) -> Dict[str, int]:
+        """Cycles of the programs' steps by the kind of cost-formula term
+        (``CostTerm.kind``): vertex work, vertex launches, syncs, exchanged
+        bytes, copy descriptors, IPU-Links, host-stream latency and host-link
+        bytes. Sums to the steps' cycles."""
+        out: Dict[str, int] = {}
+        for s in self.steps:
+            for t in s.terms:
+                out[t.kind] = out.get(t.kind, 0) + t.cycles
+        return out
+
     def step_nodes(self) -> List[str]:
         """The ONNX node each step lowers, in step order (``""`` for host
         streams)."""
@@ -411,6 +422,7 @@ class CompileReport:
                 for i, (s, node) in enumerate(zip(self.steps, nodes))
             ],
             "cycles_by_kind": self.cycles_by_kind(),
+            "cycles_by_term": self.cycles_by_term(),
             "layers": self.cycles_per_layer(),
             "unattributed_cycles": self.unattributed_cycles(),
             "estimate": {
