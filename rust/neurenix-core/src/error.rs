@@ -14,7 +14,8 @@ pub struct TileOverflow {
     pub tile: u32,
     pub used: u64,
     pub capacity: u64,
-    pub largest: Vec<(String, u64)>,
+    /// Live at the tile's peak, largest first, with the nodes that own them.
+    pub largest: Vec<crate::report::TileTensor>,
 }
 
 /// A tensor larger than one IPU's memory (so no plan can place it).
@@ -140,7 +141,13 @@ impl Error {
                 let parts: Vec<String> = t
                     .largest
                     .iter()
-                    .map(|(n, b)| format!("{n} ({} B)", group_digits(*b)))
+                    .map(|t| {
+                        if t.node.is_empty() || t.node == t.name {
+                            format!("{} ({} B)", t.name, group_digits(t.bytes))
+                        } else {
+                            format!("{} ({} B, node {})", t.name, group_digits(t.bytes), t.node)
+                        }
+                    })
                     .collect();
                 let _ = writeln!(message, "  largest on this tile: {}", parts.join(", "));
             }
@@ -182,7 +189,11 @@ mod tests {
                 tile: 37,
                 used: 702144,
                 capacity: 638976,
-                largest: vec![("w".into(), 500000)],
+                largest: vec![crate::report::TileTensor {
+                    name: "w".into(),
+                    node: "dense".into(),
+                    bytes: 500000,
+                }],
             }],
             "",
         );
@@ -190,7 +201,7 @@ mod tests {
         assert!(msg.contains(
             "Out of memory on IPU 0 tile 37: 702,144 bytes used but tiles only have 638,976 bytes"
         ));
-        assert!(msg.contains("w (500,000 B)"));
+        assert!(msg.contains("w (500,000 B, node dense)"));
     }
 
     #[test]

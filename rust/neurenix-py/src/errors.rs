@@ -34,7 +34,7 @@ fn build(py: Python<'_>, err: &Error) -> PyResult<PyErr> {
             let list = PyList::empty(py);
             for t in tiles {
                 let largest = PyList::empty(py);
-                for (name, bytes) in &t.largest {
+                for neurenix_core::report::TileTensor { name, bytes, .. } in &t.largest {
                     largest.append(PyTuple::new(
                         py,
                         [

@@ -278,7 +278,15 @@ impl Backend for GraphBuilder {
                     tile: o.tile,
                     used: o.used,
                     capacity: o.capacity,
-                    largest: o.largest.into_iter().map(|c| (c.name, c.bytes)).collect(),
+                    largest: o
+                        .largest
+                        .into_iter()
+                        .map(|c| neurenix_core::report::TileTensor {
+                            name: c.name,
+                            node: c.node,
+                            bytes: c.bytes,
+                        })
+                        .collect(),
                 })
                 .collect();
             // The compiler adds what would fit (it knows the model).
