@@ -5,6 +5,7 @@
 
 #include "neurenix/error.h"
 #include "neurenix/half.h"
+#include "neurenix/stochastic_rounding.h"
 
 namespace neurenix {
 
@@ -36,7 +37,13 @@ double load_element(const uint8_t* base, DeviceType dtype, uint64_t i) {
 void store_element(uint8_t* base, DeviceType dtype, uint64_t i, double v) {
   switch (dtype) {
     case DeviceType::kFloat32: { float f = static_cast<float>(v); std::memcpy(base + i * 4, &f, 4); break; }
-    case DeviceType::kFloat16: { half_bits h = float_to_half(static_cast<float>(v)); std::memcpy(base + i * 2, &h, 2); break; }
+    case DeviceType::kFloat16: {
+      const float f = static_cast<float>(v);
+      RoundingRng* rng = active_rounding_rng();
+      const half_bits h = rng ? stochastic_float_to_half(f, rng->next32()) : float_to_half(f);
+      std::memcpy(base + i * 2, &h, 2);
+      break;
+    }
     case DeviceType::kInt32: { int32_t x = truncate_to_int32(v); std::memcpy(base + i * 4, &x, 4); break; }
     case DeviceType::kBool: base[i] = v != 0.0; break;
   }

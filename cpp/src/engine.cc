@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cfenv>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
@@ -13,6 +15,7 @@
 #include <thread>
 
 #include "neurenix/error.h"
+#include "neurenix/half.h"
 
 namespace neurenix {
 
@@ -135,6 +138,41 @@ unsigned default_threads() {
   return hc ? hc : 1;
 }
 
+// The index of the first infinity or NaN among `count` elements at `p`, or -1.
+int64_t first_non_finite(const uint8_t* p, DeviceType dtype, uint64_t count) {
+  if (dtype == DeviceType::kFloat32) {
+    const float* f = reinterpret_cast<const float*>(p);
+    for (uint64_t i = 0; i < count; ++i)
+      if (!std::isfinite(f[i])) return static_cast<int64_t>(i);
+  } else if (dtype == DeviceType::kFloat16) {
+    const half_bits* h = reinterpret_cast<const half_bits*>(p);
+    for (uint64_t i = 0; i < count; ++i)
+      if ((h[i] & 0x7c00u) == 0x7c00u) return static_cast<int64_t>(i);
+  }
+  return -1;
+}
+
+// What a vertex just did wrong, or "": it wrote an infinity or a NaN while
+// every operand it only reads is finite (a non-finite operand came from the
+// host, or from a run without exceptions, and propagates as IEEE says).
+std::string floating_point_exception(const Graph& g, const Vertex& v, const uint8_t* mem) {
+  const bool divided_by_zero = std::fetestexcept(FE_DIVBYZERO);
+  for (const Field* f : v.fields()) {
+    if (f->access == Access::kRead || f->count == 0) continue;
+    const Variable& var = g.var(f->var);
+    const int64_t at = first_non_finite(mem + f->byte_offset, var.dtype, f->count);
+    if (at < 0) continue;
+    for (const Field* r : v.fields())
+      if (r->access == Access::kRead && first_non_finite(mem + r->byte_offset, g.var(r->var).dtype, r->count) >= 0)
+        return "";
+    double value = load_element(mem + f->byte_offset, var.dtype, static_cast<uint64_t>(at));
+    const char* what = std::isnan(value) ? "invalid operation" : divided_by_zero ? "division by zero" : "overflow";
+    return std::string(what) + " (" + (std::isnan(value) ? "NaN" : value > 0 ? "+inf" : "-inf") + " written to '" +
+           var.name + "' by a " + v.name() + " vertex)";
+  }
+  return "";
+}
+
 bool checked_from_environment() {
   const char* s = std::getenv("NEURENIX_SIM_CHECKED");
   return s && *s && std::string(s) != "0";
@@ -145,7 +183,7 @@ bool checked_from_environment() {
 Engine::Engine(std::shared_ptr<const Executable> exe, unsigned threads) : Engine(std::move(exe), EngineOptions{threads}) {}
 
 Engine::Engine(std::shared_ptr<const Executable> exe, const EngineOptions& options)
-    : exe_(std::move(exe)), checked_(options.checked || checked_from_environment()) {
+    : exe_(std::move(exe)), checked_(options.checked || checked_from_environment()), options_(options) {
   if (!exe_->fits())
     fail(ErrorCode::kInvalidState, "this executable does not fit in tile memory and cannot be loaded");
   if (checked_) verify_memory_bounds(*exe_);
@@ -168,6 +206,13 @@ Engine::Engine(std::shared_ptr<const Executable> exe, const EngineOptions& optio
   for (size_t v = 0; v < g.num_vars(); ++v) {
     const Variable& var = g.var(static_cast<VarId>(v));
     if (var.kind == VarKind::kConstant && var.data && var.numel) scatter(Tensor{static_cast<VarId>(v), var.shape}, var.data->data());
+  }
+  // The tiles' generators start from the seed when the program is loaded and
+  // carry their state from run to run, as the IPU's do.
+  if (options_.stochastic_rounding) {
+    rngs_.reserve(arenas_.size());
+    for (uint32_t t = 0; t < arenas_.size(); ++t)
+      rngs_.emplace_back(options_.seed, options_.ipu + g.ipu_of_tile(t), t % g.tiles_per_ipu());
   }
   in_buf_.resize(g.inputs().size());
   in_set_.assign(g.inputs().size(), false);
@@ -220,6 +265,22 @@ void Engine::gather(const Tensor& t, uint8_t* data) const {
   }
 }
 
+void Engine::check_floating_point(uint32_t compute_set, const std::vector<std::string>& found) const {
+  const auto& sched = exe_->compute_schedule()[compute_set];
+  for (size_t i = 0; i < found.size(); ++i) {
+    if (found[i].empty()) continue;
+    const Graph& g = exe_->graph();
+    const ComputeSet& cs = g.compute_sets()[compute_set];
+    const uint32_t tile = sched[i].tile;
+    fail(ErrorCode::kFloatingPoint,
+         "floating-point exception: " + found[i] + " in compute set '" + cs.name + "'" +
+             (cs.node.empty() ? "" : " of model node '" + cs.node + "'") + " on IPU " +
+             std::to_string(options_.ipu + g.ipu_of_tile(tile)) + " tile " + std::to_string(tile % g.tiles_per_ipu()) +
+             "; the run stopped there. Turn fp_exceptions off to let infinities and NaNs propagate, or check the "
+             "inputs and the precision (float16 overflows beyond 65504)");
+  }
+}
+
 void Engine::write_input(uint32_t i, const uint8_t* data, size_t bytes) {
   if (i >= num_inputs()) fail(ErrorCode::kInvalidArgument, "input index " + std::to_string(i) + " out of range");
   if (bytes != input_bytes(i))
@@ -252,10 +313,24 @@ void Engine::run() {
     switch (step.kind) {
       case StepKind::kCompute: {
         const auto& sched = exe_->compute_schedule()[step.index];
-        pool_->parallel_for(sched.size(), [&](size_t i) {
-          uint8_t* mem = arenas_[sched[i].tile];
-          for (const Vertex* v : sched[i].vertices) v->compute(mem);
-        });
+        if (!options_.stochastic_rounding && !options_.fp_exceptions) {
+          pool_->parallel_for(sched.size(), [&](size_t i) {
+            uint8_t* mem = arenas_[sched[i].tile];
+            for (const Vertex* v : sched[i].vertices) v->compute(mem);
+          });
+        } else {
+          std::vector<std::string> found(options_.fp_exceptions ? sched.size() : 0);
+          pool_->parallel_for(sched.size(), [&](size_t i) {
+            uint8_t* mem = arenas_[sched[i].tile];
+            ScopedRounding rounding(options_.stochastic_rounding ? &rngs_[sched[i].tile] : nullptr);
+            for (const Vertex* v : sched[i].vertices) {
+              if (options_.fp_exceptions) std::feclearexcept(FE_ALL_EXCEPT);
+              v->compute(mem);
+              if (options_.fp_exceptions && !(found[i] = floating_point_exception(g, *v, mem)).empty()) break;
+            }
+          });
+          if (options_.fp_exceptions) check_floating_point(step.index, found);
+        }
         st.compute_cycles += costs[s].cycles;
         st.compute_seconds += since(step_start);
         break;

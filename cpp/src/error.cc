@@ -11,6 +11,7 @@ const char* error_code_name(ErrorCode code) {
     case ErrorCode::kUnsupported: return "unsupported";
     case ErrorCode::kInvalidState: return "invalid_state";
     case ErrorCode::kInternal: return "internal";
+    case ErrorCode::kFloatingPoint: return "floating_point";
   }
   return "internal";
 }

@@ -1,5 +1,7 @@
 #include "neurenix/half.h"
 
+#include "neurenix/stochastic_rounding.h"
+
 namespace neurenix {
 
 void half_to_float_n(const half_bits* src, float* dst, size_t n) {
@@ -14,6 +16,10 @@ void half_to_float_n(const half_bits* src, float* dst, size_t n) {
 }
 
 void float_to_half_n(const float* src, half_bits* dst, size_t n) {
+  if (RoundingRng* rng = active_rounding_rng()) {
+    for (size_t i = 0; i < n; ++i) dst[i] = stochastic_float_to_half(src[i], rng->next32());
+    return;
+  }
   size_t i = 0;
 #if defined(__F16C__) && defined(__AVX__)
   for (; i + 8 <= n; i += 8) {
@@ -25,6 +31,10 @@ void float_to_half_n(const float* src, half_bits* dst, size_t n) {
 }
 
 void round_to_half_n(float* x, size_t n) {
+  if (RoundingRng* rng = active_rounding_rng()) {
+    for (size_t i = 0; i < n; ++i) x[i] = half_to_float(stochastic_float_to_half(x[i], rng->next32()));
+    return;
+  }
   size_t i = 0;
 #if defined(__F16C__) && defined(__AVX__)
   for (; i + 8 <= n; i += 8) {

@@ -464,8 +464,13 @@ class Executable:
     warnings: List[str]
     cycles_per_run: int  # one call: every micro-batch of every replica
     loaded: bool
-    def load(self, threads: int = 0) -> None:
-        """Loads the program into fresh tile memory (``threads``: simulator threads, 0 = default)."""
+    def load(
+        self, threads: int = 0, stochastic_rounding: bool = False, seed: int = 0, fp_exceptions: bool = False
+    ) -> None:
+        """Loads the program into fresh tile memory (``threads``: simulator threads, 0 = default), with the
+        floating-point behaviour of its runs: stochastic rounding from generators seeded from ``seed``, the
+        IPU and the tile at load (their state carries from run to run); ``fp_exceptions`` raises ``IPUFloatingPointError`` at the first
+        infinity or NaN an operation makes from finite operands."""
     def unload(self) -> None:
         """Frees the simulated tile memory."""
     def run(self, inputs: Sequence[bytes]) -> List[bytes]:

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "neurenix/compiler.h"
+#include "neurenix/stochastic_rounding.h"
 
 namespace neurenix {
 
@@ -37,6 +38,18 @@ struct EngineOptions {
   unsigned threads = 0;
   // Checked mode (see Engine); $NEURENIX_SIM_CHECKED turns it on as well.
   bool checked = false;
+  // The floating-point behaviour of the program (Poplar's
+  // FloatingPointBehaviour): stochastic rounding of every float32 result
+  // stored as binary16 (stochastic_rounding.h), with generators seeded from
+  // `seed`, `ipu` and the tile when the program is loaded, their state
+  // carried from run to run; and exceptions:
+  // a vertex that produces an infinity or a NaN from finite operands stops
+  // the run with Error(kFloatingPoint) naming it, its compute set, model
+  // node, IPU and tile.
+  bool stochastic_rounding = false;
+  uint64_t seed = 0;
+  uint32_t ipu = 0;  // the IPU the program runs on, for seeds and messages
+  bool fp_exceptions = false;
 };
 
 // Checked mode (memory safety of the executable). When an Engine is
@@ -90,8 +103,13 @@ class Engine {
   uint64_t arena_total_ = 0;
   std::vector<std::vector<uint8_t>> in_buf_, out_buf_;
   std::vector<bool> in_set_;
+  // The first floating-point exception of a compute step, if any (throws).
+  void check_floating_point(uint32_t compute_set, const std::vector<std::string>& found) const;
+
   RunStats stats_;
   bool checked_ = false;
+  EngineOptions options_;
+  std::vector<RoundingRng> rngs_;  // per tile, when rounding stochastically
 };
 
 // What checked mode runs at load: throws Error(kInternal) for the first field,

@@ -19,6 +19,7 @@ enum class ErrorCode : uint8_t {
   kUnsupported,        // the core has no implementation for the request
   kInvalidState,       // call made in the wrong state (e.g. detached device)
   kInternal,           // a bug: an invariant of the core was violated
+  kFloatingPoint,      // a floating-point exception on the device (when enabled)
 };
 
 const char* error_code_name(ErrorCode code);

@@ -121,6 +121,8 @@ class Vertex {
     }
     return fields_;
   }
+  // The fields as listed (every vertex of a graph is listed when it joins).
+  const std::vector<Field*>& fields() const { return fields_; }
   uint32_t tile = 0;
 
  protected:

@@ -84,7 +84,9 @@ inline half_bits float_to_half(float f) {
 // Rounds a float to the nearest binary16 value and widens it back.
 inline float round_to_half(float f) { return half_to_float(float_to_half(f)); }
 
-// Bulk conversions, vectorised where the host has F16C.
+// Bulk conversions, vectorised where the host has F16C. The two that round
+// round stochastically instead while a tile's generator is active
+// (stochastic_rounding.h).
 void half_to_float_n(const half_bits* src, float* dst, size_t n);
 void float_to_half_n(const float* src, half_bits* dst, size_t n);
 // Rounds every float of x[0, n) to the nearest binary16 value, in place.

@@ -201,9 +201,32 @@ pub trait Backend {
 pub trait DeviceExecutable: Send + Sync {
     /// Memory, plans, step costs and warnings of the program.
     fn report(&self) -> DeviceReport;
-    /// Loads the program into fresh device memory (`threads` = 0: the
-    /// device's default).
-    fn load(&self, threads: u32) -> Result<Box<dyn DeviceEngine>>;
+    /// Loads the program into fresh device memory.
+    fn load(&self, options: &EngineOptions) -> Result<Box<dyn DeviceEngine>>;
+}
+
+/// The floating-point behaviour of a run (Poplar's `FloatingPointBehaviour`
+/// and seed): stochastic rounding of float32 results stored as float16,
+/// from per-tile generators seeded from `seed`, the IPU and the tile when
+/// the program is loaded (their state carries from run to run); and
+/// exceptions, which stop a run at the first
+/// infinity or NaN an operation makes from finite operands
+/// (`Error::FloatingPoint`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct FloatingPointBehaviour {
+    pub stochastic_rounding: bool,
+    pub seed: u64,
+    pub exceptions: bool,
+}
+
+/// How one program is loaded: host threads (0: the device's default), the
+/// floating-point behaviour, and the IPU it runs on (its replica's IPU
+/// number, which seeds its generators and names it in errors).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct EngineOptions {
+    pub threads: u32,
+    pub floating_point: FloatingPointBehaviour,
+    pub ipu: u32,
 }
 
 /// A program loaded onto a device.

@@ -69,6 +69,10 @@ pub enum Error {
     /// A call made in the wrong state (detached device, compile-only...).
     #[error("{0}")]
     InvalidState(String),
+    /// A floating-point exception on the device (with exceptions enabled):
+    /// an overflow, invalid operation or division by zero.
+    #[error("{0}")]
+    FloatingPoint(String),
     /// A broken invariant: a bug in neurenix.
     #[error("internal error (please report): {0}")]
     Internal(String),

@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use std::sync::{mpsc, Mutex};
 use std::time::Instant;
 
-use crate::backend::DeviceEngine;
+use crate::backend::{DeviceEngine, EngineOptions, FloatingPointBehaviour};
 use crate::compile::{CompileOptions, Lowered, ShardReport};
 use crate::dtype::{DeviceType, ElemType};
 use crate::error::{Error, Result};
@@ -51,7 +51,36 @@ pub struct Executable {
     report: DeviceReport,
     /// Loaded programs: `engines[replica][stage]`.
     engines: Vec<Vec<Box<dyn DeviceEngine>>>,
+    /// How the loaded programs handle floating point.
+    floating_point: FloatingPointBehaviour,
     last: Option<RunStats>,
+}
+
+/// With floating-point exceptions on, a finite float32 input that became an
+/// infinity as float16 on its way to the device is an overflow, as the
+/// IPU's conversion would raise it.
+fn check_input_overflow(
+    s: &HostStream,
+    host: &[u8],
+    device: &[u8],
+    micro_batch: usize,
+) -> Result<()> {
+    if s.dtype != ElemType::F32 || s.device_type != DeviceType::F16 {
+        return Ok(());
+    }
+    let per = s.shape.iter().product::<usize>();
+    for (i, (h, d)) in host.chunks_exact(4).zip(device.chunks_exact(2)).enumerate() {
+        let x = f32::from_le_bytes(h.try_into().unwrap());
+        let bits = u16::from_le_bytes(d.try_into().unwrap());
+        if x.is_finite() && bits & 0x7c00 == 0x7c00 {
+            return Err(Error::FloatingPoint(format!(
+                "floating-point exception: overflow converting input '{}' to float16: element {} of                  micro-batch {micro_batch} is {x:e}, beyond float16's largest value 65504; turn                  fp_exceptions off to let it become infinity, scale the input, or use precision='float32'",
+                s.name,
+                micro_batch * per + i
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// One report for all stages: tiles and plans of stage `s` on IPU `s`.
@@ -118,6 +147,7 @@ impl Executable {
             estimate,
             shard,
             engines: Vec::new(),
+            floating_point: FloatingPointBehaviour::default(),
             last: None,
         }
     }
@@ -143,8 +173,10 @@ impl Executable {
 
     /// Loads every stage's program on every replica into fresh device
     /// memory. `threads` (0: `$NEURENIX_SIM_THREADS` or the host's cores)
-    /// are shared out between the programs that run at the same time.
-    pub fn load(&mut self, threads: u32) -> Result<()> {
+    /// are shared out between the programs that run at the same time; every
+    /// program gets `floating_point` and its IPU (replica r's stage s runs
+    /// on IPU r x stages + s of the replicas' IPUs).
+    pub fn load(&mut self, threads: u32, floating_point: FloatingPointBehaviour) -> Result<()> {
         self.unload();
         let total = if threads > 0 {
             threads
@@ -164,14 +196,19 @@ impl Executable {
         };
         let each = (total / concurrent.max(1)).max(1);
         let mut engines = Vec::with_capacity(replicas as usize);
-        for _ in 0..replicas {
+        for r in 0..replicas {
             let mut replica = Vec::with_capacity(self.stages.len());
-            for st in &self.stages {
-                replica.push(st.device.load(each)?);
+            for (s, st) in self.stages.iter().enumerate() {
+                replica.push(st.device.load(&EngineOptions {
+                    threads: each,
+                    floating_point,
+                    ipu: r * self.stages.len() as u32 + s as u32,
+                })?);
             }
             engines.push(replica);
         }
         self.engines = engines;
+        self.floating_point = floating_point;
         Ok(())
     }
 
@@ -228,11 +265,15 @@ impl Executable {
             }
             for (m, chunk) in device_inputs.iter_mut().enumerate() {
                 let part = &data[m * each..(m + 1) * each];
-                chunk.push(host_to_device(s.dtype, part, s.device_type, &s.name)?);
+                let converted = host_to_device(s.dtype, part, s.device_type, &s.name)?;
+                if self.floating_point.exceptions {
+                    check_input_overflow(s, part, &converted, m)?;
+                }
+                chunk.push(converted);
             }
         }
         if self.engines.is_empty() {
-            self.load(0)?;
+            self.load(0, self.floating_point)?;
         }
         let t0 = Instant::now();
         let (results, runs) = self.run_replicas(&device_inputs)?;

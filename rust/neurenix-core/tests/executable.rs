@@ -9,7 +9,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use neurenix_core::backend::{
-    Backend, DeviceEngine, DeviceExecutable, MatMulOptions, ReduceFinal, ReduceOp, TensorId,
+    Backend, DeviceEngine, DeviceExecutable, EngineOptions, FloatingPointBehaviour, MatMulOptions,
+    ReduceFinal, ReduceOp, TensorId,
 };
 use neurenix_core::compile::compile;
 use neurenix_core::dtype::{DeviceType, ElemType};
@@ -170,7 +171,7 @@ impl DeviceExecutable for EchoExecutable {
             cycles_per_run: 7,
         }
     }
-    fn load(&self, _threads: u32) -> Result<Box<dyn DeviceEngine>> {
+    fn load(&self, _options: &EngineOptions) -> Result<Box<dyn DeviceEngine>> {
         self.loads.fetch_add(1, Ordering::SeqCst);
         Ok(Box::new(EchoEngine {
             inputs: self.inputs.clone(),
@@ -271,7 +272,7 @@ fn runs_convert_host_data_through_the_device_types() {
     assert!(!exe.is_loaded() && exe.last_run().is_none());
     exe.run(&[&le_f64(&x)]).unwrap();
     assert_eq!(loads.load(Ordering::SeqCst), 2);
-    exe.load(0).unwrap();
+    exe.load(0, FloatingPointBehaviour::default()).unwrap();
     assert_eq!(loads.load(Ordering::SeqCst), 3);
 }
 

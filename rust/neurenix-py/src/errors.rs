@@ -83,6 +83,7 @@ fn build(py: Python<'_>, err: &Error) -> PyResult<PyErr> {
         }
         Error::InvalidState(_) => "IPUStateError",
         Error::Internal(_) => "IPUInternalError",
+        Error::FloatingPoint(_) => "IPUFloatingPointError",
     };
     let cls = module.getattr(class)?;
     let exc = cls.call((err.to_string(),), Some(&kwargs))?;

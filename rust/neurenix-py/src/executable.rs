@@ -3,7 +3,7 @@
 
 use std::sync::Mutex;
 
-use neurenix_core::backend::Backend;
+use neurenix_core::backend::{Backend, FloatingPointBehaviour};
 use neurenix_core::compile::{compile as compile_model, CompileOptions};
 use neurenix_core::executable::Executable;
 use neurenix_core::lower::precision::Precision;
@@ -253,10 +253,23 @@ impl PyExecutable {
         lock(&self.exe).report().cycles_per_run
     }
 
-    /// Loads the program into fresh tile memory (`run` does it when needed).
-    #[pyo3(signature = (threads = 0))]
-    fn load(&self, py: Python<'_>, threads: u32) -> PyResult<()> {
-        guarded(|| py.detach(|| lock(&self.exe).load(threads)).py())
+    /// Loads the program into fresh tile memory (`run` does it when needed),
+    /// with the floating-point behaviour of its runs.
+    #[pyo3(signature = (threads = 0, stochastic_rounding = false, seed = 0, fp_exceptions = false))]
+    fn load(
+        &self,
+        py: Python<'_>,
+        threads: u32,
+        stochastic_rounding: bool,
+        seed: u64,
+        fp_exceptions: bool,
+    ) -> PyResult<()> {
+        let fp = FloatingPointBehaviour {
+            stochastic_rounding,
+            seed,
+            exceptions: fp_exceptions,
+        };
+        guarded(|| py.detach(|| lock(&self.exe).load(threads, fp)).py())
     }
 
     /// Frees the simulated tile memory.

@@ -268,7 +268,15 @@ SystemInfo Executable::system() const { return system_info(exe_->graph().spec())
 uint32_t Executable::num_ipus() const { return exe_->graph().num_ipus(); }
 uint64_t Executable::cycles_per_run() const { return exe_->cycles_per_run(); }
 
-std::unique_ptr<Engine> Executable::load(uint32_t threads) const { return std::make_unique<Engine>(exe_, threads); }
+std::unique_ptr<Engine> Executable::load(const EngineOptions& options) const {
+  ::neurenix::EngineOptions o;
+  o.threads = options.threads;
+  o.stochastic_rounding = options.stochastic_rounding;
+  o.seed = options.seed;
+  o.ipu = options.ipu;
+  o.fp_exceptions = options.fp_exceptions;
+  return std::make_unique<Engine>(exe_, o);
+}
 
 void Engine::write_input(uint32_t index, rust::Slice<const uint8_t> data) {
   engine_.write_input(index, data.data(), data.size());

@@ -65,6 +65,7 @@ struct TileMemory;
 struct OpPlan;
 struct StepCost;
 struct RunStats;
+struct EngineOptions;
 struct SystemInfo;
 struct DeviceInfo;
 
@@ -119,7 +120,7 @@ class Executable {
   SystemInfo system() const;
   uint32_t num_ipus() const;
   uint64_t cycles_per_run() const;
-  std::unique_ptr<Engine> load(uint32_t threads) const;
+  std::unique_ptr<Engine> load(const EngineOptions& options) const;
 
  private:
   std::shared_ptr<const ::neurenix::Executable> exe_;
@@ -127,7 +128,8 @@ class Executable {
 
 class Engine {
  public:
-  Engine(std::shared_ptr<const ::neurenix::Executable> exe, unsigned threads) : engine_(std::move(exe), threads) {}
+  Engine(std::shared_ptr<const ::neurenix::Executable> exe, const ::neurenix::EngineOptions& options)
+      : engine_(std::move(exe), options) {}
   void write_input(uint32_t index, rust::Slice<const uint8_t> data);
   void run();
   uint32_t num_outputs() const;

@@ -87,6 +87,7 @@ pub mod ffi {
         kUnsupported,
         kInvalidState,
         kInternal,
+        kFloatingPoint,
     }
 
     // -- Shared structs ----------------------------------------------------------
@@ -207,6 +208,15 @@ pub mod ffi {
         live_bytes: u64,
         /// They sum to `cycles`.
         terms: Vec<CostTerm>,
+    }
+
+    /// How a loaded program runs (the C++ `EngineOptions`).
+    struct EngineOptions {
+        threads: u32,
+        stochastic_rounding: bool,
+        seed: u64,
+        ipu: u32,
+        fp_exceptions: bool,
     }
 
     struct RunStats {
@@ -389,7 +399,7 @@ pub mod ffi {
         fn system(self: &Executable) -> SystemInfo;
         fn num_ipus(self: &Executable) -> u32;
         fn cycles_per_run(self: &Executable) -> u64;
-        fn load(self: &Executable, threads: u32) -> Result<UniquePtr<Engine>>;
+        fn load(self: &Executable, options: &EngineOptions) -> Result<UniquePtr<Engine>>;
 
         fn write_input(self: Pin<&mut Engine>, index: u32, data: &[u8]) -> Result<()>;
         fn run(self: Pin<&mut Engine>) -> Result<()>;

@@ -35,6 +35,7 @@ pub(crate) fn from_cxx(e: cxx::Exception) -> Error {
             message,
         },
         ffi::ErrorCode::kInvalidState => Error::InvalidState(message),
+        ffi::ErrorCode::kFloatingPoint => Error::FloatingPoint(message),
         _ => Error::Internal(message),
     }
 }

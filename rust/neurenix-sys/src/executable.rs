@@ -2,7 +2,7 @@
 //! simulated tiles, as the core's [`DeviceExecutable`] and [`DeviceEngine`].
 
 use cxx::UniquePtr;
-use neurenix_core::backend::{DeviceEngine, DeviceExecutable};
+use neurenix_core::backend::{DeviceEngine, DeviceExecutable, EngineOptions};
 use neurenix_core::error::Result;
 use neurenix_core::report;
 
@@ -127,9 +127,16 @@ impl DeviceExecutable for Executable {
         }
     }
 
-    fn load(&self, threads: u32) -> Result<Box<dyn DeviceEngine>> {
+    fn load(&self, options: &EngineOptions) -> Result<Box<dyn DeviceEngine>> {
+        let options = ffi::EngineOptions {
+            threads: options.threads,
+            stochastic_rounding: options.floating_point.stochastic_rounding,
+            seed: options.floating_point.seed,
+            ipu: options.ipu,
+            fp_exceptions: options.floating_point.exceptions,
+        };
         Ok(Box::new(Engine {
-            inner: self.inner.load(threads).map_err(from_cxx)?,
+            inner: self.inner.load(&options).map_err(from_cxx)?,
         }))
     }
 }

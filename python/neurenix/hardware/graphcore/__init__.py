@@ -17,6 +17,7 @@ from .errors import (
     InvalidOptionTypeError,
     IPUError,
     IPUInternalError,
+    IPUFloatingPointError,
     IPUOutOfMemoryError,
     IPUPlanWarning,
     IPUStateError,
@@ -68,4 +69,5 @@ __all__ = [
     "IncompatibleExecutableError",
     "IPUStateError",
     "IPUInternalError",
+    "IPUFloatingPointError",
 ]

@@ -85,10 +85,13 @@ class CompiledModel:
         """Whether the program occupies (simulated) device memory."""
         return self._executable.loaded
 
-    def load(self, threads: int = 0) -> None:
+    def load(
+        self, threads: int = 0, stochastic_rounding: bool = False, seed: int = 0, fp_exceptions: bool = False
+    ) -> None:
         """Loads the program into fresh device memory (``threads``: host
-        threads of the simulator, 0 = default)."""
-        self._executable.load(threads)
+        threads of the simulator, 0 = default) with the floating-point
+        behaviour of its runs (see the manager's options of the same names)."""
+        self._executable.load(threads, stochastic_rounding, seed, fp_exceptions)
 
     def unload(self) -> None:
         """Frees the program's device memory; the next run loads it again."""

@@ -132,6 +132,14 @@ class IPUInternalError(IPUError, RuntimeError):
     """A broken invariant inside neurenix: a bug. Please report it."""
 
 
+class IPUFloatingPointError(IPUError, FloatingPointError):
+    """With ``fp_exceptions=True``: an operation on the device overflowed,
+    divided by zero or made a NaN (invalid operation) from finite operands,
+    or a float32 input overflowed float16 on its way in. The message names
+    the kind, the operation (vertex and compute set), the model node, the IPU
+    and the tile where it first happened; the run stops there."""
+
+
 __all__ = [
     "IPUError",
     "InvalidOptionError",
@@ -147,6 +155,7 @@ __all__ = [
     "IncompatibleExecutableError",
     "IPUStateError",
     "IPUInternalError",
+    "IPUFloatingPointError",
 ]
 
 

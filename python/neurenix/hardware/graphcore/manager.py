@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import secrets
 import threading
 import warnings
 import weakref
@@ -31,6 +32,7 @@ from .options import (
     check_precision,
     check_replication_factor,
     check_sharding,
+    check_seed,
     check_threads,
     options_from_env,
 )
@@ -103,6 +105,20 @@ class GraphCoreManager:
             or ``"sharded"`` (one micro-batch passes the IPUs in turn). Default:
             pipelined when a replica has several IPUs and device_iterations
             can fill the pipeline, otherwise sharded with a warning.
+        stochastic_rounding: round every float32 result stored as float16
+            (op results, half partials, casts) stochastically, from per-tile
+            generators seeded from ``seed``, the IPU and the tile when a
+            compiled model is loaded (their state carries from run to run);
+            see docs/precision.md.
+        seed: the generators' seed (None: one drawn when the manager is made,
+            kept in ``effective_seed``). The same seed gives the same bits for
+            the same sequence of runs.
+        fp_exceptions: stop a run with :class:`IPUFloatingPointError` at the
+            first overflow, division by zero or invalid operation (an
+            infinity or NaN made from finite operands), naming the op, the
+            model node, the IPU and the tile; also for float32 inputs that
+            overflow float16 on their way in. Off: IEEE infinities and NaNs
+            propagate.
     """
 
     def __init__(
@@ -121,6 +137,9 @@ class GraphCoreManager:
         device_iterations: int = 1,
         sharding: Any = "auto",
         execution: Optional[str] = None,
+        stochastic_rounding: bool = False,
+        seed: Optional[int] = None,
+        fp_exceptions: bool = False,
     ):
         if ipu_model is None:
             ipu_model = IPUModel.from_env() or IPUModel()
@@ -158,6 +177,12 @@ class GraphCoreManager:
         self.sharding = sharding
         self._sharding = check_sharding(sharding, self.num_ipus // self.replication_factor)
         self.execution = check_execution(execution)
+        self.stochastic_rounding = check_bool("stochastic_rounding", stochastic_rounding)
+        self.seed = check_seed(seed)
+        #: The seed the device's generators start from when a compiled model is
+        #: loaded: ``seed``, or one drawn when the manager is made if None.
+        self.effective_seed: int = self.seed if self.seed is not None else secrets.randbits(64)
+        self.fp_exceptions = check_bool("fp_exceptions", fp_exceptions)
         self._lock = threading.RLock()
         self._state = _NEW
         self._device = None
@@ -391,7 +416,12 @@ class GraphCoreManager:
             if self._state == _NEW:
                 self.initialize()
             if not compiled.loaded:
-                compiled.load(self.simulator_threads)
+                compiled.load(
+                    self.simulator_threads,
+                    stochastic_rounding=self.stochastic_rounding,
+                    seed=self.effective_seed,
+                    fp_exceptions=self.fp_exceptions,
+                )
             self._loaded.add(compiled)
             outs = compiled.run(raw)
         result = [

@@ -154,6 +154,17 @@ def check_positive(name: str, value: Any) -> float:
     return v
 
 
+def check_seed(value: Any) -> Optional[int]:
+    """A seed for the device's random generators: None or an integer in [0, 2**64)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise InvalidOptionTypeError(f"seed must be an integer or None, got {value!r}", "seed")
+    if not 0 <= value < 2**64:
+        raise InvalidOptionError(f"seed must be between 0 and 2**64 - 1, got {value}", "seed")
+    return int(value)
+
+
 EXECUTIONS = ("pipelined", "sharded")
 
 
@@ -270,7 +281,7 @@ def options_from_env() -> Dict[str, Any]:
     NEURENIX_HALF_PARTIALS, NEURENIX_COMPILE_ONLY, NEURENIX_DEVICE_ID,
     NEURENIX_IPU_MODEL, NEURENIX_WAIT_FOR_DEVICE, NEURENIX_ATTACH_TIMEOUT,
     NEURENIX_SIM_THREADS, NEURENIX_REPLICATION_FACTOR, NEURENIX_DEVICE_ITERATIONS,
-    NEURENIX_EXECUTION."""
+    NEURENIX_EXECUTION, NEURENIX_STOCHASTIC_ROUNDING, NEURENIX_SEED, NEURENIX_FP_EXCEPTIONS."""
     out: Dict[str, Any] = {}
     for key, name, kind in (
         ("num_ipus", "NEURENIX_NUM_IPUS", int),
@@ -280,6 +291,7 @@ def options_from_env() -> Dict[str, Any]:
         ("simulator_threads", "NEURENIX_SIM_THREADS", int),
         ("replication_factor", "NEURENIX_REPLICATION_FACTOR", int),
         ("device_iterations", "NEURENIX_DEVICE_ITERATIONS", int),
+        ("seed", "NEURENIX_SEED", int),
     ):
         v = _env_number(name, kind)
         if v is not None:
@@ -288,6 +300,8 @@ def options_from_env() -> Dict[str, Any]:
         ("enable_half_partials", "NEURENIX_HALF_PARTIALS"),
         ("compile_only", "NEURENIX_COMPILE_ONLY"),
         ("wait_for_device", "NEURENIX_WAIT_FOR_DEVICE"),
+        ("stochastic_rounding", "NEURENIX_STOCHASTIC_ROUNDING"),
+        ("fp_exceptions", "NEURENIX_FP_EXCEPTIONS"),
     ):
         v = _env_bool(name)
         if v is not None:
