@@ -12,7 +12,7 @@ from typing import Callable, List, Optional, Sequence, Tuple, Union, final
 
 __all__ = [
     "Model", "Executable", "DeviceManager", "Device", "SystemInfo", "TileMemory", "TileTensor", "OpPlan", "StepCost", "CostTerm",
-    "CarriedTensor", "StageEstimate", "PipelineEstimate", "RunStats", "PassStats", "Placement", "TensorSpec", "HostStream", "DeviceInfo", "ValueParts", "TensorParts",
+    "Variable", "CarriedTensor", "StageEstimate", "PipelineEstimate", "RunStats", "PassStats", "Placement", "TensorSpec", "HostStream", "DeviceInfo", "ValueParts", "TensorParts",
     "AttrParts", "NodeParts", "ModelParts", "compile", "describe_system", "supported_ops", "supported_opsets", "_panic",
 ]
 
@@ -324,6 +324,24 @@ class StepCost:
     ) -> "StepCost": ...
 
 @final
+class Variable:
+    """A variable of a compiled program: a tensor in tile memory with its device element type
+    (``device_type``: "float32", "float16", "int32", "bool"), the model node that made it ("" for
+    model inputs), its kind ("input", "constant", "intermediate", "temporary"), shape, and the
+    tiles it is spread over; ``ipu``: the replica's IPU whose program holds it."""
+
+    ipu: int
+    name: str
+    node: str
+    kind: str
+    device_type: str
+    shape: List[int]
+    tiles: int
+    def __new__(
+        cls, ipu: int, name: str, node: str, kind: str, device_type: str, shape: List[int], tiles: int
+    ) -> "Variable": ...
+
+@final
 class CostTerm:
     """One term of a step's cost formula (docs/cost-model.md). ``kind``: "vertex", "launch", "sync",
     "exchange", "descriptors", "ipu_link", "host_latency" or "host_link"."""
@@ -461,6 +479,7 @@ class Executable:
     tiles: List[TileMemory]
     plans: List[OpPlan]
     steps: List[StepCost]
+    variables: List[Variable]
     warnings: List[str]
     cycles_per_run: int  # one call: every micro-batch of every replica
     loaded: bool

@@ -36,6 +36,21 @@ bool broadcastable(const Shape& in, const Shape& out) {
 // The operand is the result's shape up to leading ones: same flat order.
 bool same_elements(const Shape& in, const Shape& out) { return shape_numel(in) == shape_numel(out) && broadcastable(in, out); }
 
+// The element type conversions an expression makes, for its plan: "" or
+// "; casts to float16 x2, to float32 x1".
+std::string describe_casts(const std::vector<ExprInstr>& expr) {
+  const std::pair<ExprOpCode, const char*> casts[] = {{ExprOpCode::kCastF16, "float16"},
+                                                      {ExprOpCode::kCastF32, "float32"},
+                                                      {ExprOpCode::kCastI32, "int32"},
+                                                      {ExprOpCode::kCastBool, "bool"}};
+  std::string out;
+  for (const auto& [op, type] : casts) {
+    const auto n = std::count_if(expr.begin(), expr.end(), [op = op](const ExprInstr& i) { return i.op == op; });
+    if (n) out += std::string(out.empty() ? "; casts to " : ", to ") + type + " x" + std::to_string(n);
+  }
+  return out;
+}
+
 }  // namespace
 
 Tensor map(Graph& g, const std::vector<ExprInstr>& expr, const std::vector<Tensor>& inputs, DeviceType out_dtype,
@@ -135,7 +150,7 @@ Tensor map(Graph& g, const std::vector<ExprInstr>& expr, const std::vector<Tenso
                                                  out_dtype));
   }
   g.execute(cs);
-  g.record_plan(OpPlan{name, "map", ipu, std::to_string(expr.size()) + " instruction(s)",
+  g.record_plan(OpPlan{name, "map", ipu, std::to_string(expr.size()) + " instruction(s)" + describe_casts(expr),
                        static_cast<uint32_t>(out_tiles.size()), 0, 0});
   return out;
 }

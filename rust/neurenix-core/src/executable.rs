@@ -92,6 +92,7 @@ fn merge_reports(stages: &[Stage], cycles: u64) -> DeviceReport {
         tiles: Vec::new(),
         plans: Vec::new(),
         steps: Vec::new(),
+        variables: Vec::new(),
         warnings: Vec::new(),
         cycles_per_run: cycles,
     };
@@ -120,6 +121,11 @@ fn merge_reports(stages: &[Stage], cycles: u64) -> DeviceReport {
                     s
                 }),
         );
+        r.variables.extend(st.report.variables.iter().map(|v| {
+            let mut v = v.clone();
+            v.ipu = st.ipu;
+            v
+        }));
         r.warnings.extend(st.report.warnings.iter().cloned());
     }
     r

@@ -112,6 +112,23 @@ impl StepKind {
     }
 }
 
+/// A variable of a compiled program: a tensor in tile memory, in the device
+/// type the precision policy gave it, and the model node that made it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Variable {
+    /// The IPU of the replica whose program holds it.
+    pub ipu: u32,
+    pub name: String,
+    /// "" for model inputs and tensors no node made.
+    pub node: String,
+    /// "input", "constant", "intermediate" or "temporary".
+    pub kind: String,
+    pub device_type: crate::dtype::DeviceType,
+    pub shape: Vec<usize>,
+    /// Tiles it is spread over.
+    pub tiles: u32,
+}
+
 /// One term of a step's cost formula (docs/cost-model.md).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CostTerm {
@@ -179,6 +196,8 @@ pub struct DeviceReport {
     pub plans: Vec<OpPlan>,
     /// One entry per step of the program as run.
     pub steps: Vec<StepCost>,
+    /// Every variable of the program.
+    pub variables: Vec<Variable>,
     pub warnings: Vec<String>,
     pub cycles_per_run: u64,
 }

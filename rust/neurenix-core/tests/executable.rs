@@ -167,6 +167,7 @@ impl DeviceExecutable for EchoExecutable {
                 live_bytes: 0,
                 terms: vec![],
             }],
+            variables: vec![],
             warnings: vec!["echo".into()],
             cycles_per_run: 7,
         }

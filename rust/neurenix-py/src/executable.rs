@@ -17,7 +17,7 @@ use crate::errors::{guarded, lock, IntoPyResult};
 use crate::model::{tensor_specs, PyModel};
 use crate::records::{
     HostStream, OpPlan, PassStats, PipelineEstimate, Placement, RunStats, StepCost, SystemInfo,
-    TensorSpec, TileMemory,
+    TensorSpec, TileMemory, Variable,
 };
 
 #[pyclass(module = "neurenix._native", name = "Executable", frozen)]
@@ -238,6 +238,17 @@ impl PyExecutable {
         lock(&self.exe)
             .report()
             .steps
+            .iter()
+            .map(Into::into)
+            .collect()
+    }
+
+    /// Every variable of every stage's program, with its device type.
+    #[getter]
+    fn variables(&self) -> Vec<Variable> {
+        lock(&self.exe)
+            .report()
+            .variables
             .iter()
             .map(Into::into)
             .collect()

@@ -49,6 +49,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<records::OpPlan>()?;
     m.add_class::<records::StepCost>()?;
     m.add_class::<records::CostTerm>()?;
+    m.add_class::<records::Variable>()?;
     m.add_class::<records::RunStats>()?;
     m.add_class::<records::CarriedTensor>()?;
     m.add_class::<records::StageEstimate>()?;

@@ -150,6 +150,29 @@ record! {
 }
 
 record! {
+    /// A variable of a compiled program. `kind`: "input", "constant",
+    /// "intermediate" or "temporary".
+    "Variable" Variable {
+        ipu: u32, name: String, node: String, kind: String, device_type: String, shape: Vec<usize>,
+        tiles: u32,
+    }
+}
+
+impl From<&report::Variable> for Variable {
+    fn from(v: &report::Variable) -> Self {
+        Variable {
+            ipu: v.ipu,
+            name: v.name.clone(),
+            node: v.node.clone(),
+            kind: v.kind.clone(),
+            device_type: v.device_type.name().to_string(),
+            shape: v.shape.clone(),
+            tiles: v.tiles,
+        }
+    }
+}
+
+record! {
     /// One term of a step's cost formula.
     "CostTerm" CostTerm { kind: String, name: String, cycles: u64 }
 }

@@ -258,6 +258,21 @@ rust::Vec<StepCost> Executable::step_costs() const {
   return out;
 }
 
+rust::Vec<Variable> Executable::variables() const {
+  rust::Vec<Variable> out;
+  for (const ::neurenix::Variable& v : exe_->graph().vars()) {
+    const char* kind = v.kind == VarKind::kInput      ? "input"
+                       : v.kind == VarKind::kConstant ? "constant"
+                       : v.kind == VarKind::kTemporary ? "temporary"
+                                                       : "intermediate";
+    Variable r{rust::String(v.name), rust::String(v.node), rust::String(kind), v.dtype, {},
+               static_cast<uint32_t>(v.tiles.size())};
+    for (uint64_t d : v.shape) r.shape.push_back(d);
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
 rust::Vec<rust::String> Executable::warnings() const {
   rust::Vec<rust::String> out;
   for (const auto& w : exe_->graph().warnings()) out.push_back(rust::String(w));

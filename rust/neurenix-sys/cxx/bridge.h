@@ -66,6 +66,7 @@ struct OpPlan;
 struct StepCost;
 struct RunStats;
 struct EngineOptions;
+struct Variable;
 struct SystemInfo;
 struct DeviceInfo;
 
@@ -116,6 +117,7 @@ class Executable {
   rust::Vec<TileMemory> tile_memory() const;
   rust::Vec<OpPlan> op_plans() const;
   rust::Vec<StepCost> step_costs() const;
+  rust::Vec<Variable> variables() const;
   rust::Vec<rust::String> warnings() const;
   SystemInfo system() const;
   uint32_t num_ipus() const;

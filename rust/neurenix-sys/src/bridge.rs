@@ -176,6 +176,18 @@ pub mod ffi {
         largest: Vec<TileTensor>,
     }
 
+    /// A variable of the program: what it holds, on how many tiles, for
+    /// which model node. `kind`: "input", "constant", "intermediate",
+    /// "temporary".
+    struct Variable {
+        name: String,
+        node: String,
+        kind: String,
+        device_type: DeviceType,
+        shape: Vec<u64>,
+        tiles: u32,
+    }
+
     /// One term of a step's cost formula.
     struct CostTerm {
         /// "vertex", "launch", "sync", "exchange", "descriptors",
@@ -395,6 +407,7 @@ pub mod ffi {
         fn tile_memory(self: &Executable) -> Vec<TileMemory>;
         fn op_plans(self: &Executable) -> Vec<OpPlan>;
         fn step_costs(self: &Executable) -> Vec<StepCost>;
+        fn variables(self: &Executable) -> Vec<Variable>;
         fn warnings(self: &Executable) -> Vec<String>;
         fn system(self: &Executable) -> SystemInfo;
         fn num_ipus(self: &Executable) -> u32;

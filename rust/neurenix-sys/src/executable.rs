@@ -122,6 +122,19 @@ impl DeviceExecutable for Executable {
                         .collect(),
                 })
                 .collect(),
+            variables: x
+                .variables()
+                .into_iter()
+                .map(|v| report::Variable {
+                    ipu: 0,
+                    name: v.name,
+                    node: v.node,
+                    kind: v.kind,
+                    device_type: crate::graph::from_device_type(v.device_type),
+                    shape: v.shape.iter().map(|&d| d as usize).collect(),
+                    tiles: v.tiles,
+                })
+                .collect(),
             warnings: x.warnings(),
             cycles_per_run: x.cycles_per_run(),
         }

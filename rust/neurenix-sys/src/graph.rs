@@ -23,6 +23,15 @@ pub(crate) fn device_type(t: DeviceType) -> ffi::DeviceType {
     }
 }
 
+pub(crate) fn from_device_type(t: ffi::DeviceType) -> DeviceType {
+    match t {
+        ffi::DeviceType::kFloat32 => DeviceType::F32,
+        ffi::DeviceType::kFloat16 => DeviceType::F16,
+        ffi::DeviceType::kInt32 => DeviceType::I32,
+        _ => DeviceType::Bool,
+    }
+}
+
 fn reduce_op(op: ReduceOp) -> ffi::ReduceOp {
     match op {
         ReduceOp::Sum => ffi::ReduceOp::kSum,

@@ -18,10 +18,19 @@ import dataclasses
 import json
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
-from neurenix._native import CarriedTensor, OpPlan, PipelineEstimate, StageEstimate, StepCost, SystemInfo, TileMemory
+from neurenix._native import (
+    CarriedTensor,
+    OpPlan,
+    PipelineEstimate,
+    StageEstimate,
+    StepCost,
+    SystemInfo,
+    TileMemory,
+    Variable,
+)
 
 __all__ = [
     "CompileReport",
@@ -121,6 +130,8 @@ class CompileReport:
     steps: List[StepCost]
     cycles_per_run: int
     estimate: PipelineEstimate
+    #: Every variable of every stage's program, with its device element type.
+    variables: List[Variable] = field(default_factory=list)
     micro_batch_size: int = 1
     replication_factor: int = 1
     device_iterations: int = 1
@@ -144,6 +155,7 @@ class CompileReport:
             steps=list(exe.steps),
             cycles_per_run=exe.cycles_per_run,
             estimate=exe.estimate,
+            variables=list(exe.variables),
             micro_batch_size=micro_batch_size,
             replication_factor=exe.replication_factor,
             device_iterations=exe.device_iterations,
@@ -393,6 +405,20 @@ class CompileReport:
                 ],
             },
             "liveness": self.liveness(),
+            "element_types": self.element_types(),
+            "variables": [
+                {
+                    "ipu": v.ipu,
+                    "name": v.name,
+                    "node": v.node,
+                    "kind": v.kind,
+                    "device_type": v.device_type,
+                    "shape": list(v.shape),
+                    "tiles": v.tiles,
+                }
+                for v in self.variables
+            ],
+            "casts": self.casts(),
             "plans": [
                 {
                     "name": o.name,
@@ -528,6 +554,26 @@ class CompileReport:
     def __str__(self) -> str:
         return self.summary()
 
+    def element_types(self) -> Dict[str, Dict[str, int]]:
+        """Variables by device element type: ``{type: {"variables", "elements"}}``."""
+        out: Dict[str, Dict[str, int]] = {}
+        for v in self.variables:
+            e = out.setdefault(v.device_type, {"variables": 0, "elements": 0})
+            e["variables"] += 1
+            e["elements"] += int(math.prod(v.shape))
+        return out
+
+    def casts(self) -> List[Dict[str, Any]]:
+        """Where the compiler inserted element type conversions (the
+        precision policy's, e.g. half to float32 in front of a softmax under
+        ``mixed``, and the model's own Cast nodes): ``{"node", "ipu",
+        "casts"}`` per operation that makes them."""
+        out = []
+        for o in self.plans:
+            if o.kind == "map" and "; casts to " in o.plan:
+                out.append({"node": o.name, "ipu": o.ipu, "casts": o.plan.split("; casts to ", 1)[1]})
+        return out
+
     def summary(self, top: int = 8) -> str:
         """The text summary (``str(report)``); ``top``: lines per list before
         "... and N more"."""
@@ -543,6 +589,17 @@ class CompileReport:
             f"{self.passes['fused']} fused, {self.passes['dead']} dead, {self.passes['nodes_out']} on device; "
             f"compiled in {self.compile_seconds:.2f} s",
         ]
+        types = self.element_types()
+        if types:
+            lines.append(
+                "Element types: "
+                + ", ".join(f"{t} {e['variables']} variable(s) ({e['elements']:,} elements)" for t, e in types.items())
+            )
+        casts = self.casts()
+        if casts:
+            shown = ", ".join(f"{c['node']} ({c['casts']})" for c in casts[:top])
+            more = f", ... and {len(casts) - top} more" if len(casts) > top else ""
+            lines.append(f"Casts inserted: {shown}{more}")
         busiest = {t.ipu: t for t in self.busiest_tiles(per_ipu=1)}
         for m in self.memory_per_ipu():
             if m["tiles_used"] == 0:
