@@ -1076,6 +1076,8 @@ def _array(dtype: str, shape: Sequence[int], rng: np.random.Generator, mode: str
         return rng.integers(0, 2, size=shape).astype(bool)
     if dt.kind == "c":
         return (rng.standard_normal(shape) + 1j).astype(dt)
+    if dt.name in ("bfloat16", "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz"):
+        return rng.standard_normal(shape).astype(dt)  # ml_dtypes' storage types
     return np.zeros(shape, dt)
 
 

@@ -185,6 +185,28 @@ def test_run_writes_outputs_that_match_numpy(small, tmp_path):
         np.testing.assert_array_equal(f["y"], y)
 
 
+def test_run_reads_bfloat16_inputs_from_npz_files(tmp_path):
+    """numpy keeps ml_dtypes arrays in .npz files as raw bytes: they are read
+    as the model's bfloat16 again, and random inputs are random floats."""
+    import ml_dtypes
+
+    g = helper.make_graph([helper.make_node("Neg", ["x"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.BFLOAT16, [2, 3])],
+                          [helper.make_tensor_value_info("y", TensorProto.BFLOAT16, [2, 3])])
+    path = tmp_path / "bf16.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)]), path)
+    x = np.array([[1.5, -2.25, 3.0], [0.0, 100.5, -1e-3]], ml_dtypes.bfloat16)
+    np.savez(tmp_path / "in.npz", x=x)
+    code, out, err = run_cli("run", path, "--inputs", tmp_path / "in.npz", "--output", tmp_path / "out.npz",
+                             "--ipu-model", TINY)
+    assert code == 0, err
+    assert "input x: bfloat16[2, 3] from file" in out and "output y: bfloat16[2, 3]" in out
+    with np.load(tmp_path / "out.npz") as f:
+        np.testing.assert_array_equal(f["y"].view(ml_dtypes.bfloat16).astype(np.float32), -x.astype(np.float32))
+    code, out, err = run_cli("run", path, "--ipu-model", TINY)
+    assert code == 0 and "input x: bfloat16[2, 3] random" in out, err
+
+
 def test_run_random_inputs_are_seeded(small, tmp_path):
     path, _ = small
     outs = []

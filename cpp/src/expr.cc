@@ -55,6 +55,11 @@ ValueKind result_kind(const ExprInstr& ins, const ValueKind* in) {
       need(ValueKind::kBool, 0);
       need(in[1], 2);
       return in[1];
+    case ExprOpCode::kRoundF8:
+      if (!(ins.imm == 17 || ins.imm == 18 || ins.imm == 19 || ins.imm == 20))
+        bad(ins.op, "the format must be an ONNX float8 type code (17 to 20), got " + std::to_string(ins.imm));
+      need(ValueKind::kFloat, 0);
+      return ValueKind::kFloat;
     default:  // float-only unary ops
       need(ValueKind::kFloat, 0);
       return ValueKind::kFloat;
@@ -103,6 +108,7 @@ double expr_op_cycles(ExprOpCode op, bool half) {
     case ExprOpCode::kInput: case ExprOpCode::kConstF: case ExprOpCode::kConstI: return 0.0;
     case ExprOpCode::kExp: case ExprOpCode::kLog: case ExprOpCode::kTanh: case ExprOpCode::kSigmoid:
     case ExprOpCode::kSqrt: case ExprOpCode::kRsqrt: case ExprOpCode::kReciprocal: case ExprOpCode::kDiv:
+    case ExprOpCode::kRoundF8:  // exponent, scale, round, clamp and select: several ALU operations
       return per * 4;
     case ExprOpCode::kErf: case ExprOpCode::kGeluErf: case ExprOpCode::kGeluTanh: case ExprOpCode::kPow:
     case ExprOpCode::kSin: case ExprOpCode::kCos: case ExprOpCode::kSoftplus: case ExprOpCode::kElu:

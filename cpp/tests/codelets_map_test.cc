@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
 #include <cfloat>
 #include <climits>
 #include <cmath>
@@ -218,9 +219,11 @@ TEST(MapCodelet, FloatBinaryOps) {
     std::function<double(double, double)> ref;
     int64_t ulps;
   };
+  // Python's %: a zero result takes the divisor's sign (ONNX Mod 28).
   auto pymod = [](double a, double b) {
     double r = std::fmod(a, b);
-    if (r != 0 && ((r < 0) != (b < 0))) r += b;
+    if (r == 0) return std::copysign(0.0, b);
+    if ((r < 0) != (b < 0)) r += b;
     return r;
   };
   const Case cases[] = {
@@ -500,6 +503,135 @@ TEST(MapCodelet, Casts) {
   // int -> int is the identity.
   EXPECT_EQ(run_map({in(0), op(E::kCastI32)}, {{kI32, {INT_MIN, 5}}}, kI32, 2),
             (std::vector<double>{INT_MIN, 5}));
+}
+
+// Every finite value of a float8 format, decoded from its bit fields: (value,
+// code). `ebits`/`mbits` exponent and mantissa widths, `bias`; `fn`: the
+// all-ones pattern is NaN (E4M3FN); `ieee`: the top exponent is
+// infinity/NaN (E5M2); `uz`: 0x80 is NaN, no -0 (the FNUZ formats).
+std::vector<std::pair<double, int>> float8_values(int ebits, int mbits, int bias, bool fn, bool ieee, bool uz) {
+  std::vector<std::pair<double, int>> out;
+  for (int code = 0; code < 256; ++code) {
+    const int s = code >> 7, e = (code >> mbits) & ((1 << ebits) - 1), m = code & ((1 << mbits) - 1);
+    if (uz && code == 0x80) continue;
+    if (fn && e == (1 << ebits) - 1 && m == (1 << mbits) - 1) continue;
+    if (ieee && e == (1 << ebits) - 1) continue;
+    const double mag = e == 0 ? std::ldexp(m, 1 - bias - mbits) : std::ldexp((1 << mbits) + m, e - bias - mbits);
+    out.push_back({s ? -mag : mag, code});
+  }
+  return out;
+}
+
+// The value of `values` nearest to x, ties to the even code. Rounding sees
+// one more value past the largest finite one, a step further with the next
+// code (as if the exponent went on); landing there gives `over`.
+double nearest(std::vector<std::pair<double, int>> values, double x, double over) {
+  double max = 0, below = 0;
+  int max_code = 0;
+  for (const auto& [v, code] : values)
+    if (v > max) max = v, max_code = code;
+  for (const auto& [v, code] : values)
+    if (v < max && v > below) below = v;
+  const double beyond = max + (max - below);
+  if (std::fabs(x) >= beyond) return std::copysign(over, x);
+  values.push_back({beyond, max_code + 1});
+  values.push_back({-beyond, (max_code + 1) | 0x80});
+  double best = NAN, best_d = INFINITY;
+  for (const auto& [v, code] : values) {
+    const double d = std::fabs(v - x);
+    if (d < best_d || (d == best_d && (code & 1) == 0)) best = v, best_d = d;
+  }
+  if (std::fabs(best) == beyond) return std::copysign(over, x);
+  return best == 0 ? std::copysign(0.0, x) : best;
+}
+
+TEST(MapCodelet, RoundingToBfloat16AndFloat8GivesTheNearestValueTiesToEven) {
+  // bfloat16: float32 with the low 16 bits rounded off.
+  std::mt19937 rng(21);
+  std::vector<double> xs = {0.0, -0.0, 1.0, 1.0 + 0x1p-8, 1.0 + 0x3p-8, 1.0 + 0x1p-8 + 0x1p-23, -(1.0 + 0x1p-8),
+                            0x1.fffep127, 0x1.ff7fp127, 0x1.ff8p127, FLT_TRUE_MIN, INFINITY, -INFINITY, NAN};
+  std::uniform_int_distribution<uint32_t> bits;
+  for (int i = 0; i < 2000; ++i) {
+    uint32_t b = bits(rng);
+    float f;
+    std::memcpy(&f, &b, 4);
+    xs.push_back(f);
+  }
+  auto got = run_map({in(0), op(E::kRoundBf16)}, {{kF32, xs}}, kF32, xs.size());
+  for (size_t i = 0; i < xs.size(); ++i) {
+    const float x = static_cast<float>(xs[i]);
+    if (std::isnan(x)) {
+      ASSERT_TRUE(std::isnan(got[i]));
+      continue;
+    }
+    // Reference: the two bfloat16 neighbours by truncation, picked by distance.
+    uint32_t b;
+    std::memcpy(&b, &x, 4);
+    const uint32_t lo_b = b & 0xffff0000u, hi_b = lo_b + 0x10000u;
+    float lo, hi;
+    std::memcpy(&lo, &lo_b, 4);
+    std::memcpy(&hi, &hi_b, 4);
+    // Past the largest bfloat16 the next step is 2^128, which is infinity.
+    const double hi_d = std::isinf(hi) ? std::copysign(0x1p128, hi) : static_cast<double>(hi);
+    const double dl = std::fabs(static_cast<double>(x) - lo), dh = std::fabs(hi_d - x);
+    const double want = (std::isinf(x) || dl < dh || (dl == dh && ((lo_b >> 16) & 1) == 0)) ? lo : hi;
+    ASSERT_EQ(got[i], want) << xs[i];
+    ASSERT_EQ(std::signbit(got[i]), std::signbit(x)) << xs[i];
+  }
+
+  struct Format {
+    int code, ebits, mbits, bias;
+    bool fn, ieee, uz;
+    double max;
+  };
+  const Format formats[] = {{17, 4, 3, 7, true, false, false, 448},
+                            {18, 4, 3, 8, false, false, true, 240},
+                            {19, 5, 2, 15, false, true, false, 57344},
+                            {20, 5, 2, 16, false, false, true, 57344}};
+  for (const Format& f : formats) {
+    SCOPED_TRACE(f.code);
+    const auto values = float8_values(f.ebits, f.mbits, f.bias, f.fn, f.ieee, f.uz);
+    double largest = 0;
+    for (const auto& v : values) largest = std::max(largest, v.first);
+    ASSERT_EQ(largest, f.max);
+    // Every value, every midpoint between neighbours and a little either
+    // side, values beyond the range, specials and random floats.
+    std::vector<double> sorted;
+    for (const auto& v : values) sorted.push_back(v.first);
+    std::sort(sorted.begin(), sorted.end());
+    std::vector<double> x = {INFINITY, -INFINITY, NAN, 1e30, -1e30, f.max * 1.04, f.max * 1.07, -f.max * 1.1};
+    for (size_t k = 0; k < sorted.size(); ++k) {
+      x.push_back(sorted[k]);
+      if (k + 1 < sorted.size() && sorted[k + 1] != sorted[k]) {
+        const double mid = (sorted[k] + sorted[k + 1]) / 2;
+        x.push_back(mid);
+        x.push_back(std::nextafter(static_cast<float>(mid), INFINITY));
+        x.push_back(std::nextafter(static_cast<float>(mid), -INFINITY));
+      }
+    }
+    std::uniform_real_distribution<double> u(-f.max * 1.2, f.max * 1.2), small(-4, 4);
+    for (int i = 0; i < 500; ++i) x.push_back(static_cast<float>(u(rng)));
+    for (int i = 0; i < 500; ++i) x.push_back(static_cast<float>(small(rng)));
+    for (int saturate = 0; saturate <= 1; ++saturate) {
+      SCOPED_TRACE(saturate ? "saturate" : "no saturation");
+      auto g = run_map({in(0), opp(E::kRoundF8, f.code, saturate)}, {{kF32, x}}, kF32, x.size());
+      const double over = saturate ? f.max : f.ieee ? INFINITY : NAN;
+      for (size_t i = 0; i < x.size(); ++i) {
+        if (std::isnan(x[i])) {
+          ASSERT_TRUE(std::isnan(g[i]));
+          continue;
+        }
+        double want = std::isinf(x[i]) ? std::copysign(over, x[i]) : nearest(values, x[i], over);
+        if (f.uz && want == 0) want = 0.0;
+        if (std::isnan(want)) {
+          ASSERT_TRUE(std::isnan(g[i])) << x[i] << " got " << g[i];
+          continue;
+        }
+        ASSERT_EQ(g[i], want) << x[i];
+        ASSERT_EQ(std::signbit(g[i]), std::signbit(want)) << x[i];
+      }
+    }
+  }
 }
 
 TEST(MapCodelet, OutputConversions) {

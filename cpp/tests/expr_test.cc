@@ -39,6 +39,11 @@ TEST(Expr, CheckExpressionTypes) {
                   check_expression({in(0), in(1), in(2), op(E::kSelect)}, {kBool, kF32, kI32}),
                   "select");
   EXPECT_NX_ERROR(kInvalidArgument, check_expression({in(0), in(0), op(E::kAdd)}, b1), "add", "bool");
+  EXPECT_EQ(check_expression({in(0), opp(E::kRoundF8, 19, 1)}, f1), ValueKind::kFloat);
+  EXPECT_EQ(check_expression({in(0), op(E::kRoundBf16)}, {kF16}), ValueKind::kFloat);
+  EXPECT_NX_ERROR(kInvalidArgument, check_expression({in(0), opp(E::kRoundF8, 16, 1)}, f1), "round_f8", "17 to 20");
+  EXPECT_NX_ERROR(kInvalidArgument, check_expression({in(0), opp(E::kRoundF8, 17, 1)}, i1), "round_f8", "int");
+  EXPECT_NX_ERROR(kInvalidArgument, check_expression({in(0), op(E::kRoundBf16)}, i1), "round_bf16", "int");
   EXPECT_NX_ERROR(kInvalidArgument, check_expression({in(0), op(E::kCount)}, f1), "unknown");
   EXPECT_NX_ERROR(kInvalidArgument, check_expression({in(0), op(static_cast<E>(999))}, f1), "999");
 }

@@ -13,7 +13,7 @@ from typing import Callable, List, Optional, Sequence, Tuple, Union, final
 __all__ = [
     "Model", "Executable", "DeviceManager", "Device", "SystemInfo", "TileMemory", "TileTensor", "OpPlan", "StepCost", "CostTerm",
     "Variable", "CarriedTensor", "StageEstimate", "PipelineEstimate", "RunStats", "PassStats", "Placement", "TensorSpec", "HostStream", "DeviceInfo", "ValueParts", "TensorParts",
-    "AttrParts", "NodeParts", "ModelParts", "compile", "describe_system", "supported_ops", "supported_opsets", "_panic",
+    "AttrParts", "NodeParts", "ModelParts", "compile", "describe_system", "supported_ops", "supported_opsets", "elem_type_name", "_panic",
 ]
 
 # -- systems and devices ---------------------------------------------------------
@@ -200,7 +200,7 @@ class Model:
     @staticmethod
     def from_parts(parts: ModelParts) -> "Model":
         """Builds and checks a model; raises ``ModelFormatError`` (malformed) or ``UnsupportedOperatorError``
-        (an operator set outside ``supported_opsets()``)."""
+        (an operator set outside ``supported_opsets()``, or an element type neurenix does not hold)."""
     def inputs(self) -> List[ValueParts]: ...
     def outputs(self) -> List[ValueParts]: ...
     @property
@@ -220,6 +220,11 @@ def _panic(message: str) -> None:
 
 def supported_opsets() -> Tuple[int, int]:
     """The default-domain operator-set versions the operators implement: (first, last)."""
+
+def elem_type_name(code: int) -> Optional[str]:
+    """numpy's name for the element type with ONNX code ``code`` ("float32", "bfloat16", "float8_e4m3fn",
+    ...), or None for a type models may not declare (an unsupported one raises ``UnsupportedOperatorError`` at
+    import)."""
 
 # -- executables -----------------------------------------------------------------
 

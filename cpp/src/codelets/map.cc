@@ -39,9 +39,11 @@ inline float sigmoid(float x) {
   return x >= 0 ? 1.0f / (1.0f + std::exp(-x)) : std::exp(x) / (1.0f + std::exp(x));
 }
 inline float round_half_even(float x) { return std::nearbyint(x); }
+// Python's %: the sign of the divisor, a zero result included (ONNX Mod 28).
 inline float py_mod(float a, float b) {
   float r = std::fmod(a, b);
-  if (r != 0 && ((r < 0) != (b < 0))) r += b;
+  if (r == 0) return std::copysign(0.0f, b);
+  if ((r < 0) != (b < 0)) r += b;
   return r;
 }
 // Integer division never traps: x / 0 gives 0 and INT32_MIN / -1 wraps.
@@ -56,6 +58,57 @@ inline int32_t py_mod_i(int32_t a, int32_t b) {
   int32_t r = safe_rem_i(a, b);
   if (r != 0 && ((r < 0) != (b < 0))) r += b;
   return r;
+}
+
+// A float32 rounded to the nearest bfloat16 (ties to even), as a float32.
+inline float round_to_bf16(float x) {
+  uint32_t b;
+  std::memcpy(&b, &x, 4);
+  if ((b & 0x7fffffffu) > 0x7f800000u) return x;  // NaN
+  b = (b + 0x7fffu + ((b >> 16) & 1u)) & 0xffff0000u;
+  std::memcpy(&x, &b, 4);
+  return x;
+}
+
+// ONNX's float8 formats, by TensorProto code (17: E4M3FN, 18: E4M3FNUZ,
+// 19: E5M2, 20: E5M2FNUZ).
+struct Float8Format {
+  int mantissa;
+  int bias;
+  double max;
+  bool infinity;       // E5M2 only
+  bool unsigned_zero;  // the FNUZ formats have no -0
+};
+
+Float8Format float8_format(double code) {
+  switch (static_cast<int>(code)) {
+    case 17: return {3, 7, 448.0, false, false};
+    case 18: return {3, 8, 240.0, false, true};
+    case 19: return {2, 15, 57344.0, true, false};
+    case 20: return {2, 16, 57344.0, false, true};
+    default: fail(ErrorCode::kInvalidArgument, "round_f8: unknown float8 format code " + std::to_string(code));
+  }
+}
+
+// To the nearest value of format `f`, ties to even (ONNX Cast). Beyond the
+// largest finite value: saturate, or infinity where the format has one and
+// NaN where it has not.
+inline float round_to_float8(float x, const Float8Format& f, bool saturate) {
+  if (x != x) return x;
+  const bool neg = std::signbit(x);
+  const double a = std::fabs(static_cast<double>(x));
+  const double beyond = saturate ? f.max : f.infinity ? static_cast<double>(INFINITY) : static_cast<double>(NAN);
+  double r;
+  if (std::isinf(a)) {
+    r = beyond;
+  } else {
+    const double min_normal = std::ldexp(1.0, 1 - f.bias);
+    const double step = a < min_normal ? std::ldexp(1.0, 1 - f.bias - f.mantissa) : std::ldexp(1.0, std::ilogb(a) - f.mantissa);
+    r = std::nearbyint(a / step) * step;
+    if (r > f.max) r = beyond;
+  }
+  if (r == 0.0 && f.unsigned_zero) return 0.0f;
+  return static_cast<float>(neg ? -r : r);
 }
 
 void unary_float(ExprOpCode op, const ExprInstr& ins, float* x, size_t n) {
@@ -105,6 +158,13 @@ void unary_float(ExprOpCode op, const ExprInstr& ins, float* x, size_t n) {
         float v = a * x[j] + b;
         x[j] = v < 0 ? 0 : (v > 1 ? 1 : v);
       }
+      break;
+    }
+    case ExprOpCode::kRoundBf16: for (size_t j = 0; j < n; ++j) x[j] = round_to_bf16(x[j]); break;
+    case ExprOpCode::kRoundF8: {
+      const Float8Format f = float8_format(ins.imm);
+      const bool saturate = ins.imm2 != 0.0;
+      for (size_t j = 0; j < n; ++j) x[j] = round_to_float8(x[j], f, saturate);
       break;
     }
     default: bad(op, "not a float unary operation");

@@ -2,6 +2,7 @@
 //! and [`DeviceType`], what tile memory holds.
 
 use crate::error::{Error, Result};
+use crate::float8::Float8;
 
 /// An element type a model can declare (ONNX's `elem_type`). Codes are
 /// ONNX's TensorProto codes; names are numpy's.
@@ -20,6 +21,10 @@ pub enum ElemType {
     U32,
     U64,
     BF16,
+    F8E4M3FN,
+    F8E4M3FNUZ,
+    F8E5M2,
+    F8E5M2FNUZ,
 }
 
 impl ElemType {
@@ -38,6 +43,10 @@ impl ElemType {
             12 => ElemType::U32,
             13 => ElemType::U64,
             16 => ElemType::BF16,
+            17 => ElemType::F8E4M3FN,
+            18 => ElemType::F8E4M3FNUZ,
+            19 => ElemType::F8E5M2,
+            20 => ElemType::F8E5M2FNUZ,
             _ => return None,
         })
     }
@@ -57,6 +66,10 @@ impl ElemType {
             ElemType::U32 => 12,
             ElemType::U64 => 13,
             ElemType::BF16 => 16,
+            ElemType::F8E4M3FN => 17,
+            ElemType::F8E4M3FNUZ => 18,
+            ElemType::F8E5M2 => 19,
+            ElemType::F8E5M2FNUZ => 20,
         }
     }
 
@@ -76,6 +89,10 @@ impl ElemType {
             ElemType::U32 => "uint32",
             ElemType::U64 => "uint64",
             ElemType::BF16 => "bfloat16",
+            ElemType::F8E4M3FN => "float8_e4m3fn",
+            ElemType::F8E4M3FNUZ => "float8_e4m3fnuz",
+            ElemType::F8E5M2 => "float8_e5m2",
+            ElemType::F8E5M2FNUZ => "float8_e5m2fnuz",
         }
     }
 
@@ -94,6 +111,10 @@ impl ElemType {
             "uint32" => ElemType::U32,
             "uint64" => ElemType::U64,
             "bfloat16" => ElemType::BF16,
+            "float8_e4m3fn" => ElemType::F8E4M3FN,
+            "float8_e4m3fnuz" => ElemType::F8E4M3FNUZ,
+            "float8_e5m2" => ElemType::F8E5M2,
+            "float8_e5m2fnuz" => ElemType::F8E5M2FNUZ,
             _ => {
                 return Err(Error::InvalidArgument(format!(
                     "unsupported element type '{name}'"
@@ -105,6 +126,9 @@ impl ElemType {
     pub fn size(self) -> usize {
         match self {
             ElemType::U8 | ElemType::I8 | ElemType::Bool => 1,
+            ElemType::F8E4M3FN | ElemType::F8E4M3FNUZ | ElemType::F8E5M2 | ElemType::F8E5M2FNUZ => {
+                1
+            }
             ElemType::U16 | ElemType::I16 | ElemType::F16 | ElemType::BF16 => 2,
             ElemType::F32 | ElemType::I32 | ElemType::U32 => 4,
             ElemType::F64 | ElemType::I64 | ElemType::U64 => 8,
@@ -115,7 +139,26 @@ impl ElemType {
         matches!(
             self,
             ElemType::F32 | ElemType::F16 | ElemType::F64 | ElemType::BF16
-        )
+        ) || self.float8().is_some()
+    }
+
+    /// The float8 format of a float8 type.
+    pub fn float8(self) -> Option<Float8> {
+        match self {
+            ElemType::F8E4M3FN => Some(Float8::E4M3FN),
+            ElemType::F8E4M3FNUZ => Some(Float8::E4M3FNUZ),
+            ElemType::F8E5M2 => Some(Float8::E5M2),
+            ElemType::F8E5M2FNUZ => Some(Float8::E5M2FNUZ),
+            _ => None,
+        }
+    }
+
+    /// A storage type: a float type the IPU has no arithmetic for
+    /// (bfloat16, the float8 types). Its values are converted to the
+    /// precision's float type on the way in (exactly: float32 holds them
+    /// all, and float16 the float8 ones) and rounded back on the way out.
+    pub fn is_storage_only(self) -> bool {
+        self == ElemType::BF16 || self.float8().is_some()
     }
 
     pub fn is_int(self) -> bool {
@@ -143,6 +186,82 @@ impl ElemType {
             DeviceType::I32
         }
     }
+}
+
+/// ONNX's name of element type `code` (`TensorProto.DataType`), for every
+/// type the installed ONNX releases define up to FLOAT6E3M2, whether or not
+/// neurenix holds it; None for codes ONNX does not define.
+pub fn onnx_type_name(code: i32) -> Option<&'static str> {
+    Some(match code {
+        1 => "FLOAT",
+        2 => "UINT8",
+        3 => "INT8",
+        4 => "UINT16",
+        5 => "INT16",
+        6 => "INT32",
+        7 => "INT64",
+        8 => "STRING",
+        9 => "BOOL",
+        10 => "FLOAT16",
+        11 => "DOUBLE",
+        12 => "UINT32",
+        13 => "UINT64",
+        14 => "COMPLEX64",
+        15 => "COMPLEX128",
+        16 => "BFLOAT16",
+        17 => "FLOAT8E4M3FN",
+        18 => "FLOAT8E4M3FNUZ",
+        19 => "FLOAT8E5M2",
+        20 => "FLOAT8E5M2FNUZ",
+        21 => "UINT4",
+        22 => "INT4",
+        23 => "FLOAT4E2M1",
+        24 => "FLOAT8E8M0",
+        25 => "UINT2",
+        26 => "INT2",
+        27 => "FLOAT6E2M3",
+        28 => "FLOAT6E3M2",
+        _ => return None,
+    })
+}
+
+/// Names of the element types a model may declare, for messages.
+pub fn held_type_names() -> String {
+    let mut names: Vec<&str> = (1..=28)
+        .filter_map(ElemType::from_onnx)
+        .map(ElemType::name)
+        .collect();
+    names.sort_unstable();
+    names.join(", ")
+}
+
+/// Why element type `code` cannot be used, or None when neurenix holds it.
+/// `what` names where the type appears ("input 'x'", "node 'c' (Cast)
+/// casts to", ...). A type ONNX defines but neurenix does not hold is
+/// unsupported; a code ONNX does not define makes the model malformed.
+pub fn refusal(code: i32, what: &str) -> Option<Refusal> {
+    if ElemType::from_onnx(code).is_some() {
+        return None;
+    }
+    Some(match onnx_type_name(code) {
+        Some(name) => Refusal::Unsupported(format!(
+            "{what} element type {name} (ONNX code {code}), which neurenix does not support: \
+             the IPU computes in float32, float16, int32 and bool, and the host converts only \
+             {} to and from them; convert the model to one of those types",
+            held_type_names()
+        )),
+        None if code == 0 => Refusal::Malformed(format!("{what} no element type (code 0)")),
+        None => Refusal::Malformed(format!(
+            "{what} element type code {code}, which ONNX does not define"
+        )),
+    })
+}
+
+/// What [`refusal`] says about a type: unsupported, or malformed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    Unsupported(String),
+    Malformed(String),
 }
 
 impl std::fmt::Display for ElemType {
@@ -202,7 +321,7 @@ impl std::fmt::Display for DeviceType {
 mod tests {
     use super::*;
 
-    const ALL: [ElemType; 13] = [
+    const ALL: [ElemType; 17] = [
         ElemType::F32,
         ElemType::U8,
         ElemType::I8,
@@ -216,6 +335,10 @@ mod tests {
         ElemType::U32,
         ElemType::U64,
         ElemType::BF16,
+        ElemType::F8E4M3FN,
+        ElemType::F8E4M3FNUZ,
+        ElemType::F8E5M2,
+        ElemType::F8E5M2FNUZ,
     ];
 
     #[test]
@@ -225,12 +348,14 @@ mod tests {
             assert_eq!(ElemType::from_name(dt.name()).unwrap(), dt);
             assert_eq!(dt.to_string(), dt.name());
         }
-        // ONNX: 1 float, 7 int64, 9 bool, 10 float16, 16 bfloat16; 8 is
-        // string and 14/15 complex, which have no element type here.
+        // ONNX: 1 float, 7 int64, 9 bool, 10 float16, 16 bfloat16, 17-20
+        // float8; 8 is string, 14/15 complex, 21-28 the 2-, 4- and 6-bit
+        // types and float8e8m0, which have no element type here.
         assert_eq!(ElemType::from_onnx(1), Some(ElemType::F32));
         assert_eq!(ElemType::from_onnx(7), Some(ElemType::I64));
         assert_eq!(ElemType::from_onnx(16), Some(ElemType::BF16));
-        for code in [0, 8, 14, 15, 17, -1] {
+        assert_eq!(ElemType::from_onnx(19), Some(ElemType::F8E5M2));
+        for code in [0, 8, 14, 15, 21, 22, 23, 24, 25, 26, 27, 28, 29, -1] {
             assert_eq!(ElemType::from_onnx(code), None, "code {code}");
         }
         assert!(matches!(
@@ -240,12 +365,49 @@ mod tests {
     }
 
     #[test]
+    fn types_neurenix_does_not_hold_are_unsupported_and_undefined_codes_malformed() {
+        assert_eq!(refusal(1, "input 'x' has"), None);
+        assert_eq!(refusal(17, "input 'x' has"), None);
+        for (code, name) in [
+            (8, "STRING"),
+            (22, "INT4"),
+            (23, "FLOAT4E2M1"),
+            (24, "FLOAT8E8M0"),
+        ] {
+            match refusal(code, "input 'x' has") {
+                Some(Refusal::Unsupported(m)) => {
+                    assert!(m.starts_with("input 'x' has element type"), "{m}");
+                    assert!(m.contains(name) && m.contains("bfloat16"), "{m}");
+                }
+                other => panic!("{code}: {other:?}"),
+            }
+        }
+        assert!(matches!(refusal(99, "w"), Some(Refusal::Malformed(m)) if m.contains("99")));
+        assert!(matches!(refusal(0, "w"), Some(Refusal::Malformed(_))));
+        for code in 1..=28 {
+            assert!(onnx_type_name(code).is_some(), "{code}");
+        }
+    }
+
+    #[test]
+    fn storage_types_are_the_floats_without_a_device_type() {
+        for dt in ALL {
+            assert_eq!(
+                dt.is_storage_only(),
+                dt.is_float() && !matches!(dt, ElemType::F32 | ElemType::F16 | ElemType::F64),
+                "{dt}"
+            );
+        }
+    }
+
+    #[test]
     fn sizes_kinds_and_device_types() {
         for dt in ALL {
             assert_eq!(
                 dt.size(),
                 match dt {
                     ElemType::U8 | ElemType::I8 | ElemType::Bool => 1,
+                    _ if dt.float8().is_some() => 1,
                     ElemType::U16 | ElemType::I16 | ElemType::F16 | ElemType::BF16 => 2,
                     ElemType::F32 | ElemType::I32 | ElemType::U32 => 4,
                     _ => 8,

@@ -127,6 +127,20 @@ impl Error {
         }
     }
 
+    /// An element type neurenix does not hold, where a node uses it
+    /// (`node` and `op_type` may be empty for a graph input or initializer
+    /// no node reads). `message` says what, where and what to do.
+    pub fn unsupported_type(op_type: &str, node: &str, opset: i64, message: String) -> Error {
+        Error::Unsupported {
+            op_type: op_type.to_string(),
+            node: node.to_string(),
+            domain: "ai.onnx".into(),
+            opset,
+            supported: Vec::new(),
+            message,
+        }
+    }
+
     /// Builds the out-of-memory error, naming every overflowing tile the way
     /// Poplar does.
     pub fn out_of_memory(tiles: Vec<TileOverflow>, hint: &str) -> Error {

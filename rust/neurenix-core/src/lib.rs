@@ -8,6 +8,7 @@ pub mod dtype;
 pub mod error;
 pub mod executable;
 pub mod expr;
+pub mod float8;
 pub mod ir;
 pub mod lower;
 pub mod model_parts;

@@ -7,15 +7,15 @@
 //! resolved, and unnamed nodes get their names (`{op_type}_{index}`, made
 //! unique).
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
-use crate::dtype::ElemType;
+use crate::dtype::{refusal, ElemType, Refusal};
 use crate::error::{Error, Result};
 use crate::ir::{Attr, Dim, Graph, Model, Node, Value, ValueId};
 use crate::tensor::HostTensor;
 
 /// Default-domain operator-set versions the operators are implemented for.
-pub const SUPPORTED_OPSETS: std::ops::RangeInclusive<i64> = 1..=21;
+pub const SUPPORTED_OPSETS: std::ops::RangeInclusive<i64> = 1..=28;
 
 /// A dimension as declared.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -84,16 +84,42 @@ pub struct ModelParts {
     pub nodes: Vec<NodeParts>,
 }
 
-fn elem_type(code: i32, what: &str) -> Result<ElemType> {
-    ElemType::from_onnx(code).ok_or_else(|| {
-        Error::model(format!(
-            "{what} has element type code {code}, which the IPU cannot hold"
-        ))
-    })
+/// Where an element type appears: the node it belongs to (an attribute,
+/// a Cast's target) or the first node that reads the value.
+#[derive(Clone, Copy)]
+struct TypeSite<'a> {
+    /// How the value relates to the node: "read by", "made by", "of".
+    role: &'static str,
+    node: &'a str,
+    op_type: &'a str,
 }
 
-fn tensor(t: &TensorParts, what: &str) -> Result<HostTensor> {
-    let dtype = elem_type(t.elem_type, what)?;
+impl TypeSite<'_> {
+    /// "(read by node 'n', Cast)".
+    fn words(site: Option<TypeSite>) -> String {
+        site.map_or(String::new(), |s| {
+            format!(" ({} node '{}', {})", s.role, s.node, s.op_type)
+        })
+    }
+}
+
+/// The element type of `code`, or the error that says why it cannot be
+/// used: `UnsupportedOperator` for a type ONNX defines and neurenix does not
+/// hold (naming it, `what` and the node at `site`), `ModelFormat` for a
+/// code ONNX does not define. `what` ends with a verb ("input 'x' has").
+fn elem_type(code: i32, what: &str, site: Option<TypeSite>, opset: i64) -> Result<ElemType> {
+    match refusal(code, what) {
+        None => Ok(ElemType::from_onnx(code).expect("a held type")),
+        Some(Refusal::Malformed(m)) => Err(Error::model(m)),
+        Some(Refusal::Unsupported(message)) => {
+            let (node, op_type) = site.map_or(("", ""), |s| (s.node, s.op_type));
+            Err(Error::unsupported_type(op_type, node, opset, message))
+        }
+    }
+}
+
+fn tensor(t: &TensorParts, what: &str, site: Option<TypeSite>, opset: i64) -> Result<HostTensor> {
+    let dtype = elem_type(t.elem_type, &format!("{what} has"), site, opset)?;
     let shape: Vec<usize> = t
         .dims
         .iter()
@@ -149,11 +175,26 @@ impl Model {
     /// Builds and checks a model from its plain-data form.
     pub fn from_parts(parts: &ModelParts) -> Result<Model> {
         let opset = default_opset(&parts.opsets)?;
+        let names = node_names(&parts.nodes);
+        // The first node reading each value, to name where a type is used.
+        let mut readers: HashMap<&str, TypeSite> = HashMap::new();
+        for (np, name) in parts.nodes.iter().zip(&names) {
+            for i in np.inputs.iter().filter(|s| !s.is_empty()) {
+                readers.entry(i.as_str()).or_insert(TypeSite {
+                    role: "read by",
+                    node: name,
+                    op_type: &np.op_type,
+                });
+            }
+        }
+        let reader = |v: &str| readers.get(v).copied();
         let mut g = Graph::default();
         for t in &parts.initializers {
-            let what = format!("initializer '{}'", t.name);
+            let site = reader(&t.name);
+            let what = format!("initializer '{}'{}", t.name, TypeSite::words(site));
+            let c = tensor(t, &what, site, opset)?;
             let v = g.value_named(&t.name);
-            g.set_constant(v, tensor(t, &what)?);
+            g.set_constant(v, c);
         }
         for vi in &parts.inputs {
             let v = g.value_named(&vi.name);
@@ -170,16 +211,19 @@ impl Model {
             }
             let dtype = match vi.elem_type {
                 0 => None,
-                c => Some(elem_type(c, &format!("input '{}'", vi.name))?),
+                c => {
+                    let site = reader(&vi.name);
+                    let what = format!("input '{}'{} has", vi.name, TypeSite::words(site));
+                    Some(elem_type(c, &what, site, opset)?)
+                }
             };
             let val = g.value_mut(v);
             val.dtype = dtype;
             val.shape = dims(&vi.dims);
             g.inputs.push(v);
         }
-        let names = node_names(&parts.nodes);
         let mut produced: HashSet<&str> = HashSet::new();
-        for (np, name) in parts.nodes.iter().zip(names) {
+        for (np, name) in parts.nodes.iter().zip(names.iter().cloned()) {
             let inputs = np
                 .inputs
                 .iter()
@@ -209,7 +253,7 @@ impl Model {
             }
             let mut attrs = BTreeMap::new();
             for (an, a) in &np.attrs {
-                let what = format!("attribute '{an}' of node '{name}'");
+                let what = format!("attribute '{an}' of node '{name}' ({})", np.op_type);
                 let attr = match a {
                     AttrParts::Int(i) => Attr::Int(*i),
                     AttrParts::Float(f) => Attr::Float(*f),
@@ -217,7 +261,14 @@ impl Model {
                     AttrParts::Ints(v) => Attr::Ints(v.clone()),
                     AttrParts::Floats(v) => Attr::Floats(v.clone()),
                     AttrParts::Strings(v) => Attr::Strings(v.clone()),
-                    AttrParts::Tensor(t) => Attr::Tensor(tensor(t, &what)?),
+                    AttrParts::Tensor(t) => {
+                        let site = TypeSite {
+                            role: "of",
+                            node: &name,
+                            op_type: &np.op_type,
+                        };
+                        Attr::Tensor(tensor(t, &what, Some(site), opset)?)
+                    }
                     AttrParts::Graph => continue,
                     AttrParts::Other(kind) => {
                         return Err(Error::model(format!(
@@ -246,7 +297,18 @@ impl Model {
             let val = g.value_mut(v);
             if val.constant.is_none() {
                 if vi.elem_type != 0 {
-                    val.dtype = Some(elem_type(vi.elem_type, &format!("output '{}'", vi.name))?);
+                    let producer = parts
+                        .nodes
+                        .iter()
+                        .zip(&names)
+                        .find(|(n, _)| n.outputs.contains(&vi.name))
+                        .map(|(n, name)| TypeSite {
+                            role: "made by",
+                            node: name,
+                            op_type: &n.op_type,
+                        });
+                    let what = format!("output '{}'{} has", vi.name, TypeSite::words(producer));
+                    val.dtype = Some(elem_type(vi.elem_type, &what, producer, opset)?);
                 }
                 val.shape = dims(&vi.dims);
             }

@@ -5,11 +5,12 @@
 //! integers, bool) and re-rounds to the declared type after every operation,
 //! so a folded float32 result is the correctly rounded float32 one.
 
-use half::f16;
+use half::{bf16, f16};
 use ndarray::{ArrayD, IxDyn};
 
 use crate::dtype::{DeviceType, ElemType};
 use crate::error::{Error, Result};
+use crate::float8::Overflow;
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Data {
@@ -24,29 +25,46 @@ pub struct HostTensor {
     pub data: Data,
 }
 
-/// float64 -> float16 with a single round-to-nearest-even. (`f16::from_f64`
-/// may go through float32 and round twice.) Rounding to float32 with
-/// round-to-odd first keeps enough bits for the second rounding to be exact.
-pub fn f64_to_f16(v: f64) -> f16 {
+/// float64 -> float32 rounded to odd: truncated toward zero, with the last
+/// bit set when anything was cut off. A second rounding of the result to a
+/// type with at most 22 significant bits (float16, bfloat16) is then the
+/// single correctly rounded one.
+fn f64_to_f32_odd(v: f64) -> f32 {
     let r = v as f32;
     if !r.is_finite() || r as f64 == v {
-        return f16::from_f32(r);
+        return r;
     }
-    // Truncate toward zero, then make the last bit sticky.
     let mut t = r;
     if (t as f64).abs() > v.abs() {
         t = f32::from_bits(t.to_bits() - 1);
     }
-    f16::from_f32(f32::from_bits(t.to_bits() | 1))
+    f32::from_bits(t.to_bits() | 1)
 }
 
-/// Rounds a value to what `dtype` can hold.
+/// float64 -> float16 with a single round-to-nearest-even. (`f16::from_f64`
+/// may go through float32 and round twice.)
+pub fn f64_to_f16(v: f64) -> f16 {
+    f16::from_f32(f64_to_f32_odd(v))
+}
+
+/// float64 -> bfloat16 with a single round-to-nearest-even.
+/// (`bf16::from_f64` drops the low 32 bits first, which can turn a value
+/// just above a tie into the tie.)
+pub fn f64_to_bf16(v: f64) -> bf16 {
+    bf16::from_f32(f64_to_f32_odd(v))
+}
+
+/// Rounds a value to what `dtype` can hold (float8: to nearest, finite
+/// values beyond the format saturating, as ONNX's Cast with `saturate=1`).
 pub fn round_float(dtype: ElemType, v: f64) -> f64 {
     match dtype {
         ElemType::F32 => v as f32 as f64,
         ElemType::F16 => f64_to_f16(v).to_f64(),
-        ElemType::BF16 => half::bf16::from_f64(v).to_f64(),
-        _ => v,
+        ElemType::BF16 => f64_to_bf16(v).to_f64(),
+        _ => match dtype.float8() {
+            Some(f) => f.round(v, Overflow::Keep),
+            None => v,
+        },
     }
 }
 
@@ -305,9 +323,16 @@ impl HostTensor {
                 shape,
                 bytes
                     .chunks_exact(2)
-                    .map(|c| half::bf16::from_le_bytes(c.try_into().unwrap()).to_f64())
+                    .map(|c| bf16::from_le_bytes(c.try_into().unwrap()).to_f64())
                     .collect(),
             )?),
+            ElemType::F8E4M3FN | ElemType::F8E4M3FNUZ | ElemType::F8E5M2 | ElemType::F8E5M2FNUZ => {
+                let f = dtype.float8().expect("a float8 type");
+                Data::Float(host_array(
+                    shape,
+                    bytes.iter().map(|&b| f.decode(b)).collect(),
+                )?)
+            }
             ElemType::Bool => {
                 Data::Bool(host_array(shape, bytes.iter().map(|&b| b != 0).collect())?)
             }
@@ -343,10 +368,11 @@ impl HostTensor {
                     match self.dtype {
                         ElemType::F64 => out.extend_from_slice(&v.to_le_bytes()),
                         ElemType::F16 => out.extend_from_slice(&f64_to_f16(v).to_le_bytes()),
-                        ElemType::BF16 => {
-                            out.extend_from_slice(&half::bf16::from_f64(v).to_le_bytes())
-                        }
-                        _ => out.extend_from_slice(&(v as f32).to_le_bytes()),
+                        ElemType::BF16 => out.extend_from_slice(&f64_to_bf16(v).to_le_bytes()),
+                        dt => match dt.float8() {
+                            Some(f) => out.push(f.encode(v, Overflow::Keep)),
+                            None => out.extend_from_slice(&(v as f32).to_le_bytes()),
+                        },
                     }
                 }
             }
@@ -406,6 +432,14 @@ pub fn host_to_device(from: ElemType, bytes: &[u8], to: DeviceType, what: &str) 
                 out.extend_from_slice(
                     &f16::from_f32(f32::from_le_bytes(c.try_into().unwrap())).to_le_bytes(),
                 );
+            }
+            Ok(out)
+        }
+        (ElemType::BF16, DeviceType::F32) => {
+            // Exact: a bfloat16 is the top half of a float32.
+            let mut out = Vec::with_capacity(bytes.len() * 2);
+            for c in bytes.chunks_exact(2) {
+                out.extend_from_slice(&[0, 0, c[0], c[1]]);
             }
             Ok(out)
         }

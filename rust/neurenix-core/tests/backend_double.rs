@@ -516,6 +516,22 @@ fn every_expression_operation_is_interpreted() {
             DeviceType::F32,
             0.5,
         ),
+        (
+            RoundBf16,
+            Expr::un(
+                RoundBf16,
+                Expr::constf(1.0 + 3.0 * 2f64.powi(-9), false),
+                false,
+            ),
+            DeviceType::F32,
+            1.0 + 2f64.powi(-7),
+        ),
+        (
+            RoundF8,
+            Expr::param(RoundF8, Expr::constf(1000.0, false), 17.0, 1.0, false),
+            DeviceType::F32,
+            448.0,
+        ),
     ];
     let mut seen = std::collections::HashSet::new();
     for (op, e, dt, want) in cases {

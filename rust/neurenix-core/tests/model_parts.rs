@@ -120,7 +120,7 @@ fn operator_sets_outside_the_supported_range_are_refused_with_the_range() {
             "{msg}"
         );
         assert!(
-            msg.contains(&format!("operator set {v}")) && msg.contains("1 to 21"),
+            msg.contains(&format!("operator set {v}")) && msg.contains("1 to 28"),
             "{msg}"
         );
     }
@@ -134,8 +134,8 @@ fn operator_sets_outside_the_supported_range_are_refused_with_the_range() {
 fn malformed_parts_are_model_format_errors() {
     let cases: Vec<(Box<dyn Fn(&mut ModelParts)>, &str)> = vec![
         (
-            Box::new(|p| p.inputs[0].elem_type = 8),
-            "element type code 8",
+            Box::new(|p| p.inputs[0].elem_type = 99),
+            "element type code 99",
         ),
         (
             Box::new(|p| p.initializers[0].data.pop().map(|_| ()).unwrap()),
@@ -177,6 +177,100 @@ fn malformed_parts_are_model_format_errors() {
         assert!(matches!(e, Error::ModelFormat(_)), "{e:?}");
         assert!(e.to_string().contains(words), "{e} should say {words}");
     }
+}
+
+#[test]
+fn element_types_neurenix_does_not_hold_are_unsupported_and_named_with_the_node() {
+    // (mutation, op type and node the error names, words of the message)
+    type Mutation = Box<dyn Fn(&mut ModelParts)>;
+    let cases: Vec<(Mutation, &str, &str, &[&str])> = vec![
+        (
+            Box::new(|p| p.inputs[0].elem_type = 22),
+            "Relu",
+            "Relu_0",
+            &[
+                "input 'x' (read by node 'Relu_0', Relu) has element type INT4",
+                "code 22",
+            ],
+        ),
+        (
+            Box::new(|p| {
+                p.initializers[0].elem_type = 21;
+                p.initializers[0].data.clear();
+            }),
+            "Add",
+            "add",
+            &["initializer 'w' (read by node 'add', Add) has element type UINT4"],
+        ),
+        (
+            Box::new(|p| p.outputs[0].elem_type = 23),
+            "Add",
+            "add",
+            &["output 'y' (made by node 'add', Add) has element type FLOAT4E2M1"],
+        ),
+        (
+            Box::new(|p| {
+                p.nodes[3].attrs.push((
+                    "value".into(),
+                    AttrParts::Tensor(TensorParts {
+                        name: String::new(),
+                        elem_type: 24,
+                        dims: vec![],
+                        data: vec![],
+                    }),
+                ))
+            }),
+            "Add",
+            "add",
+            &["attribute 'value' of node 'add' (Add) has element type FLOAT8E8M0"],
+        ),
+    ];
+    for (mutate, op, node, words) in cases {
+        let mut p = parts();
+        mutate(&mut p);
+        let e = Model::from_parts(&p).unwrap_err();
+        let msg = e.to_string();
+        match &e {
+            Error::Unsupported {
+                op_type, node: n, ..
+            } => assert!(op_type == op && n == node, "{e:?}"),
+            other => panic!("{other:?}"),
+        }
+        for w in words {
+            assert!(msg.contains(w), "{msg} should say {w}");
+        }
+        assert!(
+            msg.contains("float8_e4m3fn") && msg.contains("bfloat16"),
+            "{msg}"
+        );
+    }
+}
+
+#[test]
+fn bfloat16_and_float8_tensors_are_decoded_exactly() {
+    let mut p = parts();
+    // bfloat16 1.5 and -2 (0x3fc0, 0xc000); float8 e4m3fn 448 and -2^-9.
+    p.initializers[0] = TensorParts {
+        name: "w".into(),
+        elem_type: 16,
+        dims: vec![2],
+        data: vec![0xc0, 0x3f, 0x00, 0xc0],
+    };
+    p.inputs[1].elem_type = 16;
+    let m = Model::from_parts(&p).unwrap();
+    let w = m.graph.find("w").and_then(|v| m.graph.constant(v)).unwrap();
+    assert_eq!(w.to_f64_vec(), vec![1.5, -2.0]);
+    p.initializers[0] = TensorParts {
+        name: "w".into(),
+        elem_type: 17,
+        dims: vec![2],
+        data: vec![0x7e, 0x81],
+    };
+    p.inputs[1].elem_type = 17;
+    let m = Model::from_parts(&p).unwrap();
+    let w = m.graph.find("w").and_then(|v| m.graph.constant(v)).unwrap();
+    assert_eq!(w.to_f64_vec(), vec![448.0, -(2f64.powi(-9))]);
+    assert_eq!(m.to_parts().initializers[0].data, vec![0x7e, 0x81]);
 }
 
 #[test]

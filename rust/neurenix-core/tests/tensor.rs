@@ -369,6 +369,10 @@ fn from_bytes_to_bytes_round_trips_every_dtype() {
         ElemType::U32,
         ElemType::U64,
         ElemType::BF16,
+        ElemType::F8E4M3FN,
+        ElemType::F8E4M3FNUZ,
+        ElemType::F8E5M2,
+        ElemType::F8E5M2FNUZ,
     ];
     for dt in all {
         for shape in [vec![], vec![0], vec![7], vec![2, 3, 4]] {
@@ -385,7 +389,7 @@ fn from_bytes_to_bytes_round_trips_every_dtype() {
                     ElemType::BF16 => {
                         half::bf16::from_le_bytes(chunk[..2].try_into().unwrap()).is_nan()
                     }
-                    _ => false,
+                    _ => dt.float8().is_some_and(|f| f.decode(chunk[0]).is_nan()),
                 };
                 if is_nan {
                     continue;
@@ -407,6 +411,73 @@ fn from_bytes_to_bytes_round_trips_every_dtype() {
             assert_eq!(t.to_bytes(), bytes, "{dt} {shape:?} round trip");
         }
     }
+}
+
+/// The storage types: bfloat16 and float8 go in exactly (to float32, and
+/// float8 to float16 too) and come back rounded to nearest, ties to even,
+/// with a single rounding from float64.
+#[test]
+fn storage_types_to_device_and_back() {
+    // bfloat16 1.5, -2^-133 (subnormal), 3.3895e38 (largest), -inf.
+    let bf = [0x3fc0u16, 0x8001, 0x7f7f, 0xff80];
+    let bytes: Vec<u8> = bf.iter().flat_map(|b| b.to_le_bytes()).collect();
+    let want = [
+        1.5,
+        -(2f64.powi(-133)),
+        3.3895313892515355e38,
+        f64::NEG_INFINITY,
+    ];
+    let dev = host_to_device(ElemType::BF16, &bytes, DeviceType::F32, "x").unwrap();
+    assert_exact(&read_f32(&dev), &want, "bfloat16 -> float32");
+    assert_eq!(
+        device_to_host(DeviceType::F32, &dev, ElemType::BF16).unwrap(),
+        bytes
+    );
+    // float32 -> bfloat16: ties to even, and just above a tie rounds up.
+    let x = [
+        1.0 + 2f32.powi(-8),
+        1.0 + 3.0 * 2f32.powi(-8),
+        1.0 + 2f32.powi(-8) + 2f32.powi(-23),
+    ];
+    let out = device_to_host(DeviceType::F32, &f32_bytes(&x), ElemType::BF16).unwrap();
+    assert_eq!(out, [0x80, 0x3f, 0x82, 0x3f, 0x81, 0x3f]);
+    // A float64 value just above a bfloat16 tie (by less than a float32
+    // step): one rounding, up.
+    assert_eq!(
+        round_float(ElemType::BF16, 1.0 + 2f64.powi(-8) + 2f64.powi(-40)),
+        1.0 + 2f64.powi(-7)
+    );
+    // Every float8 value to float16 and back.
+    for dt in [
+        ElemType::F8E4M3FN,
+        ElemType::F8E4M3FNUZ,
+        ElemType::F8E5M2,
+        ElemType::F8E5M2FNUZ,
+    ] {
+        let f = dt.float8().unwrap();
+        let every: Vec<u8> = (0..=255u8).filter(|&b| !f.decode(b).is_nan()).collect();
+        let want: Vec<f64> = every.iter().map(|&b| f.decode(b)).collect();
+        for dev_t in [DeviceType::F32, DeviceType::F16] {
+            let dev = host_to_device(dt, &every, dev_t, "x").unwrap();
+            let got = if dev_t == DeviceType::F32 {
+                read_f32(&dev)
+            } else {
+                read_f16(&dev)
+            };
+            assert_exact(&got, &want, &format!("{dt} -> {dev_t}"));
+            assert_eq!(device_to_host(dev_t, &dev, dt).unwrap(), every, "{dt} back");
+        }
+    }
+    // Outputs beyond a float8 type saturate; e5m2 keeps its infinities.
+    let big = f32_bytes(&[1e6, -f32::INFINITY]);
+    assert_eq!(
+        device_to_host(DeviceType::F32, &big, ElemType::F8E4M3FN).unwrap(),
+        [0x7e, 0xfe]
+    );
+    assert_eq!(
+        device_to_host(DeviceType::F32, &big, ElemType::F8E5M2).unwrap(),
+        [0x7b, 0xfc]
+    );
 }
 
 #[test]

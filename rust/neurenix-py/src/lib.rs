@@ -30,6 +30,13 @@ fn supported_opsets() -> (i64, i64) {
     (*r.start(), *r.end())
 }
 
+/// numpy's name for the element type of ONNX code `code` (None: a type
+/// models may not declare).
+#[pyfunction]
+fn elem_type_name(code: i32) -> Option<&'static str> {
+    neurenix_core::dtype::ElemType::from_onnx(code).map(|t| t.name())
+}
+
 /// Panics inside the native module: what any bug would do. It must surface
 /// as `IPUInternalError` carrying `message` (tests of the panic guard).
 #[pyfunction]
@@ -68,6 +75,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(describe_system, m)?)?;
     m.add_function(wrap_pyfunction!(supported_ops, m)?)?;
     m.add_function(wrap_pyfunction!(supported_opsets, m)?)?;
+    m.add_function(wrap_pyfunction!(elem_type_name, m)?)?;
     m.add_function(wrap_pyfunction!(_panic, m)?)?;
     Ok(())
 }

@@ -37,6 +37,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from .compiled import STORAGE_TYPES
 from .errors import (
     DeviceUnavailableError,
     IPUError,
@@ -188,6 +189,9 @@ def _prepare(
         shape, given_dt = shapes.get(name, (None, None))
         if name in data:
             a = data[name]
+            if dt in STORAGE_TYPES and a.dtype.kind == "V" and a.dtype.itemsize == np.dtype(dt).itemsize:
+                # numpy's .npy format keeps ml_dtypes arrays as raw bytes.
+                a = data[name] = a.view(dt)
             if given_dt is not None and a.dtype != given_dt:
                 a = data[name] = a.astype(given_dt)
             if micro_batches > 1:
@@ -235,7 +239,7 @@ def _random_inputs(specs: Sequence[Any], seed: int) -> Dict[str, np.ndarray]:
     out = {}
     for spec in specs:
         dt = np.dtype(spec.dtype)
-        if dt.kind == "f":
+        if dt.kind == "f" or spec.dtype in STORAGE_TYPES:
             out[spec.name] = rng.standard_normal(spec.shape).astype(dt)
         elif dt.kind == "b":
             out[spec.name] = rng.integers(0, 2, spec.shape).astype(dt)

@@ -8,6 +8,13 @@ from typing import Any, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
+try:
+    # Registers bfloat16 and the float8 types with numpy: the arrays of the
+    # storage types (docs/precision.md) are ml_dtypes arrays, as in onnx.
+    import ml_dtypes
+except ImportError:  # pragma: no cover - a dependency of neurenix (and of onnx >= 1.19)
+    ml_dtypes = None
+
 from .errors import InputMismatchError
 from .report import CompileReport, ExecutionReport
 
@@ -194,6 +201,18 @@ def conform_input(name: str, declared: Optional[str], a: np.ndarray) -> np.ndarr
                 name,
             )
     return a.astype(declared)
+
+
+#: Element types the IPU only stores (docs/precision.md): their arrays are
+#: ml_dtypes arrays.
+STORAGE_TYPES = ("bfloat16", "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz")
+
+
+def conversion_hint(dtype: str) -> str:
+    """How to convert an array to element type ``dtype``."""
+    if dtype in STORAGE_TYPES:
+        return f".astype(ml_dtypes.{dtype})"
+    return f".astype(np.{dtype})"
 
 
 def _looks_like_data(seq: Sequence[Any]) -> bool:

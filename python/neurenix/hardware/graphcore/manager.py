@@ -12,7 +12,7 @@ from typing import Any, Dict, List, Optional
 import numpy as np
 
 from . import onnx_import
-from .compiled import CompiledModel, arrange_inputs, conform_input
+from .compiled import CompiledModel, arrange_inputs, conform_input, conversion_hint
 from .errors import (
     DeviceNotAttachedError,
     IncompatibleExecutableError,
@@ -402,7 +402,7 @@ class GraphCoreManager:
             if a.dtype.name != spec.dtype:
                 raise InputMismatchError(
                     f"input '{spec.name}' must be {spec.dtype}, got {a.dtype.name}; convert it with "
-                    f".astype(np.{spec.dtype})",
+                    f"{conversion_hint(spec.dtype)}",
                     spec.name,
                 )
             if tuple(a.shape) != spec.shape:

@@ -8,6 +8,7 @@ from typing import Any, List, Optional, Tuple
 
 import numpy as np
 
+from .compiled import STORAGE_TYPES
 from .errors import InvalidOptionTypeError, ModelFormatError, UnsupportedOperatorError
 
 
@@ -59,13 +60,13 @@ def load(model: Any) -> "onnx.ModelProto":
 
 def dtype_name(elem_type: int) -> Optional[str]:
     """numpy's name for an ONNX element type code (None for 0, "not given",
-    or a type numpy has no name for)."""
+    or a type models may not declare): the core's name, so "bfloat16" and
+    "float8_e4m3fn" whatever numpy and onnx make of them."""
     if not elem_type:
         return None
-    try:
-        return np.dtype(_onnx().helper.tensor_dtype_to_np_dtype(elem_type)).name
-    except Exception:
-        return None
+    from neurenix import _native
+
+    return _native.elem_type_name(int(elem_type))
 
 
 def _dims(vi: Any) -> Tuple[int, Optional[List[Any]]]:
@@ -107,18 +108,40 @@ def _array_parts(name: str, arr: np.ndarray, what: str):
     return _native.TensorParts(name, int(code), [int(d) for d in arr.shape], le.tobytes())
 
 
+def _bits(t: Any, size: int, what: str) -> bytes:
+    """The little-endian bit patterns of a tensor of 1- or 2-byte elements:
+    its raw data, or its int32_data, which ONNX fills with the patterns."""
+    onnx = _onnx()
+    if t.data_location == onnx.TensorProto.EXTERNAL:
+        try:
+            arr = np.asarray(onnx.numpy_helper.to_array(t))
+        except Exception as e:
+            raise ModelFormatError(f"{what} cannot be read: {e}") from None
+        return np.ascontiguousarray(arr).view(np.uint8).tobytes()
+    if t.raw_data:
+        return bytes(t.raw_data)
+    words = np.asarray(t.int32_data, dtype=np.int64)
+    return (words & (0xFFFF if size == 2 else 0xFF)).astype("<u2" if size == 2 else "u1").tobytes()
+
+
 def _tensor(t: Any, what: str):
     from neurenix import _native
 
     onnx = _onnx()
+    code = int(t.data_type)
+    dims = [int(d) for d in t.dims]
+    name = _native.elem_type_name(code)
+    if name in STORAGE_TYPES:
+        # Read as bit patterns, whatever numpy and onnx make of the type.
+        return _native.TensorParts(t.name, code, dims, _bits(t, np.dtype(name).itemsize, what))
+    if name is None:
+        # A type the core refuses by name (UnsupportedOperatorError) or as
+        # undefined (ModelFormatError): its data is not needed for that.
+        return _native.TensorParts(t.name, code, dims, b"")
     try:
         arr = onnx.numpy_helper.to_array(t)
     except Exception as e:
         raise ModelFormatError(f"{what} cannot be read: {e}") from None
-    if t.data_type == onnx.TensorProto.BFLOAT16:
-        # numpy has no bfloat16: keep the raw 16-bit patterns.
-        raw = np.asarray(arr).astype("<u2").tobytes()
-        return _native.TensorParts(t.name, int(t.data_type), [int(d) for d in t.dims], raw)
     return _array_parts(t.name, np.asarray(arr), what)
 
 

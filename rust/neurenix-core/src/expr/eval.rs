@@ -7,7 +7,8 @@ use ndarray::{ArrayD, IxDyn, Zip};
 use super::{Expr, ExprOp};
 use crate::dtype::ElemType;
 use crate::error::{Error, Result};
-use crate::tensor::{f64_to_f16, float_to_int, Data, HostTensor};
+use crate::float8::Overflow;
+use crate::tensor::{f64_to_bf16, f64_to_f16, float_to_int, Data, HostTensor};
 
 fn bcast<T: Clone>(a: &ArrayD<T>, shape: &[usize]) -> Result<ArrayD<T>> {
     a.broadcast(IxDyn(shape))
@@ -76,9 +77,12 @@ pub fn erf(x: f64) -> f64 {
     }
 }
 
+/// Python's %: the sign of the divisor, a zero result included (ONNX Mod 28).
 fn py_mod_f(a: f64, b: f64) -> f64 {
     let r = a % b;
-    if r != 0.0 && ((r < 0.0) != (b < 0.0)) {
+    if r == 0.0 {
+        0f64.copysign(b)
+    } else if (r < 0.0) != (b < 0.0) {
         r + b
     } else {
         r
@@ -145,6 +149,18 @@ fn unary_f(op: ExprOp, x: f64, imm: f64, imm2: f64) -> f64 {
             }
         }
         ExprOp::HardSigmoid => (imm * x + imm2).clamp(0.0, 1.0),
+        ExprOp::RoundBf16 => f64_to_bf16(x).to_f64(),
+        ExprOp::RoundF8 => match ElemType::from_onnx(imm as i32).and_then(ElemType::float8) {
+            Some(f) => {
+                let overflow = if imm2 != 0.0 {
+                    Overflow::Saturate
+                } else {
+                    Overflow::Overflow
+                };
+                f.round(x, overflow)
+            }
+            None => f64::NAN,
+        },
         _ => f64::NAN,
     }
 }
@@ -218,7 +234,7 @@ pub fn eval_host(
         IsInf => Data::Bool(to_f(args.into_iter().next().unwrap()).mapv(f64::is_infinite)),
         Neg | Abs | Relu | Sigmoid | Tanh | Exp | Log | Sqrt | Rsqrt | Reciprocal | Erf
         | GeluErf | GeluTanh | Floor | Ceil | Round | Sign | Sin | Cos | Square | Softplus
-        | Softsign | Clamp | LeakyRelu | Elu | HardSigmoid => {
+        | Softsign | Clamp | LeakyRelu | Elu | HardSigmoid | RoundBf16 | RoundF8 => {
             match args.into_iter().next().unwrap() {
                 Data::Int(a) => Data::Int(a.mapv(|v| match e.op {
                     Neg => v.wrapping_neg(),

@@ -5,10 +5,11 @@
 //! expression is evaluated on the host when folding constants and fused into
 //! the device's map vertices when lowering.
 
-use crate::dtype::{DeviceType, ElemType};
+use crate::dtype::{refusal, DeviceType, ElemType, Refusal};
 use crate::error::{Error, Result};
 use crate::expr::eval::eval_host;
 use crate::expr::{Expr, ExprOp};
+use crate::float8::Overflow;
 use crate::ir::Node;
 use crate::lower::LowerCx;
 use crate::tensor::{round_float, HostTensor};
@@ -188,7 +189,7 @@ fn prelu(_n: &Node, _o: i64, a: Vec<Option<Expr>>, half: bool) -> Result<Expr> {
     ))
 }
 fn modulo(n: &Node, _o: i64, a: Vec<Option<Expr>>, half: bool) -> Result<Expr> {
-    // (Float inputs need fmod=1; `Elementwise::infer` checks it.)
+    // (Float inputs need fmod=1 before opset 28; `Elementwise::infer` checks it.)
     let op = if n.attr_i("fmod", 0)? != 0 {
         ExprOp::Fmod
     } else {
@@ -338,10 +339,17 @@ impl Operator for Elementwise {
                 shapes[1], shapes[0]
             )));
         }
-        if cx.node.op_type == "Mod" && t.is_float() && cx.node.attr_i("fmod", 0)? == 0 {
-            return Err(cx.err(
-                "float inputs need fmod=1 (the ONNX specification leaves fmod=0 to integers)",
-            ));
+        // Mod 28 defines fmod=0 for floats (the sign of the divisor, as
+        // Python's %); earlier versions leave it to integers.
+        if cx.node.op_type == "Mod"
+            && t.is_float()
+            && cx.opset < 28
+            && cx.node.attr_i("fmod", 0)? == 0
+        {
+            return Err(cx.err(format!(
+                "float inputs need fmod=1 at opset {} (Mod defines fmod=0 for floats from opset 28)",
+                cx.opset
+            )));
         }
         let dtype = if self.out == Out::Bool {
             ElemType::Bool
@@ -440,7 +448,9 @@ impl Operator for Elementwise {
     }
 }
 
-/// ONNX Cast (and CastLike): exact conversions, float to int truncating.
+/// ONNX Cast (and CastLike): exact conversions, float to int truncating;
+/// to bfloat16 and the float8 types by rounding to them (ties to even, float8
+/// saturating unless `saturate=0`) and going on in the precision's float type.
 struct Cast;
 
 impl Cast {
@@ -449,10 +459,28 @@ impl Cast {
             return cx.in_dtype(1);
         }
         let to = cx.node.attr_i("to", -1)?;
-        i32::try_from(to)
+        let what = format!("node '{}' ({}) casts to", cx.node.name, cx.node.op_type);
+        match i32::try_from(to)
             .ok()
-            .and_then(ElemType::from_onnx)
-            .ok_or_else(|| cx.unsupported_form(&format!("cast to element type {to}")))
+            .and_then(|code| refusal(code, &what).map(|r| (code, r)))
+        {
+            None if i32::try_from(to).is_ok() => {
+                Ok(ElemType::from_onnx(to as i32).expect("a held type"))
+            }
+            Some((_, Refusal::Unsupported(m))) => Err(cx.unsupported_type(m)),
+            _ => Err(cx.unsupported_form(&format!(
+                "cast to element type {to}, which ONNX does not define"
+            ))),
+        }
+    }
+    /// How a cast to a float8 type treats values beyond it (`saturate`,
+    /// from opset 19; 1 by default).
+    fn overflow(cx: &OpCx) -> Result<Overflow> {
+        Ok(if cx.node.attr_i("saturate", 1)? != 0 {
+            Overflow::Saturate
+        } else {
+            Overflow::Overflow
+        })
     }
 }
 
@@ -462,12 +490,20 @@ impl Operator for Cast {
     }
     fn eval(&self, cx: &OpCx, inputs: &[Option<&HostTensor>]) -> Option<Result<Vec<HostTensor>>> {
         let to = tryo!(Cast::target(cx));
-        Some(Ok(vec![inputs[0]?.cast(to)]))
+        let x = inputs[0]?;
+        if let Some(f) = to.float8() {
+            let overflow = tryo!(Cast::overflow(cx));
+            let v = x.as_float().mapv(|v| f.round(v, overflow));
+            return Some(Ok(vec![HostTensor::float(to, v)]));
+        }
+        Some(Ok(vec![x.cast(to)]))
     }
     fn lower(&self, cx: &mut LowerCx, node: &Node) -> Result<()> {
         let out = node.outputs[0];
         let to = cx.dtype(out)?;
-        let x = OpCx::of(cx, node).input(0)?;
+        let opcx = OpCx::of(cx, node);
+        let x = opcx.input(0)?;
+        let overflow = Cast::overflow(&opcx)?;
         let from = cx.dtype(x)?;
         let dev = cx.device_type(to);
         let mut ins = Vec::new();
@@ -475,6 +511,27 @@ impl Operator for Cast {
         // A cast to half rounds even when the policy keeps floats in float32.
         if to == ElemType::F16 && dev != DeviceType::F16 {
             e = Expr::cast(e, DeviceType::F16);
+        }
+        // The storage types have no device type of their own: the value is
+        // rounded to them in float32 and goes on in the precision's type.
+        if to.is_storage_only() {
+            let f = Expr::cast(e, DeviceType::F32);
+            e = if to.float8().is_some() {
+                let saturate = if overflow == Overflow::Saturate {
+                    1.0
+                } else {
+                    0.0
+                };
+                Expr::param(
+                    ExprOp::RoundF8,
+                    f,
+                    f64::from(to.onnx_code()),
+                    saturate,
+                    false,
+                )
+            } else {
+                Expr::un(ExprOp::RoundBf16, f, false)
+            };
         }
         // Integer types narrower than int32 live in int32 on the device: floats
         // saturate into their range, integers wrap (two's complement).

@@ -219,6 +219,23 @@ impl Range {
             if delta == 0.0 || !delta.is_finite() || !start.is_finite() || !limit.is_finite() {
                 return Err(cx.err(format!("cannot count from {start} to {limit} by {delta}")));
             }
+            // Range 27: float16 and bfloat16 count in `stash_type` (float32
+            // by default) and round the result; earlier versions (which
+            // define Range for neither) count in the type itself.
+            let t_out = t;
+            let t = if cx.opset >= 27 && matches!(t, ElemType::F16 | ElemType::BF16) {
+                match cx.node.attr_i("stash_type", 1)? {
+                    1 => ElemType::F32,
+                    11 => ElemType::F64,
+                    other => {
+                        return Err(cx.err(format!(
+                            "stash_type {other} is not one ONNX allows (1: float, 11: double)"
+                        )))
+                    }
+                }
+            } else {
+                t
+            };
             let n = (round_float(t, limit - start) / delta).ceil();
             let n = Range::count(
                 cx,
@@ -232,7 +249,7 @@ impl Range {
                 v.push(x);
                 x = round_float(t, x + delta);
             }
-            Ok(HostTensor::float(t, host_array(&[n], v)?))
+            Ok(HostTensor::float(t_out, host_array(&[n], v)?))
         } else if t.is_int() {
             let (start, limit, delta) = (si[0], si[1], si[2]);
             if delta == 0 {

@@ -202,6 +202,11 @@ impl<'a> OpCx<'a> {
             supported_ops(),
         )
     }
+    /// The error for an element type neurenix does not hold, used by this
+    /// node (`message` from [`crate::dtype::refusal`]).
+    pub fn unsupported_type(&self, message: String) -> Error {
+        Error::unsupported_type(&self.node.op_type, &self.node.name, self.opset, message)
+    }
     /// Requires `n` inputs of the same type; returns it.
     pub fn same_dtype(&self, idx: &[usize]) -> Result<ElemType> {
         let d0 = self.in_dtype(idx[0])?;

@@ -158,6 +158,12 @@ impl Reduce {
         if !ok {
             return Err(cx.err(format!("does not accept {t} inputs")));
         }
+        // Opset 28 drops the integer types from the logarithmic ones.
+        if cx.opset >= 28 && t.is_int() && matches!(self.kind, Kind::LogSum | Kind::LogSumExp) {
+            return Err(cx.err(format!(
+                "does not accept {t} inputs from opset 28 (float types only); cast the input to a float type"
+            )));
+        }
         Ok(t)
     }
 

@@ -27,6 +27,67 @@ pub fn r16(x: f64) -> f64 {
     }
 }
 
+/// Rounds to the nearest value of a binary format with `man` stored
+/// mantissa bits, smallest normal exponent `emin` and largest finite value
+/// `max`, ties to even. Beyond `max`: `over` (infinity, NaN or `max`), with
+/// the sign of `x` unless it is NaN. `signed_zero`: whether -0 exists.
+pub fn round_format(x: f64, man: i32, emin: i32, max: f64, over: f64, signed_zero: bool) -> f64 {
+    if x.is_nan() {
+        return x;
+    }
+    let a = x.abs();
+    let r = if a.is_infinite() {
+        over
+    } else {
+        let mut e = emin;
+        while e < 1100 && 2f64.powi(e + 1) <= a {
+            e += 1;
+        }
+        let ulp = 2f64.powi(e - man);
+        let r = (a / ulp).round_ties_even() * ulp;
+        if r > max {
+            over
+        } else {
+            r
+        }
+    };
+    if r.is_nan() {
+        r
+    } else if r == 0.0 && !signed_zero {
+        0.0
+    } else {
+        r.copysign(x)
+    }
+}
+
+/// Rounds to the nearest bfloat16 value, ties to even.
+pub fn rbf16(x: f64) -> f64 {
+    let max = (2.0 - 2f64.powi(-7)) * 2f64.powi(127);
+    round_format(x, 7, -126, max, f64::INFINITY, true)
+}
+
+/// Rounds to the float8 type with ONNX code `code` as ONNX's Cast does,
+/// saturating or not.
+pub fn rf8(x: f64, code: i32, saturate: bool) -> f64 {
+    // (stored mantissa bits, smallest normal exponent, largest finite,
+    // infinity, signed zero)
+    let (man, emin, max, inf, signed_zero) = match code {
+        17 => (3, -6, 448.0, false, true),
+        18 => (3, -7, 240.0, false, false),
+        19 => (2, -14, 57344.0, true, true),
+        20 => (2, -15, 57344.0, false, false),
+        _ => panic!("no float8 type has code {code}"),
+    };
+    let over = if saturate {
+        max
+    } else if inf {
+        f64::INFINITY
+    } else {
+        f64::NAN
+    };
+    round_format(x, man, emin, max, over, signed_zero)
+}
+
 pub fn numel(shape: &[usize]) -> usize {
     shape.iter().product()
 }

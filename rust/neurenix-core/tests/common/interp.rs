@@ -6,11 +6,11 @@ use neurenix_core::dtype::DeviceType;
 use neurenix_core::error::{Error, Result};
 use neurenix_core::expr::{ExprInstr, ExprOp};
 
-use super::check::{numel, r16, r32};
+use super::check::{numel, r16, r32, rbf16, rf8};
 use super::reference::erf_ref;
 
 /// Every expression operation, in code order.
-pub const ALL_EXPR_OPS: [ExprOp; 54] = {
+pub const ALL_EXPR_OPS: [ExprOp; 56] = {
     use ExprOp::*;
     [
         Input,
@@ -67,6 +67,8 @@ pub const ALL_EXPR_OPS: [ExprOp; 54] = {
         LeakyRelu,
         Elu,
         HardSigmoid,
+        RoundBf16,
+        RoundF8,
     ]
 };
 
@@ -173,7 +175,9 @@ fn wrap32(v: i64) -> i64 {
 
 fn py_mod(a: f64, b: f64) -> f64 {
     let r = a % b;
-    if r != 0.0 && ((r < 0.0) != (b < 0.0)) {
+    if r == 0.0 {
+        0.0f64.copysign(b)
+    } else if (r < 0.0) != (b < 0.0) {
         r + b
     } else {
         r
@@ -261,6 +265,8 @@ fn float_unary(op: ExprOp, x: f64, imm: f64, imm2: f64) -> Option<f64> {
             }
         }
         HardSigmoid => (imm * x + imm2).max(0.0).min(1.0),
+        RoundBf16 => rbf16(x),
+        RoundF8 => rf8(x, imm as i32, imm2 != 0.0),
         _ => return None,
     })
 }
