@@ -143,6 +143,7 @@ std::unique_ptr<Executable> compile(std::unique_ptr<Graph> gp) {
       case StepKind::kCompute:
         for (const auto& v : g.compute_sets()[st.index].vertices)
           for (Field* f : v->all_fields()) {
+            if (f->count == 0) continue;  // an empty field reads and writes nothing
             live[f->var].touch(s);
             if (f->access != Access::kRead) written[f->var] = true;
             else if (!written[f->var] && g.var(f->var).kind != VarKind::kConstant)
