@@ -365,6 +365,10 @@ pub struct StageCost {
     pub bytes: f64,
     /// Carried tensors received.
     pub carried_bytes: f64,
+    /// Bytes over the link into the stage: every value made before it and
+    /// read by it or by any later stage (copies to later stages are routed
+    /// through the same chain of links).
+    pub link_bytes: f64,
 }
 
 impl<'a> SplitProblem<'a> {
@@ -410,6 +414,7 @@ impl<'a> SplitProblem<'a> {
     /// `i - p - 1`.
     fn range_costs(&self) -> Vec<Vec<StageCost>> {
         let n = self.costs.len();
+        let crossing = self.crossing_bytes();
         (0..n)
             .map(|p| {
                 let mut row = Vec::with_capacity(n - p);
@@ -436,6 +441,7 @@ impl<'a> SplitProblem<'a> {
                         cycles,
                         bytes: resident + peak_out + carried_bytes,
                         carried_bytes,
+                        link_bytes: crossing[p],
                     });
                 }
                 row
@@ -443,9 +449,42 @@ impl<'a> SplitProblem<'a> {
             .collect()
     }
 
-    /// Cycles of range cost `c` as stage `j`: with its copies received.
+    /// Per node `p`: the bytes of the distinct values made before `p` and
+    /// read at or after it (what crosses a cut in front of `p`).
+    fn crossing_bytes(&self) -> Vec<f64> {
+        let n = self.costs.len();
+        // Each value: its producer, its last reader and its bytes.
+        // (Ordered, so that the sums below add up the same way every time.)
+        let mut values: std::collections::BTreeMap<usize, (usize, usize, f64)> =
+            std::collections::BTreeMap::new();
+        for (i, reads) in self.reads.iter().enumerate() {
+            for &(src, v, bytes) in reads {
+                let e = values.entry(v).or_insert((src, i, bytes));
+                e.1 = e.1.max(i);
+            }
+        }
+        // A value crosses the cuts in front of nodes src+1 ..= last reader.
+        let mut delta = vec![0.0; n + 2];
+        for &(src, last, bytes) in values.values() {
+            if last > src {
+                delta[src + 1] += bytes;
+                delta[last + 1] -= bytes;
+            }
+        }
+        let mut out = Vec::with_capacity(n);
+        let mut now = 0.0;
+        for d in delta.iter().take(n) {
+            now += d;
+            out.push(now);
+        }
+        out
+    }
+
+    /// Cycles of range cost `c` as stage `j`: with the copies over its
+    /// incoming link (its own carried tensors and those passing through).
     fn stage_cycles(&self, c: &StageCost, j: usize) -> f64 {
-        if c.carried_bytes <= 0.0 {
+        let link = c.link_bytes.max(c.carried_bytes);
+        if link <= 0.0 || j == 0 {
             return c.cycles;
         }
         let bw = self
@@ -455,7 +494,7 @@ impl<'a> SplitProblem<'a> {
             .copied()
             .unwrap_or(1.0)
             .max(1e-9);
-        c.cycles + c.carried_bytes / bw + self.copy_sync_cycles
+        c.cycles + link / bw + self.copy_sync_cycles
     }
 
     /// The split into exactly `stages` non-empty contiguous stages that
@@ -626,6 +665,44 @@ mod tests {
         assert_eq!(worst, 3.0);
         // Nothing fits one IPU, and 3 stages cannot hold 12 bytes' pair.
         assert!(p.best_split(1).is_none());
+    }
+
+    #[test]
+    fn tensors_carried_past_a_stage_load_its_incoming_link() {
+        // Node 0's value is read by node 3 only; nodes 1 and 2 pass small
+        // values along. Cut as [0 | 1 | 2, 3]: the 100 bytes for node 3
+        // cross both cuts, so stage 1 (node 1) waits for them on its link
+        // too, although it does not read them.
+        let costs = vec![
+            NodeCost {
+                cycles: 1.0,
+                ..Default::default()
+            };
+            4
+        ];
+        let reads = vec![
+            vec![],
+            vec![(0, 1, 1.0)],
+            vec![(1, 2, 1.0)],
+            vec![(2, 3, 1.0), (0, 0, 100.0)],
+        ];
+        let p = SplitProblem {
+            costs: &costs,
+            reads,
+            input_reads: Vec::new(),
+            capacity: 1e9,
+            copy_bytes_per_cycle: vec![1.0],
+            copy_sync_cycles: 0.0,
+        };
+        assert_eq!(p.crossing_bytes(), vec![0.0, 101.0, 101.0, 101.0]);
+        let stages = p.stage_costs(&[1, 2]).unwrap();
+        assert_eq!(stages[1].carried_bytes, 1.0);
+        assert_eq!(stages[1].link_bytes, 101.0);
+        // Stage 1: its node's cycle and 101 bytes at 1 byte per cycle.
+        assert_eq!(p.stage_cycles(&stages[1], 1), 102.0);
+        // Cutting after node 2 instead keeps the 100 bytes on one link.
+        assert_eq!(p.bottleneck(&[1, 2]), Some(103.0));
+        assert_eq!(p.bottleneck(&[3]), Some(102.0));
     }
 
     #[test]
