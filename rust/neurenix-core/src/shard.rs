@@ -667,33 +667,48 @@ mod tests {
         assert!(p.best_split(1).is_none());
     }
 
+    /// `n` nodes of one cycle each, nothing resident.
+    fn unit_costs(n: usize) -> Vec<NodeCost> {
+        vec![
+            NodeCost {
+                cycles: 1.0,
+                ..Default::default()
+            };
+            n
+        ]
+    }
+
+    /// A problem without a memory limit, host streams or sync costs, with
+    /// copies at `bytes_per_cycle`.
+    fn unbounded<'a>(
+        costs: &'a [NodeCost],
+        reads: Vec<Vec<(usize, usize, f64)>>,
+        bytes_per_cycle: f64,
+    ) -> SplitProblem<'a> {
+        SplitProblem {
+            costs,
+            reads,
+            input_reads: Vec::new(),
+            capacity: 1e9,
+            copy_bytes_per_cycle: vec![bytes_per_cycle],
+            copy_sync_cycles: 0.0,
+        }
+    }
+
     #[test]
     fn tensors_carried_past_a_stage_load_its_incoming_link() {
         // Node 0's value is read by node 3 only; nodes 1 and 2 pass small
         // values along. Cut as [0 | 1 | 2, 3]: the 100 bytes for node 3
         // cross both cuts, so stage 1 (node 1) waits for them on its link
         // too, although it does not read them.
-        let costs = vec![
-            NodeCost {
-                cycles: 1.0,
-                ..Default::default()
-            };
-            4
-        ];
+        let costs = unit_costs(4);
         let reads = vec![
             vec![],
             vec![(0, 1, 1.0)],
             vec![(1, 2, 1.0)],
             vec![(2, 3, 1.0), (0, 0, 100.0)],
         ];
-        let p = SplitProblem {
-            costs: &costs,
-            reads,
-            input_reads: Vec::new(),
-            capacity: 1e9,
-            copy_bytes_per_cycle: vec![1.0],
-            copy_sync_cycles: 0.0,
-        };
+        let p = unbounded(&costs, reads, 1.0);
         assert_eq!(p.crossing_bytes(), vec![0.0, 101.0, 101.0, 101.0]);
         let stages = p.stage_costs(&[1, 2]).unwrap();
         assert_eq!(stages[1].carried_bytes, 1.0);
@@ -708,27 +723,14 @@ mod tests {
     #[test]
     fn carried_tensors_are_charged_to_the_receiver() {
         // A skip from node 0 to node 3 crosses any cut after node 0.
-        let costs = vec![
-            NodeCost {
-                cycles: 1.0,
-                ..Default::default()
-            };
-            4
-        ];
+        let costs = unit_costs(4);
         let reads = vec![
             vec![],
             vec![(0, 0, 10.0)],
             vec![(1, 1, 10.0)],
             vec![(2, 2, 10.0), (0, 0, 10.0)],
         ];
-        let p = SplitProblem {
-            costs: &costs,
-            reads,
-            input_reads: Vec::new(),
-            capacity: 1e9,
-            copy_bytes_per_cycle: vec![10.0],
-            copy_sync_cycles: 0.0,
-        };
+        let p = unbounded(&costs, reads, 10.0);
         // Cut before node 2: stage 1 receives values 1 and 0 (20 bytes).
         assert_eq!(p.bottleneck(&[2]), Some(2.0 + 2.0));
         // Cut before node 3: receives 2 and 0.

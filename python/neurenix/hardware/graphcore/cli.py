@@ -47,6 +47,7 @@ from .errors import (
     IPUStateError,
 )
 from .options import PRECISIONS, IPUModel
+from .report import _bytes, _seconds
 
 PROG = "neurenix-ipu"
 VERSIONS = ("ipu1", "ipu2", "bow", "ipu21")
@@ -262,22 +263,6 @@ def _options(args: argparse.Namespace) -> Dict[str, Any]:
 
 
 # -- commands ----------------------------------------------------------------------
-
-
-def _bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB"):
-        if abs(n) < 1024:
-            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
-        n /= 1024
-    return f"{n:,.1f} GiB"
-
-
-def _seconds(s: float) -> str:
-    if s < 1e-3:
-        return f"{s * 1e6:,.1f} us"
-    if s < 1:
-        return f"{s * 1e3:,.2f} ms"
-    return f"{s:,.3f} s"
 
 
 def _cmd_info(args: argparse.Namespace) -> int:

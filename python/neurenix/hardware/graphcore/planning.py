@@ -38,7 +38,7 @@ from .errors import (
     IPUPlanWarning,
     ModelFormatError,
 )
-from .report import CompileReport
+from .report import CompileReport, _bytes, _seconds
 
 __all__ = ["PlanTry", "BatchSearch", "IPUSearch", "find_max_batch", "find_min_ipus", "with_batch_size"]
 
@@ -240,22 +240,6 @@ class PlanTry:
     error: Optional[str] = None
     warnings: Tuple[str, ...] = ()
     report: Optional[CompileReport] = field(default=None, repr=False, compare=False)
-
-
-def _bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB"):
-        if abs(n) < 1024:
-            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
-        n /= 1024
-    return f"{n:,.1f} GiB"
-
-
-def _seconds(s: float) -> str:
-    if s < 1e-3:
-        return f"{s * 1e6:,.1f} us"
-    if s < 1:
-        return f"{s * 1e3:,.2f} ms"
-    return f"{s:,.3f} s"
 
 
 def _table(rows: Sequence[PlanTry], first: str) -> List[str]:

@@ -54,6 +54,15 @@ def _bytes(n: float) -> str:
     return f"{n:.1f} GiB"
 
 
+def _seconds(s: float) -> str:
+    """A duration with a unit that suits it."""
+    if s < 1e-3:
+        return f"{s * 1e6:,.1f} us"
+    if s < 1:
+        return f"{s * 1e3:,.2f} ms"
+    return f"{s:,.3f} s"
+
+
 def _finite(x: float) -> Optional[float]:
     """``x`` as JSON allows it: None for infinities and NaN."""
     x = float(x)
