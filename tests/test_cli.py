@@ -287,7 +287,8 @@ def _bad_cases(tmp_path, model_path):
         "num ipus": (["compile", model_path, "--batch", 2, "--num-ipus", 3], "power of two"),
         "replication": (["compile", model_path, "--batch", 2, "--replication-factor", 3], "replication_factor"),
         "ipu model": (["compile", model_path, "--batch", 2, "--ipu-model", "version=ipu2,tiles=3"], "tiles"),
-        "precision (argparse)": (["compile", model_path, "--precision", "float8"], "--precision"),
+        "precision (argparse)": (["compile", model_path, "--precision", "float4"], "--precision"),
+        "float8 off ipu21": (["compile", model_path, "--batch", 2, "--precision", "float8"], "only the ipu21"),
         "version (argparse)": (["compile", model_path, "--ipu-version", "ipu9"], "--ipu-version"),
         "batch (argparse)": (["compile", model_path, "--batch", 0], "--batch"),
         "no command": ([], "required"),
@@ -297,7 +298,7 @@ def _bad_cases(tmp_path, model_path):
 @pytest.mark.parametrize("case", [
     "missing model", "not onnx", "missing npz", "bad npz", "npz is npy", "unknown input in npz", "unknown --input",
     "wrong shape", "bad dims", "bad dtype", "dynamic shape", "memory proportion", "num ipus", "replication",
-    "ipu model", "precision (argparse)", "version (argparse)", "batch (argparse)", "no command",
+    "ipu model", "precision (argparse)", "float8 off ipu21", "version (argparse)", "batch (argparse)", "no command",
 ])
 def test_bad_input_is_one_line_and_status_2(case, small, tmp_path):
     path, _ = small

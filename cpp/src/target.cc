@@ -24,6 +24,17 @@ namespace {
 //    one FP16 peak for float and half partials, so half partials do not
 //    change the AMP rate here (they halve partials' bytes: memory, exchange
 //    and the reduction vertices).
+//  fp8_flops_per_cycle: only the C600's IPU21 multiplies float8 (Poplar's
+//    QUARTER type); its brief gives 560 TFLOPS FP8 = 1,472 x 256 x 1.5 GHz
+//    (565 TFLOPS: twice the FP16 rate, as PopLibs' convolution planner loads
+//    8 float8 inputs per cycle where it loads 4 halves), always with half
+//    partials (PopLibs: "Half is the only supported partials type for
+//    quarter activations"). Other chips: 0.
+//  AMP depth (products per pass along K: 8 float, 16 half, 32 float8): the
+//    half figure is PopLibs' weights-per-conv-unit grouping; float and
+//    float8 scale it by the input load width (2 floats, 4 halves, 8 float8
+//    per cycle in PopLibs' planner). Where the partials are rounded is an
+//    assumption, documented in docs/precision.md.
 //  worker_threads 6, exchange 4 B/cycle/tile each way, local memory 16 B/cycle
 //    read and 8 B/cycle write: Jia et al. 2019 (six hardware worker contexts
 //    sharing the tile's issue slots round-robin; 64-bit stores, 128-bit loads).
@@ -45,6 +56,7 @@ std::vector<TargetSpec> make_table() {
   ipu2.clock_hz = 1.33e9;
   ipu2.fp16_flops_per_cycle = 128;
   ipu2.fp32_flops_per_cycle = 32;
+  ipu2.fp8_flops_per_cycle = 0;
   ipu2.worker_threads = 6;
   ipu2.exchange_bytes_per_cycle = 4;
   ipu2.exchange_descriptor_cycles = 2;
@@ -76,6 +88,7 @@ std::vector<TargetSpec> make_table() {
   ipu21.version = "ipu21";
   ipu21.chip = "IPU21 (C600 card)";
   ipu21.clock_hz = 1.5e9;
+  ipu21.fp8_flops_per_cycle = 256;
   ipu21.host_link = "PCIe Gen4 x16";
   ipu21.host_link_bytes_per_sec = 31.5e9;
   return {ipu1, ipu2, bow, ipu21};
@@ -92,6 +105,18 @@ const std::vector<std::string>& estimated_target_constants() {
   static const std::vector<std::string> names = {"sync_cycles", "cross_ipu_sync_cycles", "exchange_descriptor_cycles",
                                                   "vertex_overhead_cycles", "host_transfer_latency_cycles"};
   return names;
+}
+
+uint32_t amp_flops_per_cycle(const TargetSpec& t, DeviceType in) {
+  if (in == DeviceType::kFloat32) return t.fp32_flops_per_cycle;
+  if (is_float8(in)) return t.fp8_flops_per_cycle;
+  return t.fp16_flops_per_cycle;
+}
+
+uint32_t amp_depth(DeviceType in) {
+  if (in == DeviceType::kFloat32) return 8;
+  if (is_float8(in)) return 32;
+  return 16;
 }
 
 const TargetSpec& target_for(const std::string& version) {

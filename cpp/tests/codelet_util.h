@@ -37,6 +37,7 @@ struct TileMem {
       case kF16: { uint16_t h = ref_double_to_half(v); std::memcpy(p + 2 * i, &h, 2); break; }
       case kI32: { int32_t x = static_cast<int32_t>(v); std::memcpy(p + 4 * i, &x, 4); break; }
       case kBool: p[i] = v != 0; break;
+      default: ADD_FAILURE() << "no reference encoding for " << device_type_name(dt); break;
     }
   }
   double get(const Field& f, DeviceType dt, uint64_t i) const {
@@ -46,6 +47,7 @@ struct TileMem {
       case kF16: { uint16_t h; std::memcpy(&h, p + 2 * i, 2); return ref_half_to_double(h); }
       case kI32: { int32_t x; std::memcpy(&x, p + 4 * i, 4); return x; }
       case kBool: return p[i];
+      default: ADD_FAILURE() << "no reference decoding for " << device_type_name(dt); break;
     }
     return 0;
   }

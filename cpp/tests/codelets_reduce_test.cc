@@ -30,6 +30,7 @@ double reduce_ref(ReduceOp op, const std::vector<double>& xs) {
       case ReduceOp::kSum: acc += x; break;
       case ReduceOp::kSumSquare: acc += x * x; break;
       case ReduceOp::kSumAbs: acc += std::fabs(x); break;
+      case ReduceOp::kMaxAbs: acc = (std::isnan(x) || std::isnan(acc)) ? NAN : std::max(acc, std::fabs(x)); break;
       case ReduceOp::kProd: acc *= x; break;
       case ReduceOp::kMax: acc = (std::isnan(x) || std::isnan(acc)) ? NAN : std::max(acc, x); break;
       case ReduceOp::kMin: acc = (std::isnan(x) || std::isnan(acc)) ? NAN : std::min(acc, x); break;
@@ -39,7 +40,7 @@ double reduce_ref(ReduceOp op, const std::vector<double>& xs) {
 }
 
 const ReduceOp kAllReduceOps[] = {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kMin, ReduceOp::kProd, ReduceOp::kSumSquare,
-                                  ReduceOp::kSumAbs};
+                                  ReduceOp::kSumAbs, ReduceOp::kMaxAbs};
 
 TEST(ReduceCodelet, FloatSegmentsWithStridesAndFinalOps) {
   std::mt19937 rng(31);
@@ -171,9 +172,11 @@ TEST(ReduceCodelet, IntegersAndBools) {
           case ReduceOp::kProd: prod *= static_cast<uint32_t>(x); break;
           case ReduceOp::kMax: mx = std::max(mx, x); break;
           case ReduceOp::kMin: mn = std::min(mn, x); break;
+          case ReduceOp::kMaxAbs: mx = std::max<int64_t>(mx, x < 0 ? -x : x); break;
         }
       }
       if (op == ReduceOp::kMax) return static_cast<double>(mx);
+      if (op == ReduceOp::kMaxAbs) return static_cast<double>(std::max<int64_t>(mx, 0));
       if (op == ReduceOp::kMin) return static_cast<double>(mn);
       return static_cast<double>(static_cast<int32_t>(op == ReduceOp::kProd ? prod : sum));
     };

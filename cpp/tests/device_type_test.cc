@@ -24,8 +24,13 @@ TEST(DeviceType, SizesNamesAndCodes) {
   EXPECT_STREQ(device_type_name(kF16), "float16");
   EXPECT_STREQ(device_type_name(kI32), "int32");
   EXPECT_STREQ(device_type_name(kBool), "bool");
-  for (int c = 0; c < 4; ++c) EXPECT_EQ(static_cast<int>(device_type_from_code(c)), c);
-  EXPECT_NX_ERROR(kInvalidArgument, device_type_from_code(4), "4");
+  EXPECT_STREQ(device_type_name(DeviceType::kFloat8E4M3FNUZ), "float8_e4m3fnuz");
+  EXPECT_STREQ(device_type_name(DeviceType::kFloat8E5M2FNUZ), "float8_e5m2fnuz");
+  EXPECT_EQ(device_type_size(DeviceType::kFloat8E4M3FNUZ), 1u);
+  EXPECT_TRUE(is_float8(DeviceType::kFloat8E5M2FNUZ));
+  EXPECT_FALSE(is_float(DeviceType::kFloat8E5M2FNUZ));
+  for (int c = 0; c < 6; ++c) EXPECT_EQ(static_cast<int>(device_type_from_code(c)), c);
+  EXPECT_NX_ERROR(kInvalidArgument, device_type_from_code(6), "6");
   EXPECT_NX_ERROR(kInvalidArgument, device_type_from_code(-1), "-1");
   EXPECT_TRUE(is_float(kF32));
   EXPECT_TRUE(is_float(kF16));

@@ -16,7 +16,7 @@ using namespace neurenix;
 using namespace nxtest;
 
 const ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kMin, ReduceOp::kProd, ReduceOp::kSumSquare,
-                         ReduceOp::kSumAbs};
+                         ReduceOp::kSumAbs, ReduceOp::kMaxAbs};
 
 struct ReduceCase {
   Shape shape;
@@ -93,6 +93,7 @@ Ref reference(const ReduceCase& c, const std::vector<double>& x) {
       case ReduceOp::kProd: acc *= v; break;
       case ReduceOp::kMax: acc = std::max(acc, v); break;
       case ReduceOp::kMin: acc = std::min(acc, v); break;
+      case ReduceOp::kMaxAbs: acc = std::max(acc, std::fabs(v)); break;
     }
     r.count[o]++;
   }

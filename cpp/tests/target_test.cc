@@ -253,3 +253,23 @@ TEST(SystemSpecTest, GraphUsesTheShrunkenSystem) {
 }
 
 }  // namespace
+
+TEST(Target, OnlyTheIpu21HasAFloat8MatrixUnitAtTwiceTheHalfRate) {
+  for (const auto& t : all_targets()) {
+    SCOPED_TRACE(t.version);
+    if (t.version == "ipu21") {
+      // C600 brief: 560 TFLOPS FP8 (1,472 x 256 x 1.5 GHz = 565).
+      EXPECT_NEAR(t.tiles_per_ipu * static_cast<double>(t.fp8_flops_per_cycle) * t.clock_hz / 1e12, 560.0, 560.0 * 0.01);
+      EXPECT_EQ(t.fp8_flops_per_cycle, 2 * t.fp16_flops_per_cycle);
+      EXPECT_EQ(amp_flops_per_cycle(t, DeviceType::kFloat8E4M3FNUZ), t.fp8_flops_per_cycle);
+      EXPECT_EQ(amp_flops_per_cycle(t, DeviceType::kFloat8E5M2FNUZ), t.fp8_flops_per_cycle);
+    } else {
+      EXPECT_EQ(t.fp8_flops_per_cycle, 0u);
+    }
+    EXPECT_EQ(amp_flops_per_cycle(t, DeviceType::kFloat16), t.fp16_flops_per_cycle);
+    EXPECT_EQ(amp_flops_per_cycle(t, DeviceType::kFloat32), t.fp32_flops_per_cycle);
+  }
+  EXPECT_EQ(amp_depth(DeviceType::kFloat32), 8u);
+  EXPECT_EQ(amp_depth(DeviceType::kFloat16), 16u);
+  EXPECT_EQ(amp_depth(DeviceType::kFloat8E4M3FNUZ), 32u);
+}

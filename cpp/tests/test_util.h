@@ -172,6 +172,7 @@ inline std::vector<uint8_t> encode(DeviceType dt, const std::vector<double>& v) 
       case DeviceType::kFloat16: { uint16_t h = ref_double_to_half(v[i]); std::memcpy(p, &h, 2); break; }
       case DeviceType::kInt32: { int32_t x = static_cast<int32_t>(v[i]); std::memcpy(p, &x, 4); break; }
       case DeviceType::kBool: *p = v[i] != 0; break;
+      default: ADD_FAILURE() << "no reference encoding for " << device_type_name(dt); break;
     }
   }
   return out;
@@ -186,6 +187,7 @@ inline std::vector<double> decode(DeviceType dt, const std::vector<uint8_t>& b) 
       case DeviceType::kFloat16: { uint16_t h; std::memcpy(&h, p, 2); out[i] = ref_half_to_double(h); break; }
       case DeviceType::kInt32: { int32_t x; std::memcpy(&x, p, 4); out[i] = x; break; }
       case DeviceType::kBool: out[i] = *p; break;
+      default: ADD_FAILURE() << "no reference decoding for " << device_type_name(dt); break;
     }
   }
   return out;

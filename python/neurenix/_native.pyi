@@ -30,6 +30,7 @@ class SystemInfo:
     clock_hz: float
     fp16_flops_per_cycle: int  # per tile, AMP with half inputs
     fp32_flops_per_cycle: int  # per tile, AMP with float inputs
+    fp8_flops_per_cycle: int  # per tile, AMP with float8 inputs (0: none; ipu21 only)
     worker_threads: int
     exchange_bytes_per_cycle: int  # per tile, each direction
     exchange_descriptor_cycles: int
@@ -54,6 +55,7 @@ class SystemInfo:
         clock_hz: float,
         fp16_flops_per_cycle: int,
         fp32_flops_per_cycle: int,
+        fp8_flops_per_cycle: int,
         worker_threads: int,
         exchange_bytes_per_cycle: int,
         exchange_descriptor_cycles: int,
@@ -478,6 +480,7 @@ class Executable:
     precision: str
     memory_proportion: float
     enable_half_partials: bool
+    fp8_format: str  # "e4m3" or "e5m2": matmul/conv operands under precision "float8"
     compile_seconds: float
     passes: PassStats
     placement: List[Placement]
@@ -517,6 +520,7 @@ def compile(
     sharding: Union[None, str, List[str], List[Tuple[str, int]]] = None,
     execution: Optional[str] = None,
     progress: Optional[Callable[[str, int, int], object]] = None,
+    fp8_format: str = "e4m3",
 ) -> Executable:
     """Compiles ``model`` for ``inputs`` (one micro-batch) on ``num_ipus`` IPUs of ``system``, in
     ``replication_factor`` replicas; ``sharding``: "auto" (or None), the node names at which stages begin, or

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "neurenix/device_type.h"
+
 namespace neurenix {
 
 struct TargetSpec {
@@ -19,6 +21,7 @@ struct TargetSpec {
   double clock_hz;             // tile clock
   uint32_t fp16_flops_per_cycle;  // per tile, accumulating matrix product (AMP) unit, half inputs
   uint32_t fp32_flops_per_cycle;  // per tile, AMP unit, float inputs
+  uint32_t fp8_flops_per_cycle;   // per tile, AMP unit, float8 inputs with half partials (0: no FP8 AMP)
   uint32_t worker_threads;        // hardware worker contexts per tile, sharing its issue slots
   uint32_t exchange_bytes_per_cycle;    // per tile, each direction
   uint32_t exchange_descriptor_cycles;  // per copy descriptor a tile executes in an exchange
@@ -46,6 +49,13 @@ const std::vector<std::string>& estimated_target_constants();
 inline uint64_t worker_rounded(const TargetSpec& t, uint64_t items) {
   return (items + t.worker_threads - 1) / t.worker_threads * t.worker_threads;
 }
+
+// The AMP unit on operands of type `in` (float32, float16 or a float8 type):
+// flops per cycle per tile (0 when the target has no AMP for the type), and
+// the products it takes per pass along K (the depth one pass sums before
+// its result reaches the partials: 8 float, 16 half, 32 float8).
+uint32_t amp_flops_per_cycle(const TargetSpec& t, DeviceType in);
+uint32_t amp_depth(DeviceType in);
 
 // The table of supported chips.
 const std::vector<TargetSpec>& all_targets();

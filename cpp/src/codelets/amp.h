@@ -10,19 +10,21 @@
 
 namespace neurenix {
 
-// With half partials, the AMP sums products in chunks of this many along K.
-constexpr uint32_t kHalfPartialsDepth = 16;
-
 // acc = the half-partials sum over K: `product(k0, kc, out)` writes the exact
 // float product of the K range [k0, k0 + kc) into out (acc.size() floats);
-// each chunk is rounded to half and accumulated in half.
+// K is taken in chunks of `depth` (amp_depth: 16 for half operands, 32 for
+// float8), each chunk's sum is multiplied by `scale` (the operands' float8
+// scales; 1 otherwise), rounded to half and accumulated in half.
 template <typename Product>
-void sum_in_half_partials(std::vector<float>& acc, std::vector<float>& tmp, uint32_t k, Product&& product) {
+void sum_in_half_partials(std::vector<float>& acc, std::vector<float>& tmp, uint32_t k, uint32_t depth, float scale,
+                          Product&& product) {
   std::fill(acc.begin(), acc.end(), 0.0f);
   tmp.resize(acc.size());
-  for (uint32_t k0 = 0; k0 < k; k0 += kHalfPartialsDepth) {
-    const uint32_t kc = std::min(kHalfPartialsDepth, k - k0);
+  for (uint32_t k0 = 0; k0 < k; k0 += depth) {
+    const uint32_t kc = std::min(depth, k - k0);
     product(k0, kc, tmp.data());
+    if (scale != 1.0f)
+      for (float& v : tmp) v *= scale;
     round_to_half_n(tmp.data(), tmp.size());
     for (size_t i = 0; i < acc.size(); ++i) acc[i] += tmp[i];
     round_to_half_n(acc.data(), acc.size());

@@ -27,6 +27,14 @@ ConvVertex::ConvVertex(uint32_t tile_, Field in, Field weights, Field out, ConvW
   NX_CHECK(s_.cout == 0 || (s_.cout - 1) * static_cast<uint64_t>(s_.ld_out) + static_cast<uint64_t>(s_.rows) * s_.out_w <= out_.count,
            "conv output exceeds its field");
   NX_CHECK(!(partials_ == DeviceType::kFloat16 && in_dtype_ == DeviceType::kFloat32), "half partials need half inputs");
+  NX_CHECK(!is_float8(in_dtype_) || partials_ == DeviceType::kFloat16, "float8 operands need half partials");
+}
+
+void ConvVertex::set_scale(Field scale) {
+  NX_CHECK(scale.count >= 1, "conv scale field is empty");
+  scale_ = scale;
+  scale_.access = Access::kRead;
+  has_scale_ = true;
 }
 
 void ConvVertex::set_bias(Field bias, DeviceType dtype) {
@@ -42,12 +50,12 @@ void ConvVertex::list_fields(std::vector<Field*>& out) {
   out.push_back(&w_);
   out.push_back(&out_);
   if (has_bias_) out.push_back(&bias_);
+  if (has_scale_) out.push_back(&scale_);
 }
 
 uint64_t ConvVertex::cycles(const TargetSpec& t) const {
-  const bool half = in_dtype_ == DeviceType::kFloat16;
-  const uint64_t rate = half ? t.fp16_flops_per_cycle : t.fp32_flops_per_cycle;
-  const uint64_t depth = half ? 16 : 8;
+  const uint64_t rate = std::max<uint32_t>(1, amp_flops_per_cycle(t, in_dtype_));
+  const uint64_t depth = amp_depth(in_dtype_);
   const uint64_t k = static_cast<uint64_t>(s_.cin) * s_.kh * s_.kw;
   const uint64_t p = static_cast<uint64_t>(s_.rows) * s_.out_w;
   const uint64_t compute = 2 * s_.cout * p * ((k + depth - 1) / depth * depth) / rate;  // AMP, as MatMulVertex
@@ -78,7 +86,8 @@ void ConvVertex::compute(uint8_t* mem) const {
   } else {
     wts.resize(static_cast<size_t>(s.cout) * k);
     for (uint32_t co = 0; co < s.cout; ++co)
-      load_floats(mem + w_.byte_offset + static_cast<size_t>(co) * s.ldw * 2, in_dtype_, wts.data() + static_cast<size_t>(co) * k, k);
+      load_floats(mem + w_.byte_offset + static_cast<size_t>(co) * s.ldw * device_type_size(in_dtype_), in_dtype_,
+                  wts.data() + static_cast<size_t>(co) * k, k);
     w_f = wts.data();
     ldw = k;
   }
@@ -227,7 +236,10 @@ void ConvVertex::compute(uint8_t* mem) const {
   if (partials_ == DeviceType::kFloat32) {
     gemm_f32_packed(panel, w_f, ldw, packed, k, acc.data(), s.cout, p, k, p, false);
   } else {
-    sum_in_half_partials(acc, tmp, k, [&](uint32_t k0, uint32_t kc, float* out) {
+    NX_CHECK(has_scale_ || !is_float8(in_dtype_), "float8 conv vertex without its scale");
+    const float scale =
+        has_scale_ ? static_cast<float>(load_element(mem + scale_.byte_offset, DeviceType::kFloat32, 0)) : 1.0f;
+    sum_in_half_partials(acc, tmp, k, amp_depth(in_dtype_), scale, [&](uint32_t k0, uint32_t kc, float* out) {
       gemm_f32_packed(panel, w_f + k0, ldw, packed + static_cast<size_t>(k0) * panel, k, out, s.cout, p, kc, p, false);
     });
   }

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "neurenix/error.h"
+#include "neurenix/float8.h"
 #include "neurenix/half.h"
 
 namespace neurenix {
@@ -70,47 +71,6 @@ inline float round_to_bf16(float x) {
   return x;
 }
 
-// ONNX's float8 formats, by TensorProto code (17: E4M3FN, 18: E4M3FNUZ,
-// 19: E5M2, 20: E5M2FNUZ).
-struct Float8Format {
-  int mantissa;
-  int bias;
-  double max;
-  bool infinity;       // E5M2 only
-  bool unsigned_zero;  // the FNUZ formats have no -0
-};
-
-Float8Format float8_format(double code) {
-  switch (static_cast<int>(code)) {
-    case 17: return {3, 7, 448.0, false, false};
-    case 18: return {3, 8, 240.0, false, true};
-    case 19: return {2, 15, 57344.0, true, false};
-    case 20: return {2, 16, 57344.0, false, true};
-    default: fail(ErrorCode::kInvalidArgument, "round_f8: unknown float8 format code " + std::to_string(code));
-  }
-}
-
-// To the nearest value of format `f`, ties to even (ONNX Cast). Beyond the
-// largest finite value: saturate, or infinity where the format has one and
-// NaN where it has not.
-inline float round_to_float8(float x, const Float8Format& f, bool saturate) {
-  if (x != x) return x;
-  const bool neg = std::signbit(x);
-  const double a = std::fabs(static_cast<double>(x));
-  const double beyond = saturate ? f.max : f.infinity ? static_cast<double>(INFINITY) : static_cast<double>(NAN);
-  double r;
-  if (std::isinf(a)) {
-    r = beyond;
-  } else {
-    const double min_normal = std::ldexp(1.0, 1 - f.bias);
-    const double step = a < min_normal ? std::ldexp(1.0, 1 - f.bias - f.mantissa) : std::ldexp(1.0, std::ilogb(a) - f.mantissa);
-    r = std::nearbyint(a / step) * step;
-    if (r > f.max) r = beyond;
-  }
-  if (r == 0.0 && f.unsigned_zero) return 0.0f;
-  return static_cast<float>(neg ? -r : r);
-}
-
 void unary_float(ExprOpCode op, const ExprInstr& ins, float* x, size_t n) {
   switch (op) {
     case ExprOpCode::kNeg: for (size_t j = 0; j < n; ++j) x[j] = -x[j]; break;
@@ -162,9 +122,14 @@ void unary_float(ExprOpCode op, const ExprInstr& ins, float* x, size_t n) {
     }
     case ExprOpCode::kRoundBf16: for (size_t j = 0; j < n; ++j) x[j] = round_to_bf16(x[j]); break;
     case ExprOpCode::kRoundF8: {
-      const Float8Format f = float8_format(ins.imm);
+      const Float8Format& f = float8_format(static_cast<int>(ins.imm));
       const bool saturate = ins.imm2 != 0.0;
       for (size_t j = 0; j < n; ++j) x[j] = round_to_float8(x[j], f, saturate);
+      break;
+    }
+    case ExprOpCode::kFloat8Scale: {
+      const Float8Format& f = float8_format(static_cast<int>(ins.imm));
+      for (size_t j = 0; j < n; ++j) x[j] = float8_scale_for(x[j], f);
       break;
     }
     default: bad(op, "not a float unary operation");
@@ -264,6 +229,8 @@ void MapVertex::compute(uint8_t* mem) const {
                 case DeviceType::kBool:
                   for (size_t j = 0; j < n; ++j) s.i[j] = p[base + j] ? 1 : 0;
                   break;
+                case DeviceType::kFloat8E4M3FNUZ:
+                case DeviceType::kFloat8E5M2FNUZ: load_floats(p + base, o.dtype, s.f, n); break;
               }
             }
             if (ins.half && s.kind == ValueKind::kFloat && o.dtype != DeviceType::kFloat16) round_to_half_n(s.f, n);
@@ -421,6 +388,17 @@ void MapVertex::compute(uint8_t* mem) const {
         else
           for (size_t j = 0; j < n; ++j) out[base + j] = r.i[j] != 0;
         break;
+      case DeviceType::kFloat8E4M3FNUZ:
+      case DeviceType::kFloat8E5M2FNUZ: {
+        alignas(32) float tmp[kBlock];
+        const float* src = r.f;
+        if (r.kind != ValueKind::kFloat) {
+          for (size_t j = 0; j < n; ++j) tmp[j] = static_cast<float>(r.i[j]);
+          src = tmp;
+        }
+        store_floats(src, out_dtype_, out + base, n);
+        break;
+      }
     }
   }
 }

@@ -4,7 +4,8 @@
 // the input type are exact in float; with float partials the block is summed
 // in float; with half partials the products are summed in chunks of
 // `kHalfPartialsDepth` (amp.h), each chunk rounded to half and accumulated in
-// half.
+// half. Float8 operands (the IPU21's) have half partials, in chunks of 32,
+// each chunk's float sum multiplied by the operands' scale before rounding.
 #include "neurenix/codelets/matmul.h"
 
 #include <algorithm>
@@ -39,8 +40,9 @@ MatMulVertex::MatMulVertex(uint32_t tile_, Field a, Field b, Field c, MatMulBloc
   a_.access = Access::kRead;
   b_.access = Access::kRead;
   c_.access = Access::kWrite;
-  NX_CHECK(is_float(in_) && is_float(partials_) && is_float(out_), "matmul vertex on non-float data");
+  NX_CHECK((is_float(in_) || is_float8(in_)) && is_float(partials_) && is_float(out_), "matmul vertex on non-float data");
   NX_CHECK(!(partials_ == DeviceType::kFloat16 && in_ == DeviceType::kFloat32), "half partials need half inputs");
+  NX_CHECK(!is_float8(in_) || partials_ == DeviceType::kFloat16, "float8 operands need half partials");
   auto extent = [](uint32_t rows, uint32_t cols, uint32_t ld) -> uint64_t {
     return rows == 0 || cols == 0 ? 0 : static_cast<uint64_t>(rows - 1) * ld + cols;
   };
@@ -49,16 +51,23 @@ MatMulVertex::MatMulVertex(uint32_t tile_, Field a, Field b, Field c, MatMulBloc
   NX_CHECK(extent(s_.m, s_.n, s_.ldc) <= c_.count, "matmul C block exceeds its field");
 }
 
+void MatMulVertex::set_scale(Field scale) {
+  NX_CHECK(scale.count >= 1, "matmul scale field is empty");
+  scale_ = scale;
+  scale_.access = Access::kRead;
+  has_scale_ = true;
+}
+
 void MatMulVertex::list_fields(std::vector<Field*>& out) {
   out.push_back(&a_);
   out.push_back(&b_);
   out.push_back(&c_);
+  if (has_scale_) out.push_back(&scale_);
 }
 
 uint64_t MatMulVertex::cycles(const TargetSpec& t) const {
-  const bool half = in_ == DeviceType::kFloat16;
-  const uint32_t rate = half ? t.fp16_flops_per_cycle : t.fp32_flops_per_cycle;
-  const uint32_t depth = half ? 16 : 8;  // AMP input-channel grouping
+  const uint32_t rate = std::max<uint32_t>(1, amp_flops_per_cycle(t, in_));
+  const uint32_t depth = amp_depth(in_);  // AMP input-channel grouping
   const uint64_t k_eff = (static_cast<uint64_t>(s_.k) + depth - 1) / depth * depth;
   const uint64_t flops = 2ull * s_.m * s_.n * k_eff;
   // The AMP's rate is the same for float and half partials (the published
@@ -86,7 +95,9 @@ void MatMulVertex::compute(uint8_t* mem) const {
   if (partials_ == DeviceType::kFloat32) {
     gemm_f32(abuf.data(), bbuf.data(), cbuf.data(), m, n, k, k, n, n, false);
   } else {
-    sum_in_half_partials(cbuf, tbuf, k, [&](uint32_t k0, uint32_t kc, float* out) {
+    NX_CHECK(has_scale_ || !is_float8(in_), "float8 matmul vertex without its scale");
+    const float scale = has_scale_ ? static_cast<float>(load_element(mem + scale_.byte_offset, DeviceType::kFloat32, 0)) : 1.0f;
+    sum_in_half_partials(cbuf, tbuf, k, amp_depth(in_), scale, [&](uint32_t k0, uint32_t kc, float* out) {
       gemm_f32(abuf.data() + k0, bbuf.data() + static_cast<size_t>(k0) * n, out, m, n, kc, k, n, n, false);
     });
   }

@@ -20,6 +20,7 @@ const char* reduce_op_name(ReduceOp op) {
     case ReduceOp::kProd: return "prod";
     case ReduceOp::kSumSquare: return "sum_square";
     case ReduceOp::kSumAbs: return "sum_abs";
+    case ReduceOp::kMaxAbs: return "max_abs";
   }
   return "?";
 }
@@ -54,6 +55,7 @@ namespace {
 
 ReduceOp effective_op(ReduceOp op, bool combine) {
   if (combine && (op == ReduceOp::kSumSquare || op == ReduceOp::kSumAbs)) return ReduceOp::kSum;
+  if (combine && op == ReduceOp::kMaxAbs) return ReduceOp::kMax;
   return op;
 }
 
@@ -77,10 +79,12 @@ double reduce_float(ReduceOp op, uint64_t len, Load load) {
       for (uint64_t i = 0; i < len; ++i) acc *= load(i);
       return acc;
     }
-    case ReduceOp::kMax: {
-      float acc = -std::numeric_limits<float>::infinity();
+    case ReduceOp::kMax:
+    case ReduceOp::kMaxAbs: {
+      float acc = op == ReduceOp::kMaxAbs ? 0.0f : -std::numeric_limits<float>::infinity();
       for (uint64_t i = 0; i < len; ++i) {
         float x = load(i);
+        if (op == ReduceOp::kMaxAbs) x = std::fabs(x);
         if (x > acc || x != x) acc = x;
         if (acc != acc) break;
       }
@@ -119,9 +123,13 @@ double reduce_int(ReduceOp op, uint64_t len, Load load) {
       for (uint64_t i = 0; i < len; ++i) acc = static_cast<int64_t>(static_cast<int32_t>(acc * load(i)));
       return static_cast<double>(acc);
     }
-    case ReduceOp::kMax: {
-      int64_t acc = std::numeric_limits<int32_t>::min();
-      for (uint64_t i = 0; i < len; ++i) acc = std::max<int64_t>(acc, load(i));
+    case ReduceOp::kMax:
+    case ReduceOp::kMaxAbs: {
+      int64_t acc = op == ReduceOp::kMaxAbs ? 0 : std::numeric_limits<int32_t>::min();
+      for (uint64_t i = 0; i < len; ++i) {
+        const int64_t x = load(i);
+        acc = std::max<int64_t>(acc, op == ReduceOp::kMaxAbs && x < 0 ? -x : x);
+      }
       return static_cast<double>(acc);
     }
     case ReduceOp::kMin: {

@@ -79,8 +79,12 @@ Tensor conv(Graph& g, const Tensor& x, const Tensor& w, const Tensor* bias, cons
     fail(ErrorCode::kShapeMismatch, what + ": input " + shape_str(x.shape) + " and weights " +
                                         shape_str(w.shape) + " must both be 4-D (NCHW, OIHW)");
   const DeviceType in = g.var(x.var).dtype;
-  if (!is_float(in) || g.var(w.var).dtype != in)
+  const bool f8 = is_float8(in);
+  if (!(is_float(in) || f8) || g.var(w.var).dtype != in)
     fail(ErrorCode::kShapeMismatch, what + ": input and weights must share a float type");
+  if (f8) check_float8_operands(g, what, in, o.scale ? &*o.scale : nullptr, o.ipu);
+  // The bias is added to the partials: half with float8 operands.
+  const DeviceType bias_dtype = f8 ? DeviceType::kFloat16 : in;
   if (o.groups == 0 || x.shape[1] % o.groups || w.shape[0] % o.groups || w.shape[1] * o.groups != x.shape[1])
     fail(ErrorCode::kShapeMismatch, what + ": " + std::to_string(o.groups) + " groups do not fit input " +
                                         shape_str(x.shape) + " and weights " + shape_str(w.shape));
@@ -103,13 +107,14 @@ Tensor conv(Graph& g, const Tensor& x, const Tensor& w, const Tensor* bias, cons
     fail(ErrorCode::kShapeMismatch, what + ": the (dilated) kernel is larger than the padded input");
   d.ho = static_cast<uint64_t>(eff_h) / o.sh + 1;
   d.wo = static_cast<uint64_t>(eff_w) / o.sw + 1;
-  if (bias && (bias->numel() != d.co || g.var(bias->var).dtype != in))
-    fail(ErrorCode::kShapeMismatch, what + ": bias must hold one value per output channel");
+  if (bias && (bias->numel() != d.co || g.var(bias->var).dtype != bias_dtype))
+    fail(ErrorCode::kShapeMismatch, what + ": bias must hold one " + device_type_name(bias_dtype) +
+                                        " value per output channel");
   for (const Tensor* t : {&x, &w})
     if (g.var(t->var).ipu != o.ipu)
       fail(ErrorCode::kInvalidArgument, what + ": operand '" + g.var(t->var).name + "' is on IPU " +
                                             std::to_string(g.var(t->var).ipu) + ", not " + std::to_string(o.ipu));
-  const DeviceType partials = in == DeviceType::kFloat32 ? DeviceType::kFloat32 : o.partials;
+  const DeviceType partials = f8 ? DeviceType::kFloat16 : in == DeviceType::kFloat32 ? DeviceType::kFloat32 : o.partials;
   const uint32_t ipu = o.ipu;
   Tensor c = g.add_variable(o.name, o.out_dtype, {d.n, d.co, d.ho, d.wo}, VarKind::kIntermediate, ipu);
   if (c.numel() == 0) return c;
@@ -279,6 +284,14 @@ Tensor conv(Graph& g, const Tensor& x, const Tensor& w, const Tensor* bias, cons
     }
   }
 
+  // Float8: the scale on every tile that convolves.
+  std::vector<Field> scale_at;
+  if (f8) {
+    std::vector<uint32_t> tiles;
+    for (const Work& wk : work) tiles.push_back(wk.tile);
+    scale_at = scalar_on_tiles(g, *o.scale, tiles, ex0, o.name + "/scale", ipu);
+  }
+
   for (uint32_t j = 0; j < S; ++j) {
     uint32_t ex = j == 0 ? ex0 : g.add_exchange(o.name + "/fetch");
     // Weight blocks of this pass: in place, or gathered into a temporary.
@@ -334,7 +347,7 @@ Tensor conv(Graph& g, const Tensor& x, const Tensor& w, const Tensor* bias, cons
         if (cr.empty()) continue;
         bias_at[wi].second = blocks.add(work[wi].tile, work[wi].gr.size() * cr.size());
       }
-      Tensor bt = blocks.create(g, o.name + "/bias", in, ipu);
+      Tensor bt = blocks.create(g, o.name + "/bias", bias_dtype, ipu);
       for (size_t wi = 0; wi < work.size(); ++wi) {
         Range cr = lay.n_chunk(j, work[wi].ni);
         if (cr.empty()) continue;
@@ -416,8 +429,10 @@ Tensor conv(Graph& g, const Tensor& x, const Tensor& w, const Tensor* bias, cons
           }
           auto v = std::make_unique<ConvVertex>(wk.tile, fin, fw, fout, s, in, partials, out_t);
           if (bias && ks == 1) {
-            v->set_bias(Field{bias_at[wi].first, wk.tile, bias_at[wi].second + (gg - wk.gr.begin) * cr.size(), cr.size()}, in);
+            v->set_bias(Field{bias_at[wi].first, wk.tile, bias_at[wi].second + (gg - wk.gr.begin) * cr.size(), cr.size()},
+                        bias_dtype);
           }
+          if (f8) v->set_scale(scale_at[wi]);
           g.add_vertex(cs, std::move(v));
         }
       }
@@ -483,7 +498,7 @@ Tensor conv(Graph& g, const Tensor& x, const Tensor& w, const Tensor* bias, cons
         if (bias)
           v->set_bias(Field{bias_at[r.wi].first, wk.tile,
                             bias_at[r.wi].second + (r.gg - wk.gr.begin) * cr.size() + (mine.begin - cr.begin), mine.size()},
-                      in);
+                      bias_dtype);
         g.add_vertex(rcs, std::move(v));
       }
       g.execute_exchange(rex);

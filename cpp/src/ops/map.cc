@@ -66,7 +66,7 @@ Tensor map(Graph& g, const std::vector<ExprInstr>& expr, const std::vector<Tenso
     types.push_back(g.var(t.var).dtype);
   }
   ValueKind result = check_expression(expr, types);
-  const bool out_float = is_float(out_dtype);
+  const bool out_float = is_float(out_dtype) || is_float8(out_dtype);
   if ((result == ValueKind::kFloat) != out_float)
     fail(ErrorCode::kInvalidArgument, "element-wise '" + name + "': expression result does not match the output type " +
                                           device_type_name(out_dtype));

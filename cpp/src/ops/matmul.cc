@@ -113,15 +113,17 @@ Tensor matmul(Graph& g, const Tensor& a, const Tensor& b, const MatMulOptions& o
     fail(ErrorCode::kShapeMismatch, what + ": shapes " + shape_str(a.shape) + " and " + shape_str(b.shape) +
                                         " are not [G, M, K] x [G, K, N]");
   const DeviceType in = g.var(a.var).dtype;
-  if (g.var(b.var).dtype != in || !is_float(in))
+  const bool f8 = is_float8(in);
+  if (g.var(b.var).dtype != in || !(is_float(in) || f8))
     fail(ErrorCode::kShapeMismatch, what + ": operands must share a float type, got " +
                                         std::string(device_type_name(in)) + " and " + device_type_name(g.var(b.var).dtype));
+  if (f8) check_float8_operands(g, what, in, o.scale ? &*o.scale : nullptr, o.ipu);
   check_memory_proportion(what, o.memory_proportion);
   for (const Tensor* t : {&a, &b})
     if (g.var(t->var).ipu != o.ipu)
       fail(ErrorCode::kInvalidArgument, what + ": operand '" + g.var(t->var).name + "' is on IPU " +
                                             std::to_string(g.var(t->var).ipu) + ", not " + std::to_string(o.ipu));
-  const DeviceType partials = (in == DeviceType::kFloat32) ? DeviceType::kFloat32 : o.partials;
+  const DeviceType partials = in == DeviceType::kFloat32 ? DeviceType::kFloat32 : f8 ? DeviceType::kFloat16 : o.partials;
   const uint64_t G = a.shape[0], M = a.shape[1], K = a.shape[2], N = b.shape[2];
   const uint32_t ipu = o.ipu;
   Tensor c = g.add_variable(o.name, o.out_dtype, {G, M, N}, VarKind::kIntermediate, ipu);
@@ -296,6 +298,13 @@ Tensor matmul(Graph& g, const Tensor& a, const Tensor& b, const MatMulOptions& o
     gather(a, M, K, a_needs, ex0, o.name + "/A", blocks);
     for (size_t i = 0; i < a_need_idx.size(); ++i) work[a_need_idx[i]].a = blocks[i];
   }
+  // Float8: the scale on every tile that multiplies.
+  std::vector<Field> scale_at;
+  if (f8) {
+    std::vector<uint32_t> tiles;
+    for (const TileWork& w : work) tiles.push_back(w.tile);
+    scale_at = scalar_on_tiles(g, *o.scale, tiles, ex0, o.name + "/scale", ipu);
+  }
 
   const DeviceType stage_out = ks > 1 ? partials : o.out_dtype;
   for (uint32_t j = 0; j < S; ++j) {
@@ -359,7 +368,9 @@ Tensor matmul(Graph& g, const Tensor& a, const Tensor& b, const MatMulOptions& o
         MatMulBlock blk{static_cast<uint32_t>(w.mr.size()), static_cast<uint32_t>(nr.size()),
                         static_cast<uint32_t>(w.kr.size()), static_cast<uint32_t>(ab.ld), static_cast<uint32_t>(bb.ld),
                         static_cast<uint32_t>(ldc)};
-        g.add_vertex(cs, std::make_unique<MatMulVertex>(w.tile, fa, fb, fc, blk, in, partials, stage_out));
+        auto v = std::make_unique<MatMulVertex>(w.tile, fa, fb, fc, blk, in, partials, stage_out);
+        if (f8) v->set_scale(scale_at[wi]);
+        g.add_vertex(cs, std::move(v));
       }
     }
     g.execute(cs);

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "neurenix/error.h"
+#include "neurenix/exchange.h"
 
 namespace neurenix::ops {
 
@@ -33,9 +34,9 @@ std::vector<uint32_t> split_candidates(uint64_t d, uint64_t max_split, uint64_t 
 }
 
 uint64_t amp_cycles(const TargetSpec& t, DeviceType in, uint64_t m, uint64_t n, uint64_t k) {
-  const bool half = in == DeviceType::kFloat16;
-  const uint64_t rate = half ? t.fp16_flops_per_cycle : t.fp32_flops_per_cycle;
-  const uint64_t depth = half ? 16 : 8;  // input channels the AMP consumes per pass
+  const uint64_t rate = amp_flops_per_cycle(t, in);
+  const uint64_t depth = amp_depth(in);
+  NX_CHECK(rate > 0, "no AMP for this operand type on this target");
   // The AMP's rate does not depend on the partials type (MatMulVertex).
   const uint64_t compute = 2 * m * n * ceil_div(k, depth) * depth / rate;
   return t.vertex_overhead_cycles + compute + 8 * m;
@@ -234,6 +235,48 @@ Tensor PackedBlocks::create(Graph& g, const std::string& name, DeviceType dtype,
   intervals_.clear();
   total_ = 0;
   return t;
+}
+
+std::vector<Field> scalar_on_tiles(Graph& g, const Tensor& scale, const std::vector<uint32_t>& tiles, uint32_t ex,
+                                   const std::string& name, uint32_t ipu) {
+  g.ensure_mapped(scale.var);
+  const TileLocation home = g.locate(scale.var, 0);
+  std::vector<uint32_t> distinct;
+  for (uint32_t t : tiles)
+    if (t != home.tile && std::find(distinct.begin(), distinct.end(), t) == distinct.end()) distinct.push_back(t);
+  std::sort(distinct.begin(), distinct.end());
+  PackedBlocks blocks;
+  std::vector<uint64_t> at;
+  for (uint32_t t : distinct) at.push_back(blocks.add(t, 1));
+  Tensor copies;
+  if (!distinct.empty()) {
+    copies = blocks.create(g, name, DeviceType::kFloat32, ipu);
+    for (size_t i = 0; i < distinct.size(); ++i) {
+      View src{scale.var, 0, {1}, {1}};
+      View dst{copies.var, static_cast<int64_t>(at[i]), {1}, {1}};
+      copy_view(g, ex, src, dst);
+    }
+  }
+  std::vector<Field> out;
+  out.reserve(tiles.size());
+  for (uint32_t t : tiles) {
+    if (t == home.tile) {
+      out.push_back(Field{scale.var, t, home.local, 1});
+    } else {
+      const size_t i = static_cast<size_t>(std::lower_bound(distinct.begin(), distinct.end(), t) - distinct.begin());
+      out.push_back(Field{copies.var, t, g.locate(copies.var, at[i]).local, 1});
+    }
+  }
+  return out;
+}
+
+void check_float8_operands(const Graph& g, const std::string& what, DeviceType in, const Tensor* scale, uint32_t ipu) {
+  if (amp_flops_per_cycle(g.target(), in) == 0)
+    fail(ErrorCode::kInvalidArgument, what + ": the " + g.target().version + " has no float8 matrix unit (the ipu21 has)");
+  if (scale == nullptr) fail(ErrorCode::kInvalidArgument, what + ": float8 operands need their scale");
+  const Variable& v = g.var(scale->var);
+  if (v.dtype != DeviceType::kFloat32 || scale->numel() != 1 || v.ipu != ipu)
+    fail(ErrorCode::kInvalidArgument, what + ": the float8 scale must be a float32 scalar on IPU " + std::to_string(ipu));
 }
 
 }  // namespace neurenix::ops

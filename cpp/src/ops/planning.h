@@ -184,4 +184,14 @@ class PackedBlocks {
   uint64_t total_ = 0;
 };
 
+// The float32 scalar `scale` (a float8 operand's scale) on each of `tiles`:
+// in place where a tile holds it, elsewhere a copy received in exchange `ex`.
+// Returns one field per tile, in the order of `tiles` (duplicates allowed).
+std::vector<Field> scalar_on_tiles(Graph& g, const Tensor& scale, const std::vector<uint32_t>& tiles, uint32_t ex,
+                                   const std::string& name, uint32_t ipu);
+
+// Checks a float8 product's operand type and scale: the target must have an
+// AMP for float8 and the scale must be a float32 scalar on `ipu`.
+void check_float8_operands(const Graph& g, const std::string& what, DeviceType in, const Tensor* scale, uint32_t ipu);
+
 }  // namespace neurenix::ops

@@ -24,6 +24,8 @@ pub enum ReduceOp {
     Prod,
     SumSquare,
     SumAbs,
+    /// The largest magnitude.
+    MaxAbs,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,6 +46,9 @@ pub struct MatMulOptions {
     pub out_dtype: DeviceType,
     pub ipu: u32,
     pub name: String,
+    /// Float8 operands (both of one float8 type): a float32 scalar holding
+    /// the product of their power-of-two scales; the partials are then half.
+    pub scale: Option<TensorId>,
 }
 
 /// How to plan a 2-D convolution (NCHW / OIHW). Pads: top, left, bottom,
@@ -60,6 +65,8 @@ pub struct ConvOptions {
     pub out_dtype: DeviceType,
     pub ipu: u32,
     pub name: String,
+    /// As [`MatMulOptions::scale`]; the bias is then half.
+    pub scale: Option<TensorId>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -6,6 +6,7 @@ use std::time::Instant;
 use crate::backend::Backend;
 use crate::error::{Error, Result};
 use crate::executable::{Executable, HostStream};
+use crate::float8::Float8;
 use crate::ir::Model;
 use crate::lower::precision::Precision;
 use crate::lower::{LowerCx, LowerOptions};
@@ -37,6 +38,9 @@ pub struct CompileOptions {
     /// Micro-batches one run streams through each replica.
     pub device_iterations: u32,
     pub sharding: Sharding,
+    /// The float8 format of matrix-product operands under
+    /// `Precision::Float8` (ignored otherwise).
+    pub fp8_format: Float8,
     /// None: pipelined when a replica has several IPUs and enough device
     /// iterations to fill its pipeline, sharded otherwise (with a warning).
     pub execution: Option<Execution>,
@@ -52,6 +56,7 @@ impl Default for CompileOptions {
             replication_factor: 1,
             device_iterations: 1,
             sharding: Sharding::Auto,
+            fp8_format: Float8::E4M3FNUZ,
             execution: None,
         }
     }
@@ -78,6 +83,12 @@ impl CompileOptions {
                 self.num_ipus, self.replication_factor
             )));
         }
+        if !matches!(self.fp8_format, Float8::E4M3FNUZ | Float8::E5M2FNUZ) {
+            return Err(Error::InvalidArgument(format!(
+                "fp8_format {:?} is not one the IPU21 multiplies (E4M3FNUZ or E5M2FNUZ)",
+                self.fp8_format
+            )));
+        }
         if self.device_iterations == 0 {
             return Err(Error::InvalidArgument(
                 "device_iterations must be at least 1".into(),
@@ -96,6 +107,7 @@ impl CompileOptions {
             precision: self.precision,
             memory_proportion: self.memory_proportion,
             enable_half_partials: self.enable_half_partials,
+            fp8_format: self.fp8_format,
         }
     }
 
@@ -160,6 +172,15 @@ pub fn compile(
         ..Limits::default()
     };
     drop(probe);
+    if let Some(sys) = &system {
+        if opts.precision == Precision::Float8 && sys.fp8_flops_per_cycle == 0 {
+            return Err(Error::InvalidArgument(format!(
+                "precision='float8' needs IPUs with a float8 matrix unit: only the ipu21 (C600) has one, \
+                 and this system's IPUs are {} ({}). Use precision='float16' here, or a system of version='ipu21'",
+                sys.version, sys.chip
+            )));
+        }
+    }
     let mut m = model.clone();
     progress::report("passes", 0, 1);
     let passes = prepare(&mut m, inputs, &limits)?;
@@ -512,10 +533,10 @@ fn with_advice(e: Error, advice: &str) -> Error {
 /// What each node of `m` costs before anything is compiled, on `sys` at
 /// the precision of `opts`.
 fn first_costs(m: &Model, opts: &CompileOptions, sys: &SystemInfo) -> Vec<NodeCost> {
-    let rate = if opts.precision == Precision::Float32 {
-        sys.fp32_flops_per_cycle
-    } else {
-        sys.fp16_flops_per_cycle
+    let rate = match opts.precision {
+        Precision::Float32 => sys.fp32_flops_per_cycle,
+        Precision::Float8 => sys.fp8_flops_per_cycle.max(sys.fp16_flops_per_cycle),
+        _ => sys.fp16_flops_per_cycle,
     } as f64;
     let host_rate = sys.host_link_bytes_per_sec / sys.clock_hz;
     estimate_costs(
@@ -579,6 +600,7 @@ pub fn default_system() -> SystemInfo {
         clock_hz: 1.33e9,
         fp16_flops_per_cycle: 128,
         fp32_flops_per_cycle: 32,
+        fp8_flops_per_cycle: 0,
         worker_threads: 6,
         exchange_bytes_per_cycle: 4,
         exchange_descriptor_cycles: 2,

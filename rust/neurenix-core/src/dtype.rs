@@ -272,13 +272,17 @@ impl std::fmt::Display for ElemType {
 
 /// Types tile memory holds. The IPU has no 64-bit arithmetic: 64-bit integers
 /// become int32 (with a range check on the way in) and float64 becomes
-/// float32.
+/// float32. The float8 types are the IPU21's matrix-product operands
+/// (Poplar's QUARTER formats F143 and F152): codes whose scale travels
+/// beside them (`precision="float8"`, docs/precision.md).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum DeviceType {
     F32,
     F16,
     I32,
     Bool,
+    F8E4M3FNUZ,
+    F8E5M2FNUZ,
 }
 
 impl DeviceType {
@@ -286,11 +290,20 @@ impl DeviceType {
         match self {
             DeviceType::F32 | DeviceType::I32 => 4,
             DeviceType::F16 => 2,
-            DeviceType::Bool => 1,
+            DeviceType::Bool | DeviceType::F8E4M3FNUZ | DeviceType::F8E5M2FNUZ => 1,
         }
     }
+    /// float32 or float16: the types the IPU computes in.
     pub fn is_float(self) -> bool {
         matches!(self, DeviceType::F32 | DeviceType::F16)
+    }
+    /// The float8 format of a float8 type.
+    pub fn float8(self) -> Option<Float8> {
+        match self {
+            DeviceType::F8E4M3FNUZ => Some(Float8::E4M3FNUZ),
+            DeviceType::F8E5M2FNUZ => Some(Float8::E5M2FNUZ),
+            _ => None,
+        }
     }
     pub fn name(self) -> &'static str {
         match self {
@@ -298,6 +311,8 @@ impl DeviceType {
             DeviceType::F16 => "float16",
             DeviceType::I32 => "int32",
             DeviceType::Bool => "bool",
+            DeviceType::F8E4M3FNUZ => "float8_e4m3fnuz",
+            DeviceType::F8E5M2FNUZ => "float8_e5m2fnuz",
         }
     }
     /// The model type a device value of this type stands for.
@@ -307,6 +322,8 @@ impl DeviceType {
             DeviceType::F16 => ElemType::F16,
             DeviceType::I32 => ElemType::I32,
             DeviceType::Bool => ElemType::Bool,
+            DeviceType::F8E4M3FNUZ => ElemType::F8E4M3FNUZ,
+            DeviceType::F8E5M2FNUZ => ElemType::F8E5M2FNUZ,
         }
     }
 }

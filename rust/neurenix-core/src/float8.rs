@@ -77,6 +77,24 @@ impl Float8 {
             Float8::E5M2 | Float8::E5M2FNUZ => 57344.0,
         }
     }
+    /// The power-of-two scale `s` of a tensor stored in this format whose
+    /// largest magnitude is `amax`: the smallest with `amax / s <= max`,
+    /// kept between 2^-32 and 2^31; 1 when `amax` is zero, infinite or NaN.
+    /// The tensor is stored as the codes of `x / s` and read as `code * s`
+    /// (`cpp/include/neurenix/float8.h`, the same rule).
+    pub fn scale_for(self, amax: f64) -> f64 {
+        if amax.is_nan() || amax <= 0.0 || amax.is_infinite() {
+            return 1.0;
+        }
+        let mut k = (amax / self.max()).log2().floor() as i32;
+        if amax / 2f64.powi(k) > self.max() {
+            k += 1;
+        }
+        while amax / 2f64.powi(k - 1) <= self.max() {
+            k -= 1;
+        }
+        2f64.powi(k.clamp(-32, 31))
+    }
     /// The smallest positive (subnormal) value: the spacing of values
     /// below the smallest normal one.
     fn quantum(self) -> f64 {

@@ -18,6 +18,8 @@ pub struct SystemInfo {
     pub clock_hz: f64,
     pub fp16_flops_per_cycle: u32,
     pub fp32_flops_per_cycle: u32,
+    /// Per tile, AMP with float8 inputs (0: the chip has no float8 AMP).
+    pub fp8_flops_per_cycle: u32,
     pub worker_threads: u32,
     pub exchange_bytes_per_cycle: u32,
     pub exchange_descriptor_cycles: u32,

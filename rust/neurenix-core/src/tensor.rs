@@ -412,6 +412,14 @@ impl HostTensor {
                 }
             }
             DeviceType::Bool => out.extend(self.as_bool().iter().map(|&b| b as u8)),
+            DeviceType::F8E4M3FNUZ | DeviceType::F8E5M2FNUZ => {
+                let f = dev.float8().expect("a float8 device type");
+                out.extend(
+                    self.as_float()
+                        .iter()
+                        .map(|&v| f.encode(v, crate::float8::Overflow::Saturate)),
+                );
+            }
         }
         Ok(out)
     }

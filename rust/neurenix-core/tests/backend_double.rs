@@ -25,6 +25,7 @@ fn mm(dt: DeviceType, ipu: u32) -> MatMulOptions {
         out_dtype: dt,
         ipu,
         name: "mm".into(),
+        scale: None,
     }
 }
 
@@ -531,6 +532,13 @@ fn every_expression_operation_is_interpreted() {
             Expr::param(RoundF8, Expr::constf(1000.0, false), 17.0, 1.0, false),
             DeviceType::F32,
             448.0,
+        ),
+        (
+            Float8Scale,
+            // 1000 / 4 = 250 > 240 >= 1000 / 8
+            Expr::param(Float8Scale, Expr::constf(1000.0, false), 18.0, 0.0, false),
+            DeviceType::F32,
+            8.0,
         ),
     ];
     let mut seen = std::collections::HashSet::new();

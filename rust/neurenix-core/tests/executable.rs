@@ -131,6 +131,7 @@ fn system() -> SystemInfo {
         clock_hz: 1.0,
         fp16_flops_per_cycle: 1,
         fp32_flops_per_cycle: 1,
+        fp8_flops_per_cycle: 0,
         worker_threads: 1,
         exchange_bytes_per_cycle: 1,
         exchange_descriptor_cycles: 1,

@@ -6,7 +6,7 @@ use std::sync::Mutex;
 use neurenix_core::backend::{Backend, FloatingPointBehaviour};
 use neurenix_core::compile::{compile as compile_model, CompileOptions};
 use neurenix_core::executable::Executable;
-use neurenix_core::lower::precision::Precision;
+use neurenix_core::lower::precision::{fp8_format_name, parse_fp8_format, Precision};
 use neurenix_core::pipeline::Execution;
 use neurenix_core::shard::Sharding;
 use neurenix_sys::GraphBuilder;
@@ -56,7 +56,7 @@ impl ShardingArg {
 #[pyfunction]
 #[pyo3(signature = (model, inputs, system, num_ipus, precision, memory_proportion, enable_half_partials,
                     replication_factor = 1, device_iterations = 1, sharding = None,
-                    execution = None, progress = None))]
+                    execution = None, progress = None, fp8_format = "e4m3"))]
 #[allow(clippy::too_many_arguments)]
 pub fn compile(
     py: Python<'_>,
@@ -72,6 +72,7 @@ pub fn compile(
     sharding: Option<ShardingArg>,
     execution: Option<String>,
     progress: Option<Py<PyAny>>,
+    fp8_format: &str,
 ) -> PyResult<PyExecutable> {
     guarded(|| {
         let specs = tensor_specs(&inputs).py()?;
@@ -90,6 +91,7 @@ pub fn compile(
                 .map(Execution::parse)
                 .transpose()
                 .py()?,
+            fp8_format: parse_fp8_format(fp8_format).py()?,
         };
         let exe = py
             .detach(|| {
@@ -187,6 +189,13 @@ impl PyExecutable {
     #[getter]
     fn enable_half_partials(&self) -> bool {
         lock(&self.exe).options.enable_half_partials
+    }
+
+    /// "e4m3" or "e5m2": the float8 format of matrix-product operands
+    /// (meaningful under precision "float8").
+    #[getter]
+    fn fp8_format(&self) -> &'static str {
+        fp8_format_name(lock(&self.exe).options.fp8_format)
     }
 
     #[getter]

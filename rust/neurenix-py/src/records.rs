@@ -40,7 +40,7 @@ record! {
     /// The simulated system and the target constants of its chip.
     "SystemInfo" SystemInfo {
         version: String, chip: String, num_ipus: u32, tiles_per_ipu: u32, bytes_per_tile: u64,
-        clock_hz: f64, fp16_flops_per_cycle: u32, fp32_flops_per_cycle: u32,
+        clock_hz: f64, fp16_flops_per_cycle: u32, fp32_flops_per_cycle: u32, fp8_flops_per_cycle: u32,
         worker_threads: u32, exchange_bytes_per_cycle: u32, exchange_descriptor_cycles: u32,
         local_read_bytes_per_cycle: u32, local_write_bytes_per_cycle: u32,
         sync_cycles: u32, cross_ipu_sync_cycles: u32, ipu_link_bytes_per_sec: f64, ipu_links: u32,
@@ -60,6 +60,7 @@ impl From<report::SystemInfo> for SystemInfo {
             clock_hz: s.clock_hz,
             fp16_flops_per_cycle: s.fp16_flops_per_cycle,
             fp32_flops_per_cycle: s.fp32_flops_per_cycle,
+            fp8_flops_per_cycle: s.fp8_flops_per_cycle,
             worker_threads: s.worker_threads,
             exchange_bytes_per_cycle: s.exchange_bytes_per_cycle,
             exchange_descriptor_cycles: s.exchange_descriptor_cycles,

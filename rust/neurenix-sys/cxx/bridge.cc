@@ -34,6 +34,7 @@ SystemInfo system_info(const SystemSpec& spec) {
   out.clock_hz = t.clock_hz;
   out.fp16_flops_per_cycle = t.fp16_flops_per_cycle;
   out.fp32_flops_per_cycle = t.fp32_flops_per_cycle;
+  out.fp8_flops_per_cycle = t.fp8_flops_per_cycle;
   out.worker_threads = t.worker_threads;
   out.exchange_bytes_per_cycle = t.exchange_bytes_per_cycle;
   out.exchange_descriptor_cycles = t.exchange_descriptor_cycles;
@@ -102,6 +103,8 @@ uint32_t GraphBuilder::matmul(uint32_t a, uint32_t b, const MatMulOptions& optio
   o.out_dtype = options.out_dtype;
   o.ipu = options.ipu;
   o.name = std::string(options.name);
+  if (options.scale.size() > 1) fail(ErrorCode::kInvalidArgument, "a matmul has at most one scale");
+  if (!options.scale.empty()) o.scale = tensor(options.scale[0]);
   Tensor ta = tensor(a), tb = tensor(b);
   return keep(ops::matmul(graph(), ta, tb, o));
 }
@@ -184,6 +187,8 @@ uint32_t GraphBuilder::conv(uint32_t x, uint32_t w, rust::Slice<const uint32_t> 
   o.out_dtype = options.out_dtype;
   o.ipu = options.ipu;
   o.name = std::string(options.name);
+  if (options.scale.size() > 1) fail(ErrorCode::kInvalidArgument, "a convolution has at most one scale");
+  if (!options.scale.empty()) o.scale = tensor(options.scale[0]);
   Tensor tx = tensor(x), tw = tensor(w);
   Tensor tb;
   if (!bias.empty()) tb = tensor(bias[0]);

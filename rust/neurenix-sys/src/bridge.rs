@@ -38,6 +38,8 @@ pub mod ffi {
         kFloat16 = 1,
         kInt32 = 2,
         kBool = 3,
+        kFloat8E4M3FNUZ = 4,
+        kFloat8E5M2FNUZ = 5,
     }
 
     #[namespace = "neurenix"]
@@ -49,6 +51,7 @@ pub mod ffi {
         kProd,
         kSumSquare,
         kSumAbs,
+        kMaxAbs,
     }
 
     #[namespace = "neurenix"]
@@ -107,6 +110,9 @@ pub mod ffi {
         out_dtype: DeviceType,
         ipu: u32,
         name: String,
+        /// Float8 operands: the one float32 scalar holding their scales'
+        /// product; empty otherwise.
+        scale: Vec<u32>,
     }
 
     /// A 2-D window: kernel, strides, dilations and pads (top, left, bottom,
@@ -133,6 +139,8 @@ pub mod ffi {
         out_dtype: DeviceType,
         ipu: u32,
         name: String,
+        /// As `MatMulOptions::scale`.
+        scale: Vec<u32>,
     }
 
     /// Pooling over the two innermost dimensions.
@@ -254,6 +262,7 @@ pub mod ffi {
         clock_hz: f64,
         fp16_flops_per_cycle: u32,
         fp32_flops_per_cycle: u32,
+        fp8_flops_per_cycle: u32,
         worker_threads: u32,
         exchange_bytes_per_cycle: u32,
         exchange_descriptor_cycles: u32,

@@ -19,6 +19,7 @@ pub(crate) fn system_info(s: ffi::SystemInfo) -> report::SystemInfo {
         clock_hz: s.clock_hz,
         fp16_flops_per_cycle: s.fp16_flops_per_cycle,
         fp32_flops_per_cycle: s.fp32_flops_per_cycle,
+        fp8_flops_per_cycle: s.fp8_flops_per_cycle,
         worker_threads: s.worker_threads,
         exchange_bytes_per_cycle: s.exchange_bytes_per_cycle,
         exchange_descriptor_cycles: s.exchange_descriptor_cycles,

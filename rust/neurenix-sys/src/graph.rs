@@ -20,6 +20,8 @@ pub(crate) fn device_type(t: DeviceType) -> ffi::DeviceType {
         DeviceType::F16 => ffi::DeviceType::kFloat16,
         DeviceType::I32 => ffi::DeviceType::kInt32,
         DeviceType::Bool => ffi::DeviceType::kBool,
+        DeviceType::F8E4M3FNUZ => ffi::DeviceType::kFloat8E4M3FNUZ,
+        DeviceType::F8E5M2FNUZ => ffi::DeviceType::kFloat8E5M2FNUZ,
     }
 }
 
@@ -28,6 +30,8 @@ pub(crate) fn from_device_type(t: ffi::DeviceType) -> DeviceType {
         ffi::DeviceType::kFloat32 => DeviceType::F32,
         ffi::DeviceType::kFloat16 => DeviceType::F16,
         ffi::DeviceType::kInt32 => DeviceType::I32,
+        ffi::DeviceType::kFloat8E4M3FNUZ => DeviceType::F8E4M3FNUZ,
+        ffi::DeviceType::kFloat8E5M2FNUZ => DeviceType::F8E5M2FNUZ,
         _ => DeviceType::Bool,
     }
 }
@@ -40,6 +44,7 @@ fn reduce_op(op: ReduceOp) -> ffi::ReduceOp {
         ReduceOp::Prod => ffi::ReduceOp::kProd,
         ReduceOp::SumSquare => ffi::ReduceOp::kSumSquare,
         ReduceOp::SumAbs => ffi::ReduceOp::kSumAbs,
+        ReduceOp::MaxAbs => ffi::ReduceOp::kMaxAbs,
     }
 }
 
@@ -134,6 +139,7 @@ impl Backend for GraphBuilder {
             out_dtype: device_type(p.out_dtype),
             ipu: p.ipu,
             name: p.name.clone(),
+            scale: p.scale.into_iter().collect(),
         };
         self.b().matmul(a, b, &options).map_err(from_cxx)
     }
@@ -243,6 +249,7 @@ impl Backend for GraphBuilder {
             out_dtype: device_type(p.out_dtype),
             ipu: p.ipu,
             name: p.name.clone(),
+            scale: p.scale.into_iter().collect(),
         };
         let bias: Vec<u32> = bias.into_iter().collect();
         self.b().conv(x, w, &bias, &options).map_err(from_cxx)

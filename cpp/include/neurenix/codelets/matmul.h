@@ -1,6 +1,8 @@
 // Matrix products: one tile's block of C = A . B, on the accumulating matrix
 // product unit (operands are row-major blocks with leading dimensions, in
 // elements, inside tile-local fields), and the sum of K-split partials.
+// Float8 operands (IPU21) are codes read with a scale: a float32 scalar field
+// holding the product of both operands' power-of-two scales.
 #pragma once
 
 #include <cstdint>
@@ -19,6 +21,8 @@ class MatMulVertex : public Vertex {
  public:
   MatMulVertex(uint32_t tile, Field a, Field b, Field c, MatMulBlock shape, DeviceType in_dtype, DeviceType partials_dtype,
                DeviceType out_dtype);
+  // The scale field of float8 operands (required for them).
+  void set_scale(Field scale);
   const char* name() const override { return "MatMul"; }
   void compute(uint8_t* mem) const override;
   uint64_t cycles(const TargetSpec& t) const override;
@@ -31,6 +35,8 @@ class MatMulVertex : public Vertex {
   Field a_, b_, c_;
   MatMulBlock s_;
   DeviceType in_, partials_, out_;
+  bool has_scale_ = false;
+  Field scale_;
 };
 
 // Sums `parts` partial blocks laid out back to back in `in` (each a packed

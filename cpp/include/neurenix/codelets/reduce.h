@@ -9,7 +9,7 @@
 
 namespace neurenix {
 
-enum class ReduceOp : uint8_t { kSum, kMax, kMin, kProd, kSumSquare, kSumAbs };
+enum class ReduceOp : uint8_t { kSum, kMax, kMin, kProd, kSumSquare, kSumAbs, kMaxAbs };
 enum class ReduceFinal : uint8_t { kNone, kScale, kSqrt, kLog };
 
 const char* reduce_op_name(ReduceOp op);

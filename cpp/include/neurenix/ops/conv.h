@@ -8,6 +8,9 @@
 #include <cstdint>
 #include <string>
 
+#include <optional>
+#include <string>
+
 #include "neurenix/graph.h"
 #include "neurenix/ops/split_plan.h"
 
@@ -22,6 +25,9 @@ struct ConvOptions {
   DeviceType out_dtype = DeviceType::kFloat32;
   uint32_t ipu = 0;
   std::string name = "conv";
+  // Float8 input and weights (one float8 type, ipu21 only): a float32 scalar
+  // holding the product of their scales; partials and the bias are half.
+  std::optional<Tensor> scale;
 };
 
 struct ConvPlan : SplitPlan {

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "neurenix/graph.h"
@@ -22,6 +23,9 @@ struct MatMulOptions {
   DeviceType out_dtype = DeviceType::kFloat32;
   uint32_t ipu = 0;
   std::string name = "matmul";
+  // Float8 operands (both of one float8 type, ipu21 only): a float32 scalar
+  // holding the product of their power-of-two scales. The partials are half.
+  std::optional<Tensor> scale;
 };
 
 struct MatMulPlan : SplitPlan {

@@ -46,7 +46,7 @@ from .errors import (
     IPUPlanWarning,
     IPUStateError,
 )
-from .options import PRECISIONS, IPUModel
+from .options import FP8_FORMATS, PRECISIONS, IPUModel
 from .report import _bytes, _seconds
 
 PROG = "neurenix-ipu"
@@ -256,6 +256,7 @@ def _options(args: argparse.Namespace) -> Dict[str, Any]:
         precision=args.precision,
         memory_proportion=args.memory_proportion,
         enable_half_partials=args.half_partials,
+        fp8_format=args.fp8_format,
         replication_factor=args.replication_factor,
         device_iterations=args.device_iterations,
         ipu_model=_ipu_model(args),
@@ -282,7 +283,7 @@ def _cmd_info(args: argparse.Namespace) -> int:
     print("; ".join(f"{_ranges(ids)}: {status}" for status, ids in groups.items()))
     print()
     print("Targets (per IPU; flops per tile per cycle):")
-    head = ["version", "chip", "tiles", "bytes/tile", "clock", "FP16", "FP32", "peak FP16", "exchange",
+    head = ["version", "chip", "tiles", "bytes/tile", "clock", "FP16", "FP32", "FP8", "peak FP16", "exchange",
             "IPU-Links", "host link"]
     rows = []
     for v in VERSIONS:
@@ -292,6 +293,7 @@ def _cmd_info(args: argparse.Namespace) -> int:
             t.version, t.chip, f"{t.tiles_per_ipu:,}", f"{t.bytes_per_tile:,}", f"{t.clock_hz / 1e9:.2f} GHz",
             f"{t.fp16_flops_per_cycle}",
             f"{t.fp32_flops_per_cycle}",
+            f"{t.fp8_flops_per_cycle}" if t.fp8_flops_per_cycle else "-",
             f"{t.tiles_per_ipu * t.fp16_flops_per_cycle * t.clock_hz / 1e12:.1f} TFLOPS",
             f"{t.exchange_bytes_per_cycle} B/cycle/tile",
             f"{t.ipu_links} x {t.ipu_link_bytes_per_sec / 1e9:.0f} GB/s",
@@ -466,7 +468,10 @@ def _build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--num-ipus", type=_positive_int, default=1, metavar="N",
                         help="IPUs to use, a power of two (default 1)"
                         + ("; may exceed the system's, for planning" if name == "compile" else ""))
-        sp.add_argument("--precision", choices=PRECISIONS, default="float16", help="default float16")
+        sp.add_argument("--precision", choices=PRECISIONS, default="float16",
+                        help="default float16; float8 needs --ipu-version ipu21")
+        sp.add_argument("--fp8-format", choices=FP8_FORMATS, default="e4m3",
+                        help="float8 format of matmul/conv operands under --precision float8 (default e4m3)")
         sp.add_argument("--memory-proportion", type=float, default=0.6, metavar="P",
                         help="fraction of tile memory for matmul/conv temporaries, in (0, 1] (default 0.6)")
         sp.add_argument("--half-partials", action=argparse.BooleanOptionalAction, default=True,

@@ -29,7 +29,9 @@ from .options import (
     check_memory_proportion,
     check_num_ipus,
     check_positive,
+    check_fp8_format,
     check_precision,
+    check_precision_on,
     check_replication_factor,
     check_sharding,
     check_seed,
@@ -70,9 +72,14 @@ class GraphCoreManager:
             ``replication_factor`` replicas' IPUs together. The model is split
             over each replica's IPUs as pipeline stages (see ``sharding``).
         precision: ``"float32"``, ``"float16"`` (weights and activations in
-            half) or ``"mixed"`` (half for matmuls, convolutions and
+            half), ``"mixed"`` (half for matmuls, convolutions and
             activations; float32 for softmax, normalisations, reductions and
-            outputs).
+            outputs) or ``"float8"`` (ipu21 only: matmuls and convolutions
+            multiply float8 operands, each with a power-of-two scale, into
+            half partials; everything else as ``"float16"``).
+        fp8_format: the float8 format of those operands under ``"float8"``:
+            ``"e4m3"`` (Graphcore's 1.4.3, ONNX FLOAT8E4M3FNUZ) or ``"e5m2"``
+            (1.5.2, FLOAT8E5M2FNUZ).
         memory_proportion: fraction of each tile's memory the matmul and
             convolution planners may use for temporaries, in (0, 1].
         enable_half_partials: accumulate matmul and convolution partial sums
@@ -140,6 +147,7 @@ class GraphCoreManager:
         stochastic_rounding: bool = False,
         seed: Optional[int] = None,
         fp_exceptions: bool = False,
+        fp8_format: str = "e4m3",
     ):
         if ipu_model is None:
             ipu_model = IPUModel.from_env() or IPUModel()
@@ -165,6 +173,8 @@ class GraphCoreManager:
         self._describe = ipu_model.describe()
         self.num_ipus = check_num_ipus(num_ipus, ipu_model.num_ipus)
         self.precision = check_precision(precision)
+        check_precision_on(self.precision, ipu_model.version)
+        self.fp8_format = check_fp8_format(fp8_format)
         self.memory_proportion = check_memory_proportion(memory_proportion)
         self.enable_half_partials = check_bool("enable_half_partials", enable_half_partials)
         self.compile_only = check_bool("compile_only", compile_only)
@@ -354,6 +364,7 @@ class GraphCoreManager:
                 self._sharding,
                 self.execution,
                 progress,
+                fp8_format=self.fp8_format,
             )
         compiled = CompiledModel(exe, proto.graph.name or "model")
         for w in compiled.report.warnings:

@@ -15,7 +15,8 @@ from .errors import InvalidOptionError, InvalidOptionTypeError
 if TYPE_CHECKING:
     from neurenix._native import SystemInfo
 
-PRECISIONS = ("float32", "float16", "mixed")
+PRECISIONS = ("float32", "float16", "mixed", "float8")
+FP8_FORMATS = ("e4m3", "e5m2")
 
 
 def _native():
@@ -124,6 +125,24 @@ def check_precision(value: Any) -> str:
             f"unknown precision {value!r}; expected one of {', '.join(repr(p) for p in PRECISIONS)}", "precision"
         )
     return value
+
+
+def check_fp8_format(value: Any) -> str:
+    if not isinstance(value, str):
+        raise InvalidOptionTypeError(f"fp8_format must be 'e4m3' or 'e5m2', got {value!r}", "fp8_format")
+    if value not in FP8_FORMATS:
+        raise InvalidOptionError(f"unknown fp8_format {value!r}; expected 'e4m3' or 'e5m2'", "fp8_format")
+    return value
+
+
+def check_precision_on(precision: str, version: str) -> None:
+    """``float8`` needs the ipu21's float8 matrix unit."""
+    if precision == "float8" and version != "ipu21":
+        raise InvalidOptionError(
+            f"precision='float8' needs IPUs with a float8 matrix unit: only the ipu21 (C600) has one, and this "
+            f"system's IPUs are {version}. Use precision='float16' here, or IPUModel(version='ipu21')",
+            "precision",
+        )
 
 
 def check_memory_proportion(value: Any) -> float:
@@ -312,6 +331,9 @@ def options_from_env() -> Dict[str, Any]:
     p = os.environ.get("NEURENIX_PRECISION", "").strip()
     if p:
         out["precision"] = p
+    f8 = os.environ.get("NEURENIX_FP8_FORMAT", "").strip()
+    if f8:
+        out["fp8_format"] = f8
     model = IPUModel.from_env()
     if model is not None:
         out["ipu_model"] = model

@@ -144,6 +144,17 @@ class CompileReport:
     micro_batch_size: int = 1
     replication_factor: int = 1
     device_iterations: int = 1
+    #: The float8 format of matmul/conv operands (meaningful under precision "float8").
+    fp8_format: str = "e4m3"
+
+    def precision_label(self) -> str:
+        """The precision as the summary and the HTML report name it, e.g.
+        "float16, half partials" or "float8 (e4m3 operands, half partials)"."""
+        if self.precision == "float8":
+            return f"float8 ({self.fp8_format} operands, half partials)"
+        if self.enable_half_partials and self.precision != "float32":
+            return f"{self.precision}, half partials"
+        return self.precision
 
     @classmethod
     def from_executable(cls, exe: Any, micro_batch_size: int) -> "CompileReport":
@@ -155,6 +166,7 @@ class CompileReport:
             precision=exe.precision,
             memory_proportion=exe.memory_proportion,
             enable_half_partials=exe.enable_half_partials,
+            fp8_format=exe.fp8_format,
             compile_seconds=exe.compile_seconds,
             passes={k: getattr(p, k) for k in ("nodes_in", "folded", "dead", "fused", "nodes_out")},
             placement=[Placement(x.node, x.op_type, x.ipu) for x in exe.placement],
@@ -382,6 +394,7 @@ class CompileReport:
                 "precision": self.precision,
                 "memory_proportion": self.memory_proportion,
                 "enable_half_partials": self.enable_half_partials,
+                "fp8_format": self.fp8_format,
             },
             "graph": {
                 "passes": dict(self.passes),
@@ -591,8 +604,7 @@ class CompileReport:
         lines = [
             f"Target: {self.num_ipus} x {s.version} ({s.chip}), {s.tiles_per_ipu} tiles x "
             f"{_bytes(s.bytes_per_tile)}, {s.clock_hz / 1e9:.2f} GHz (simulator)",
-            f"Precision: {self.precision}"
-            + (", half partials" if self.enable_half_partials and self.precision != "float32" else "")
+            f"Precision: {self.precision_label()}"
             + f"; memory proportion {self.memory_proportion:g}",
             f"Graph: {self.passes['nodes_in']} nodes in, {self.passes['folded']} folded, "
             f"{self.passes['fused']} fused, {self.passes['dead']} dead, {self.passes['nodes_out']} on device; "

@@ -241,8 +241,7 @@ def render_html(
                                              sorted(r.cycles_by_kind().items(), key=lambda kv: -kv[1]))),
         ("memory", f"{_bytes(r.total_memory)} in all; busiest tile {_bytes(r.max_tile_memory)} of "
                    f"{_bytes(r.bytes_per_tile)} ({100.0 * r.max_tile_memory / r.bytes_per_tile:.1f}%)"),
-        ("precision", r.precision + (", half partials" if r.enable_half_partials and r.precision != "float32"
-                                     else "") + f"; memory proportion {r.memory_proportion:g}"),
+        ("precision", r.precision_label() + f"; memory proportion {r.memory_proportion:g}"),
         ("graph", f"{r.passes['nodes_in']} nodes in, {r.passes['folded']} folded, {r.passes['fused']} fused, "
                   f"{r.passes['dead']} dead, {r.passes['nodes_out']} on device; compiled in "
                   f"{r.compile_seconds:.2f} s"),

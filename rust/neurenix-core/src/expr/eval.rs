@@ -161,6 +161,10 @@ fn unary_f(op: ExprOp, x: f64, imm: f64, imm2: f64) -> f64 {
             }
             None => f64::NAN,
         },
+        ExprOp::Float8Scale => match ElemType::from_onnx(imm as i32).and_then(ElemType::float8) {
+            Some(f) => f.scale_for(x),
+            None => f64::NAN,
+        },
         _ => f64::NAN,
     }
 }
@@ -234,7 +238,7 @@ pub fn eval_host(
         IsInf => Data::Bool(to_f(args.into_iter().next().unwrap()).mapv(f64::is_infinite)),
         Neg | Abs | Relu | Sigmoid | Tanh | Exp | Log | Sqrt | Rsqrt | Reciprocal | Erf
         | GeluErf | GeluTanh | Floor | Ceil | Round | Sign | Sin | Cos | Square | Softplus
-        | Softsign | Clamp | LeakyRelu | Elu | HardSigmoid | RoundBf16 | RoundF8 => {
+        | Softsign | Clamp | LeakyRelu | Elu | HardSigmoid | RoundBf16 | RoundF8 | Float8Scale => {
             match args.into_iter().next().unwrap() {
                 Data::Int(a) => Data::Int(a.mapv(|v| match e.op {
                     Neg => v.wrapping_neg(),

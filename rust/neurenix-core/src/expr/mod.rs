@@ -123,7 +123,10 @@ impl Expr {
     /// Conversion of `e` to `want` (rounding to half where needed).
     pub fn cast(e: Expr, want: DeviceType) -> Expr {
         match want {
-            DeviceType::F32 => Expr::un(ExprOp::CastF32, e, false),
+            // A float8 result is encoded (rounded to nearest even) as stored.
+            DeviceType::F32 | DeviceType::F8E4M3FNUZ | DeviceType::F8E5M2FNUZ => {
+                Expr::un(ExprOp::CastF32, e, false)
+            }
             DeviceType::F16 => Expr::un(ExprOp::CastF16, e, true),
             DeviceType::I32 => Expr::un(ExprOp::CastI32, e, false),
             DeviceType::Bool => Expr::un(ExprOp::CastBool, e, false),

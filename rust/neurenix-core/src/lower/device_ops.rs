@@ -85,12 +85,20 @@ impl LowerCx<'_> {
                 "matmul operands must be [G, M, K] and [G, K, N]".into(),
             ));
         }
+        let (a, b, scale) = match self.float8_type()? {
+            Some(f8) => {
+                let (a8, b8, s) = self.float8_operands(a, b, f8)?;
+                (a8, b8, Some(s))
+            }
+            None => (a.clone(), b.clone(), None),
+        };
         let o = MatMulOptions {
             memory_proportion: self.opts.memory_proportion,
             partials: self.partials_for(a.dtype),
             out_dtype,
             ipu: self.current_ipu,
             name: self.name(),
+            scale,
         };
         let id = self.backend.matmul(a.id, b.id, &o)?;
         Ok(self.here(id, vec![a.shape[0], a.shape[1], b.shape[2]], out_dtype))
@@ -138,6 +146,7 @@ impl LowerCx<'_> {
             )));
         }
         let id = self.backend.reshape(x.id, shape)?;
+        self.share_float8_scale(x.id, id);
         Ok(DevTensor {
             id,
             shape: shape.to_vec(),
@@ -158,6 +167,7 @@ impl LowerCx<'_> {
         let id = self
             .backend
             .rearrange(x.id, offset, shape, strides, self.current_ipu, &name)?;
+        self.share_float8_scale(x.id, id);
         Ok(self.here(id, shape.to_vec(), x.dtype))
     }
 
@@ -223,6 +233,14 @@ impl LowerCx<'_> {
         o.ipu = self.current_ipu;
         o.name = self.name();
         o.memory_proportion = self.opts.memory_proportion;
+        let (x, w) = match self.float8_type()? {
+            Some(f8) => {
+                let (x8, w8, s) = self.float8_operands(x, w, f8)?;
+                o.scale = Some(s);
+                (x8, w8)
+            }
+            None => (x.clone(), w.clone()),
+        };
         o.partials = self.partials_for(x.dtype);
         let id = self.backend.conv(x.id, w.id, bias.map(|b| b.id), &o)?;
         Ok(self.here(id, out_shape.to_vec(), o.out_dtype))

@@ -125,7 +125,10 @@ impl LowerCx<'_> {
                 let dt = self.device_type(c.dtype);
                 let x = c.to_f64_vec()[0];
                 let e = match dt {
-                    DeviceType::F32 | DeviceType::F16 => Expr::constf(x, dt == DeviceType::F16),
+                    DeviceType::F32
+                    | DeviceType::F16
+                    | DeviceType::F8E4M3FNUZ
+                    | DeviceType::F8E5M2FNUZ => Expr::constf(x, dt == DeviceType::F16),
                     DeviceType::I32 => {
                         let i = c.to_i64_vec()[0];
                         if i32::try_from(i).is_err() {

@@ -11,6 +11,7 @@
 
 mod constants;
 mod device_ops;
+mod float8;
 mod fusion;
 pub mod precision;
 
@@ -33,6 +34,7 @@ use crate::ir::{Graph, Node, NodeId, ValueId};
 use crate::ops::lookup;
 use crate::tensor::{checked_numel, HostTensor};
 
+use float8::Float8Scale;
 use fusion::LazyMap;
 use precision::{FloatRole, Precision};
 
@@ -41,6 +43,8 @@ pub struct LowerOptions {
     pub precision: Precision,
     pub memory_proportion: f64,
     pub enable_half_partials: bool,
+    /// Matrix-product operands' format under `Precision::Float8`.
+    pub fp8_format: crate::float8::Float8,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -89,6 +93,9 @@ pub struct LowerCx<'a> {
     slots: HashMap<ValueId, Slot>,
     consts: HashMap<(ValueId, DeviceType, u32), DevTensor>,
     derived: HashMap<(ValueId, &'static str, DeviceType, u32), DevTensor>,
+    /// The scale of every float8 tensor (Poplar's quarter metadata), by
+    /// backend tensor (`float8`).
+    float8_scales: HashMap<TensorId, Float8Scale>,
     uses: Vec<usize>,
 }
 
@@ -113,6 +120,7 @@ impl<'a> LowerCx<'a> {
             slots: HashMap::new(),
             consts: HashMap::new(),
             derived: HashMap::new(),
+            float8_scales: HashMap::new(),
             uses,
         }
     }

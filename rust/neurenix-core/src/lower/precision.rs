@@ -8,6 +8,7 @@
 
 use crate::dtype::{DeviceType, ElemType};
 use crate::error::{Error, Result};
+use crate::float8::Float8;
 
 use super::LowerCx;
 
@@ -17,6 +18,9 @@ pub enum Precision {
     Float32,
     Float16,
     Mixed,
+    /// As `Float16`, but matrix products (MatMul, Gemm, Conv) multiply
+    /// float8 operands on the IPU21's float8 AMP (`lower/float8.rs`).
+    Float8,
 }
 
 impl Precision {
@@ -25,8 +29,9 @@ impl Precision {
             "float32" => Ok(Precision::Float32),
             "float16" => Ok(Precision::Float16),
             "mixed" => Ok(Precision::Mixed),
+            "float8" => Ok(Precision::Float8),
             _ => Err(Error::InvalidArgument(format!(
-                "unknown precision '{s}'; expected 'float32', 'float16' or 'mixed'"
+                "unknown precision '{s}'; expected 'float32', 'float16', 'mixed' or 'float8'"
             ))),
         }
     }
@@ -35,7 +40,29 @@ impl Precision {
             Precision::Float32 => "float32",
             Precision::Float16 => "float16",
             Precision::Mixed => "mixed",
+            Precision::Float8 => "float8",
         }
+    }
+}
+
+/// The `fp8_format` option: the float8 format of matrix-product operands
+/// under `float8`, "e4m3" (Poplar's F143, ONNX FLOAT8E4M3FNUZ) or "e5m2"
+/// (F152, FLOAT8E5M2FNUZ).
+pub fn parse_fp8_format(s: &str) -> Result<Float8> {
+    match s {
+        "e4m3" => Ok(Float8::E4M3FNUZ),
+        "e5m2" => Ok(Float8::E5M2FNUZ),
+        _ => Err(Error::InvalidArgument(format!(
+            "unknown fp8_format '{s}'; expected 'e4m3' or 'e5m2'"
+        ))),
+    }
+}
+
+/// The option's name for a format [`parse_fp8_format`] accepts.
+pub fn fp8_format_name(f: Float8) -> &'static str {
+    match f {
+        Float8::E5M2FNUZ | Float8::E5M2 => "e5m2",
+        Float8::E4M3FNUZ | Float8::E4M3FN => "e4m3",
     }
 }
 
@@ -57,7 +84,7 @@ pub enum FloatRole {
 pub fn float_type(precision: Precision, role: FloatRole) -> DeviceType {
     match (precision, role) {
         (Precision::Float32, _) => DeviceType::F32,
-        (Precision::Float16, _) => DeviceType::F16,
+        (Precision::Float16 | Precision::Float8, _) => DeviceType::F16,
         (Precision::Mixed, FloatRole::ModelInput | FloatRole::Compute) => DeviceType::F16,
         (Precision::Mixed, FloatRole::Sensitive | FloatRole::ModelOutput) => DeviceType::F32,
     }
@@ -74,9 +101,10 @@ pub fn device_type(precision: Precision, role: FloatRole, elem: ElemType) -> Dev
 }
 
 /// The type matmul and convolution partial sums accumulate in, for operands
-/// of type `operands`: half only for half operands, and only when asked.
+/// of type `operands`: half only for half operands, and only when asked;
+/// always half for float8 operands (the only partials their AMP has).
 pub fn partials_type(operands: DeviceType, enable_half_partials: bool) -> DeviceType {
-    if operands == DeviceType::F16 && enable_half_partials {
+    if operands.float8().is_some() || (operands == DeviceType::F16 && enable_half_partials) {
         DeviceType::F16
     } else {
         DeviceType::F32

@@ -276,12 +276,14 @@ impl Operator for Conv {
         let x = cx.reshape(&x, &as_2d(&x.shape))?;
         let w = match cx.constant(vw) {
             Some(c) if c.shape().len() == 3 => {
-                let c2: HostTensor = c.reshape(&as_2d(c.shape()))?;
-                let name = cx.graph.value(vw).name.clone();
-                cx.host_constant(&c2, ft, &name)?
+                let reshape = |c: &HostTensor| -> HostTensor {
+                    c.reshape(&as_2d(c.shape()))
+                        .expect("a 1-D convolution's weights reshape to 2-D")
+                };
+                cx.product_operand(vw, ft, Some(("[2d]", &reshape)))?
             }
             _ => {
-                let w = cx.tensor_as(vw, ft)?;
+                let w = cx.product_operand(vw, ft, None)?;
                 cx.reshape(&w, &as_2d(&w.shape))?
             }
         };
@@ -300,6 +302,7 @@ impl Operator for Conv {
             out_dtype: ft,
             ipu: 0,
             name: String::new(),
+            scale: None,
         };
         let out4 = vec![out[0], out[1], hw.out[0] as usize, hw.out[1] as usize];
         let y = cx.conv(&x, &w, bias.as_ref(), p, &out4)?;

@@ -144,8 +144,18 @@ fn lower_matmul(
     s: &MatMulShapes,
 ) -> Result<DevTensor> {
     let ft = cx.float_type();
-    let a = cx.cast(a.clone(), ft)?;
-    let b = cx.cast(b.clone(), ft)?;
+    // Float8 operands (constants under precision float8) stay float8.
+    let keep = |t: &DevTensor| t.dtype.float8().is_some();
+    let a = if keep(a) {
+        a.clone()
+    } else {
+        cx.cast(a.clone(), ft)?
+    };
+    let b = if keep(b) {
+        b.clone()
+    } else {
+        cx.cast(b.clone(), ft)?
+    };
     let b_shared = s.b_batch.iter().all(|&d| d == 1);
     let a_full = s.a_batch == s.batch;
     let g = s.g;
@@ -199,8 +209,9 @@ impl Operator for MatMul {
         let opcx = OpCx::of(cx, node);
         let (va, vb) = (opcx.input(0)?, opcx.input(1)?);
         let s = matmul_shapes(&opcx, &opcx.in_shape(0)?, &opcx.in_shape(1)?)?;
-        let a = cx.tensor(va)?;
-        let b = cx.tensor(vb)?;
+        let ft = cx.float_type();
+        let a = cx.product_operand(va, ft, None)?;
+        let b = cx.product_operand(vb, ft, None)?;
         let r = lower_matmul(cx, &a, &b, &s)?;
         cx.set(node.outputs[0], r);
         Ok(())
@@ -312,8 +323,13 @@ impl Operator for Gemm {
         // Transposed constants are transposed on the host: a weight's layout
         // is free.
         let operand = |cx: &mut LowerCx, v, trans: bool| -> Result<DevTensor> {
-            if trans && cx.constant(v).is_some() {
-                return cx.derived_constant(v, "^T", ft, &transpose2);
+            if cx.constant(v).is_some() {
+                let derive: Option<(&'static str, &dyn Fn(&HostTensor) -> HostTensor)> = if trans {
+                    Some(("^T", &transpose2))
+                } else {
+                    None
+                };
+                return cx.product_operand(v, ft, derive);
             }
             let t = cx.tensor_as(v, ft)?;
             if trans {

@@ -68,7 +68,9 @@ pub struct TestBackend {
 
 fn kind_of(dt: DeviceType) -> &'static str {
     match dt {
-        DeviceType::F32 | DeviceType::F16 => "float",
+        DeviceType::F32 | DeviceType::F16 | DeviceType::F8E4M3FNUZ | DeviceType::F8E5M2FNUZ => {
+            "float"
+        }
         DeviceType::I32 => "int",
         DeviceType::Bool => "bool",
     }
@@ -93,6 +95,9 @@ pub fn decode(dt: DeviceType, bytes: &[u8]) -> Vec<f64> {
             .iter()
             .map(|&b| if b != 0 { 1.0 } else { 0.0 })
             .collect(),
+        DeviceType::F8E4M3FNUZ | DeviceType::F8E5M2FNUZ => {
+            panic!("the test backend holds no float8 tensors")
+        }
     }
 }
 
@@ -356,6 +361,7 @@ impl Backend for TestBackend {
                     ReduceOp::Prod => g.iter().product::<f64>(),
                     ReduceOp::SumSquare => g.iter().map(|v| v * v).sum::<f64>(),
                     ReduceOp::SumAbs => g.iter().map(|v| v.abs()).sum::<f64>(),
+                    ReduceOp::MaxAbs => g.iter().map(|v| v.abs()).fold(0.0, f64::max),
                 };
                 let r = match final_op {
                     ReduceFinal::None => r,

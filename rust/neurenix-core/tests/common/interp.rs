@@ -10,7 +10,7 @@ use super::check::{numel, r16, r32, rbf16, rf8};
 use super::reference::erf_ref;
 
 /// Every expression operation, in code order.
-pub const ALL_EXPR_OPS: [ExprOp; 56] = {
+pub const ALL_EXPR_OPS: [ExprOp; 57] = {
     use ExprOp::*;
     [
         Input,
@@ -69,6 +69,7 @@ pub const ALL_EXPR_OPS: [ExprOp; 56] = {
         HardSigmoid,
         RoundBf16,
         RoundF8,
+        Float8Scale,
     ]
 };
 
@@ -96,6 +97,9 @@ pub fn store(dt: DeviceType, v: f64) -> f64 {
     match dt {
         DeviceType::F32 => r32(v),
         DeviceType::F16 => r16(v),
+        DeviceType::F8E4M3FNUZ | DeviceType::F8E5M2FNUZ => {
+            panic!("the interpreter holds no float8 tensors")
+        }
         DeviceType::I32 => {
             // Values reaching int32 memory must already be integers in range.
             (v as i64) as i32 as f64
@@ -267,6 +271,7 @@ fn float_unary(op: ExprOp, x: f64, imm: f64, imm2: f64) -> Option<f64> {
         HardSigmoid => (imm * x + imm2).max(0.0).min(1.0),
         RoundBf16 => rbf16(x),
         RoundF8 => rf8(x, imm as i32, imm2 != 0.0),
+        Float8Scale => f8_scale(x, imm as i32),
         _ => return None,
     })
 }
@@ -312,9 +317,10 @@ pub fn eval_postfix(
                     ));
                 };
                 match t.dtype {
-                    DeviceType::F32 | DeviceType::F16 => {
-                        Val::F(map.iter().map(|&i| t.data[i]).collect())
-                    }
+                    DeviceType::F32
+                    | DeviceType::F16
+                    | DeviceType::F8E4M3FNUZ
+                    | DeviceType::F8E5M2FNUZ => Val::F(map.iter().map(|&i| t.data[i]).collect()),
                     DeviceType::I32 => Val::I(map.iter().map(|&i| t.data[i] as i64).collect()),
                     DeviceType::Bool => Val::B(map.iter().map(|&i| t.data[i] != 0.0).collect()),
                 }
@@ -563,4 +569,23 @@ pub fn eval_postfix(
             "bool",
         ),
     })
+}
+
+/// The scale of a float8 tensor whose largest magnitude is `amax`, by its
+/// definition: the smallest power of two `s` (from 2^-32 to 2^31) with
+/// `amax / s` within the format's largest value (448, 240, 57344, 57344 for
+/// ONNX codes 17 to 20); 1 for zero or non-finite `amax`.
+fn f8_scale(amax: f64, code: i32) -> f64 {
+    let max = match code {
+        17 => 448.0,
+        18 => 240.0,
+        _ => 57344.0,
+    };
+    if !(amax > 0.0) || amax.is_infinite() {
+        return 1.0;
+    }
+    (-32..=31)
+        .map(|k| 2f64.powi(k))
+        .find(|s| amax / s <= max)
+        .unwrap_or(2f64.powi(31))
 }

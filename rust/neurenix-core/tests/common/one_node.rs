@@ -112,6 +112,7 @@ impl NodeCase {
             precision,
             memory_proportion: 0.6,
             enable_half_partials: false,
+            fp8_format: neurenix_core::float8::Float8::E4M3FNUZ,
         };
         let node_ipu = [0u32];
         let mut cx = LowerCx::new(&mut be, &self.graph, self.opset, &opts, &node_ipu);
