@@ -3,7 +3,9 @@ outputs. For each model, every setting is compiled for one IPU, run on the
 simulator, and compared with onnxruntime in float32 on the same inputs: max
 absolute and relative error, busiest tile, total memory and estimated cycles.
 
-    python benchmarks/precision.py [--models "resnet50-light b1" ...] [--system version=ipu2,num_ipus=1]
+    python benchmarks/precision.py [--models "resnet50-light b1" ...] [--system version=ipu21,num_ipus=1]
+
+The default system is one ipu21 (C600), the one chip with float8.
 
 Prints the markdown table recorded in docs/precision.md.
 """
@@ -26,6 +28,8 @@ SETTINGS = [
     ("float16, float partials", dict(precision="float16", enable_half_partials=False)),
     ("float16, half partials", dict(precision="float16", enable_half_partials=True)),
     ("mixed, half partials", dict(precision="mixed", enable_half_partials=True)),
+    ("float8 e4m3", dict(precision="float8", fp8_format="e4m3")),
+    ("float8 e5m2", dict(precision="float8", fp8_format="e5m2")),
 ]
 
 
@@ -40,7 +44,7 @@ def errors(got, want):
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--models", nargs="*", default=["resnet50-light b1", "bert-base-like b1"])
-    p.add_argument("--system", default="version=ipu2,num_ipus=1")
+    p.add_argument("--system", default="version=ipu21,num_ipus=1")
     args = p.parse_args(argv)
 
     import onnxruntime as ort
@@ -58,6 +62,8 @@ def main(argv=None):
         want = sess.run(None, feeds)
         del sess
         for label, options in SETTINGS:
+            if options["precision"] == "float8" and "ipu21" not in args.system:
+                continue
             with GraphCoreManager(num_ipus=1, ipu_model=IPUModel.from_spec(args.system), **options) as ipu:
                 compiled = ipu.compile_model(model, feeds)
                 got = ipu.execute_model(compiled, feeds)

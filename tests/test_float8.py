@@ -162,6 +162,8 @@ def test_weights_and_operands_take_one_byte_and_the_report_says_so():
     # The weights dominate: half the bytes.
     assert f8.total_memory < 0.75 * reports["float16"].total_memory
     assert "float8 (e4m3 operands" in f8.summary()
+    # The activation's conversion is listed where it happens.
+    assert any(c["node"].startswith("mm/to_float8") and "float8_e4m3fnuz" in c["casts"] for c in f8.casts()), f8.casts()
 
 
 def test_the_amp_runs_float8_at_twice_the_half_rate():

@@ -24,7 +24,8 @@ def test_one_float_type_everywhere(precision, expected):
     r = report_of(MLP, X, precision)
     assert {v.device_type for v in r.variables if v.kind != "temporary"} == expected
     # Reductions (here softmax's) accumulate their partial sums in float32.
-    assert all(v.device_type in expected or v.name.endswith(("/partials", "/partials_in"))
+    assert all(v.device_type in expected or v.name.endswith(("/partials", "/partials_in", "/group_partials",
+                                                              "/group_partials_in"))
                for v in r.variables if v.kind == "temporary")
     assert r.casts() == []
     weights = {v.name: v for v in r.variables if v.kind == "constant"}

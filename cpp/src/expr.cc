@@ -55,8 +55,11 @@ ValueKind result_kind(const ExprInstr& ins, const ValueKind* in) {
       need(ValueKind::kBool, 0);
       need(in[1], 2);
       return in[1];
+    case ExprOpCode::kDivPow2:
+      need(ValueKind::kFloat, 0);
+      need(ValueKind::kFloat, 1);
+      return ValueKind::kFloat;
     case ExprOpCode::kRoundF8:
-    case ExprOpCode::kFloat8Scale:
       if (!(ins.imm == 17 || ins.imm == 18 || ins.imm == 19 || ins.imm == 20))
         bad(ins.op, "the format must be an ONNX float8 type code (17 to 20), got " + std::to_string(ins.imm));
       need(ValueKind::kFloat, 0);
@@ -111,8 +114,7 @@ double expr_op_cycles(ExprOpCode op, bool half) {
     case ExprOpCode::kInput: case ExprOpCode::kConstF: case ExprOpCode::kConstI: return 0.0;
     case ExprOpCode::kExp: case ExprOpCode::kLog: case ExprOpCode::kTanh: case ExprOpCode::kSigmoid:
     case ExprOpCode::kSqrt: case ExprOpCode::kRsqrt: case ExprOpCode::kReciprocal: case ExprOpCode::kDiv:
-    case ExprOpCode::kRoundF8:
-    case ExprOpCode::kFloat8Scale:  // exponent, scale, round, clamp and select: several ALU operations
+    case ExprOpCode::kRoundF8:  // exponent, scale, round, clamp and select: several ALU operations
       return per * 4;
     case ExprOpCode::kErf: case ExprOpCode::kGeluErf: case ExprOpCode::kGeluTanh: case ExprOpCode::kPow:
     case ExprOpCode::kSin: case ExprOpCode::kCos: case ExprOpCode::kSoftplus: case ExprOpCode::kElu:

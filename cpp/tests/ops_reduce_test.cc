@@ -228,10 +228,29 @@ TEST(OpsReduce, RowsSplitAcrossTiles) {
         ReduceRun r = run_reduce(c, x, rng);
         check(c, reference(c, x), r.out);
         for (const OpPlan& rec : r.exe->graph().op_plans())
-          if (rec.kind == "reduce" && rec.plan.find("two stages") != std::string::npos) ++two_stage;
+          if (rec.kind == "reduce" && rec.plan.find("2 stage(s)") != std::string::npos) ++two_stage;
       }
     }
   EXPECT_GT(two_stage, 20) << "the layouts should force two-stage reductions";
+}
+
+TEST(OpsReduce, RowsOverManyTilesCombineThroughGroups) {
+  // A row over 64 tiles: its 64 partials combine in groups of 8, then on the
+  // row's tile (three stages), with every operation.
+  std::mt19937 rng(7);
+  for (ReduceOp op : kOps) {
+    ReduceCase c{{1, 6400}, {1}, op};
+    c.tiles = 64;
+    c.layout = 1;
+    SCOPED_TRACE(reduce_op_name(op));
+    const auto x = data_for(c, 6400, rng);
+    ReduceRun r = run_reduce(c, x, rng);
+    check(c, reference(c, x), r.out);
+    int three = 0;
+    for (const OpPlan& rec : r.exe->graph().op_plans())
+      if (rec.kind == "reduce" && rec.plan.find("3 stage(s)") != std::string::npos) ++three;
+    EXPECT_EQ(three, 1);
+  }
 }
 
 TEST(OpsReduce, FinalOperations) {

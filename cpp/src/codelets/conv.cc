@@ -30,10 +30,12 @@ ConvVertex::ConvVertex(uint32_t tile_, Field in, Field weights, Field out, ConvW
   NX_CHECK(!is_float8(in_dtype_) || partials_ == DeviceType::kFloat16, "float8 operands need half partials");
 }
 
-void ConvVertex::set_scale(Field scale) {
-  NX_CHECK(scale.count >= 1, "conv scale field is empty");
-  scale_ = scale;
-  scale_.access = Access::kRead;
+void ConvVertex::set_scales(Field a, Field b) {
+  NX_CHECK(a.count >= 1 && b.count >= 1, "conv scale field is empty");
+  scale_a_ = a;
+  scale_b_ = b;
+  scale_a_.access = Access::kRead;
+  scale_b_.access = Access::kRead;
   has_scale_ = true;
 }
 
@@ -50,7 +52,10 @@ void ConvVertex::list_fields(std::vector<Field*>& out) {
   out.push_back(&w_);
   out.push_back(&out_);
   if (has_bias_) out.push_back(&bias_);
-  if (has_scale_) out.push_back(&scale_);
+  if (has_scale_) {
+    out.push_back(&scale_a_);
+    out.push_back(&scale_b_);
+  }
 }
 
 uint64_t ConvVertex::cycles(const TargetSpec& t) const {
@@ -238,7 +243,9 @@ void ConvVertex::compute(uint8_t* mem) const {
   } else {
     NX_CHECK(has_scale_ || !is_float8(in_dtype_), "float8 conv vertex without its scale");
     const float scale =
-        has_scale_ ? static_cast<float>(load_element(mem + scale_.byte_offset, DeviceType::kFloat32, 0)) : 1.0f;
+        has_scale_ ? static_cast<float>(load_element(mem + scale_a_.byte_offset, DeviceType::kFloat32, 0)) *
+                         static_cast<float>(load_element(mem + scale_b_.byte_offset, DeviceType::kFloat32, 0))
+                   : 1.0f;
     sum_in_half_partials(acc, tmp, k, amp_depth(in_dtype_), scale, [&](uint32_t k0, uint32_t kc, float* out) {
       gemm_f32_packed(panel, w_f + k0, ldw, packed + static_cast<size_t>(k0) * panel, k, out, s.cout, p, kc, p, false);
     });

@@ -127,11 +127,6 @@ void unary_float(ExprOpCode op, const ExprInstr& ins, float* x, size_t n) {
       for (size_t j = 0; j < n; ++j) x[j] = round_to_float8(x[j], f, saturate);
       break;
     }
-    case ExprOpCode::kFloat8Scale: {
-      const Float8Format& f = float8_format(static_cast<int>(ins.imm));
-      for (size_t j = 0; j < n; ++j) x[j] = float8_scale_for(x[j], f);
-      break;
-    }
     default: bad(op, "not a float unary operation");
   }
 }
@@ -294,6 +289,9 @@ void MapVertex::compute(uint8_t* mem) const {
             case ExprOpCode::kMin: case ExprOpCode::kMax:
               if (fl) binary_arith(ins.op, a.f, b.f, n);
               else binary_arith(ins.op, a.i, b.i, n);
+              break;
+            case ExprOpCode::kDivPow2:  // float operands (check_expression)
+              for (size_t j = 0; j < n; ++j) a.f[j] = a.f[j] / b.f[j];
               break;
             case ExprOpCode::kDiv:
               if (fl) for (size_t j = 0; j < n; ++j) a.f[j] = a.f[j] / b.f[j];

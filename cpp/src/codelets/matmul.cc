@@ -51,10 +51,12 @@ MatMulVertex::MatMulVertex(uint32_t tile_, Field a, Field b, Field c, MatMulBloc
   NX_CHECK(extent(s_.m, s_.n, s_.ldc) <= c_.count, "matmul C block exceeds its field");
 }
 
-void MatMulVertex::set_scale(Field scale) {
-  NX_CHECK(scale.count >= 1, "matmul scale field is empty");
-  scale_ = scale;
-  scale_.access = Access::kRead;
+void MatMulVertex::set_scales(Field a, Field b) {
+  NX_CHECK(a.count >= 1 && b.count >= 1, "matmul scale field is empty");
+  scale_a_ = a;
+  scale_b_ = b;
+  scale_a_.access = Access::kRead;
+  scale_b_.access = Access::kRead;
   has_scale_ = true;
 }
 
@@ -62,7 +64,10 @@ void MatMulVertex::list_fields(std::vector<Field*>& out) {
   out.push_back(&a_);
   out.push_back(&b_);
   out.push_back(&c_);
-  if (has_scale_) out.push_back(&scale_);
+  if (has_scale_) {
+    out.push_back(&scale_a_);
+    out.push_back(&scale_b_);
+  }
 }
 
 uint64_t MatMulVertex::cycles(const TargetSpec& t) const {
@@ -96,7 +101,9 @@ void MatMulVertex::compute(uint8_t* mem) const {
     gemm_f32(abuf.data(), bbuf.data(), cbuf.data(), m, n, k, k, n, n, false);
   } else {
     NX_CHECK(has_scale_ || !is_float8(in_), "float8 matmul vertex without its scale");
-    const float scale = has_scale_ ? static_cast<float>(load_element(mem + scale_.byte_offset, DeviceType::kFloat32, 0)) : 1.0f;
+    const float scale = has_scale_ ? static_cast<float>(load_element(mem + scale_a_.byte_offset, DeviceType::kFloat32, 0)) *
+                         static_cast<float>(load_element(mem + scale_b_.byte_offset, DeviceType::kFloat32, 0))
+                   : 1.0f;
     sum_in_half_partials(cbuf, tbuf, k, amp_depth(in_), scale, [&](uint32_t k0, uint32_t kc, float* out) {
       gemm_f32(abuf.data() + k0, bbuf.data() + static_cast<size_t>(k0) * n, out, m, n, kc, k, n, n, false);
     });

@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "neurenix/error.h"
+#include "neurenix/float8.h"
 #include "neurenix/half.h"
 
 namespace neurenix {
@@ -147,23 +148,50 @@ void ReduceVertex::compute(uint8_t* mem) const {
   const uint8_t* in = mem + in_.byte_offset;
   uint8_t* out = mem + out_.byte_offset;
   const ReduceOp op = effective_op(op_, combine_);
-  for (const auto& s : segs_) {
-    double r;
-    if (is_float(in_dtype_)) {
+  const ReduceOp merge = effective_op(op_, true);
+  const bool float_data = is_float(in_dtype_);
+  auto reduce_segment = [&](const ReduceSegment& s) -> double {
+    if (float_data) {
       if (in_dtype_ == DeviceType::kFloat32) {
         const float* p = reinterpret_cast<const float*>(in) + s.in_offset;
-        r = reduce_float(op, s.len, [&](uint64_t i) { return p[i * s.in_stride]; });
-      } else {
-        const half_bits* p = reinterpret_cast<const half_bits*>(in) + s.in_offset;
-        r = reduce_float(op, s.len, [&](uint64_t i) { return half_to_float(p[i * s.in_stride]); });
+        return reduce_float(op, s.len, [&](uint64_t i) { return p[i * s.in_stride]; });
       }
-    } else if (in_dtype_ == DeviceType::kInt32) {
-      const int32_t* p = reinterpret_cast<const int32_t*>(in) + s.in_offset;
-      r = reduce_int(op, s.len, [&](uint64_t i) { return static_cast<int64_t>(p[i * s.in_stride]); });
-    } else {
-      const uint8_t* p = in + s.in_offset;
-      r = reduce_int(op, s.len, [&](uint64_t i) { return static_cast<int64_t>(p[i * s.in_stride] != 0); });
+      const half_bits* p = reinterpret_cast<const half_bits*>(in) + s.in_offset;
+      return reduce_float(op, s.len, [&](uint64_t i) { return half_to_float(p[i * s.in_stride]); });
     }
+    if (in_dtype_ == DeviceType::kInt32) {
+      const int32_t* p = reinterpret_cast<const int32_t*>(in) + s.in_offset;
+      return reduce_int(op, s.len, [&](uint64_t i) { return static_cast<int64_t>(p[i * s.in_stride]); });
+    }
+    const uint8_t* p = in + s.in_offset;
+    return reduce_int(op, s.len, [&](uint64_t i) { return static_cast<int64_t>(p[i * s.in_stride] != 0); });
+  };
+  // Two results for one output: combined as partials are (float in float32,
+  // integers wrapping to int32).
+  auto combine = [&](double a, double b) -> double {
+    if (float_data) {
+      const float fa = static_cast<float>(a), fb = static_cast<float>(b);
+      switch (merge) {
+        case ReduceOp::kMax: return (fa != fa || fb != fb) ? NAN : std::max(fa, fb);
+        case ReduceOp::kMin: return (fa != fa || fb != fb) ? NAN : std::min(fa, fb);
+        case ReduceOp::kProd: return fa * fb;
+        default: return fa + fb;
+      }
+    }
+    const int64_t ia = static_cast<int64_t>(a), ib = static_cast<int64_t>(b);
+    switch (merge) {
+      case ReduceOp::kMax: return static_cast<double>(std::max(ia, ib));
+      case ReduceOp::kMin: return static_cast<double>(std::min(ia, ib));
+      case ReduceOp::kProd: return static_cast<double>(static_cast<int32_t>(static_cast<uint32_t>(ia * ib)));
+      default: return static_cast<double>(static_cast<int32_t>(static_cast<uint32_t>(ia + ib)));
+    }
+  };
+  // Consecutive segments with the same output are combined into it (a
+  // tile's pieces of one row, say).
+  for (size_t k = 0; k < segs_.size();) {
+    const uint64_t at = segs_[k].out_offset;
+    double r = reduce_segment(segs_[k]);
+    for (++k; k < segs_.size() && segs_[k].out_offset == at; ++k) r = combine(r, reduce_segment(segs_[k]));
     switch (final_) {
       case ReduceFinal::kNone: break;
       case ReduceFinal::kScale:
@@ -178,8 +206,11 @@ void ReduceVertex::compute(uint8_t* mem) const {
         break;
       case ReduceFinal::kSqrt: r = std::sqrt(static_cast<float>(r)); break;
       case ReduceFinal::kLog: r = std::log(static_cast<float>(r)); break;
+      case ReduceFinal::kFloat8Scale:
+        r = float8_scale_for(static_cast<float>(r), float8_format(static_cast<int>(scale_)));
+        break;
     }
-    store_element(out, out_dtype_, s.out_offset, r);
+    store_element(out, out_dtype_, at, r);
   }
 }
 

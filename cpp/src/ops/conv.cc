@@ -82,7 +82,7 @@ Tensor conv(Graph& g, const Tensor& x, const Tensor& w, const Tensor* bias, cons
   const bool f8 = is_float8(in);
   if (!(is_float(in) || f8) || g.var(w.var).dtype != in)
     fail(ErrorCode::kShapeMismatch, what + ": input and weights must share a float type");
-  if (f8) check_float8_operands(g, what, in, o.scale ? &*o.scale : nullptr, o.ipu);
+  if (f8) check_float8_operands(g, what, in, o.scales, o.ipu);
   // The bias is added to the partials: half with float8 operands.
   const DeviceType bias_dtype = f8 ? DeviceType::kFloat16 : in;
   if (o.groups == 0 || x.shape[1] % o.groups || w.shape[0] % o.groups || w.shape[1] * o.groups != x.shape[1])
@@ -285,11 +285,12 @@ Tensor conv(Graph& g, const Tensor& x, const Tensor& w, const Tensor* bias, cons
   }
 
   // Float8: the scale on every tile that convolves.
-  std::vector<Field> scale_at;
+  std::vector<Field> scale_x, scale_w;
   if (f8) {
     std::vector<uint32_t> tiles;
     for (const Work& wk : work) tiles.push_back(wk.tile);
-    scale_at = scalar_on_tiles(g, *o.scale, tiles, ex0, o.name + "/scale", ipu);
+    scale_x = scalar_on_tiles(g, o.scales[0], tiles, ex0, o.name + "/scale_x", ipu);
+    scale_w = scalar_on_tiles(g, o.scales[1], tiles, ex0, o.name + "/scale_w", ipu);
   }
 
   for (uint32_t j = 0; j < S; ++j) {
@@ -432,7 +433,7 @@ Tensor conv(Graph& g, const Tensor& x, const Tensor& w, const Tensor* bias, cons
             v->set_bias(Field{bias_at[wi].first, wk.tile, bias_at[wi].second + (gg - wk.gr.begin) * cr.size(), cr.size()},
                         bias_dtype);
           }
-          if (f8) v->set_scale(scale_at[wi]);
+          if (f8) v->set_scales(scale_x[wi], scale_w[wi]);
           g.add_vertex(cs, std::move(v));
         }
       }

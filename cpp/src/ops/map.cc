@@ -37,8 +37,9 @@ bool broadcastable(const Shape& in, const Shape& out) {
 bool same_elements(const Shape& in, const Shape& out) { return shape_numel(in) == shape_numel(out) && broadcastable(in, out); }
 
 // The element type conversions an expression makes, for its plan: "" or
-// "; casts to float16 x2, to float32 x1".
-std::string describe_casts(const std::vector<ExprInstr>& expr) {
+// "; casts to float16 x2, to float32 x1" (a float8 result is one conversion,
+// made as it is stored).
+std::string describe_casts(const std::vector<ExprInstr>& expr, DeviceType out_dtype) {
   const std::pair<ExprOpCode, const char*> casts[] = {{ExprOpCode::kCastF16, "float16"},
                                                       {ExprOpCode::kCastF32, "float32"},
                                                       {ExprOpCode::kCastI32, "int32"},
@@ -48,6 +49,7 @@ std::string describe_casts(const std::vector<ExprInstr>& expr) {
     const auto n = std::count_if(expr.begin(), expr.end(), [op = op](const ExprInstr& i) { return i.op == op; });
     if (n) out += std::string(out.empty() ? "; casts to " : ", to ") + type + " x" + std::to_string(n);
   }
+  if (is_float8(out_dtype)) out += std::string(out.empty() ? "; casts to " : ", to ") + device_type_name(out_dtype) + " x1";
   return out;
 }
 
@@ -150,7 +152,7 @@ Tensor map(Graph& g, const std::vector<ExprInstr>& expr, const std::vector<Tenso
                                                  out_dtype));
   }
   g.execute(cs);
-  g.record_plan(OpPlan{name, "map", ipu, std::to_string(expr.size()) + " instruction(s)" + describe_casts(expr),
+  g.record_plan(OpPlan{name, "map", ipu, std::to_string(expr.size()) + " instruction(s)" + describe_casts(expr, out_dtype),
                        static_cast<uint32_t>(out_tiles.size()), 0, 0});
   return out;
 }

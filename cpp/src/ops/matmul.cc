@@ -117,7 +117,7 @@ Tensor matmul(Graph& g, const Tensor& a, const Tensor& b, const MatMulOptions& o
   if (g.var(b.var).dtype != in || !(is_float(in) || f8))
     fail(ErrorCode::kShapeMismatch, what + ": operands must share a float type, got " +
                                         std::string(device_type_name(in)) + " and " + device_type_name(g.var(b.var).dtype));
-  if (f8) check_float8_operands(g, what, in, o.scale ? &*o.scale : nullptr, o.ipu);
+  if (f8) check_float8_operands(g, what, in, o.scales, o.ipu);
   check_memory_proportion(what, o.memory_proportion);
   for (const Tensor* t : {&a, &b})
     if (g.var(t->var).ipu != o.ipu)
@@ -299,11 +299,12 @@ Tensor matmul(Graph& g, const Tensor& a, const Tensor& b, const MatMulOptions& o
     for (size_t i = 0; i < a_need_idx.size(); ++i) work[a_need_idx[i]].a = blocks[i];
   }
   // Float8: the scale on every tile that multiplies.
-  std::vector<Field> scale_at;
+  std::vector<Field> scale_a, scale_b;
   if (f8) {
     std::vector<uint32_t> tiles;
     for (const TileWork& w : work) tiles.push_back(w.tile);
-    scale_at = scalar_on_tiles(g, *o.scale, tiles, ex0, o.name + "/scale", ipu);
+    scale_a = scalar_on_tiles(g, o.scales[0], tiles, ex0, o.name + "/scale_a", ipu);
+    scale_b = scalar_on_tiles(g, o.scales[1], tiles, ex0, o.name + "/scale_b", ipu);
   }
 
   const DeviceType stage_out = ks > 1 ? partials : o.out_dtype;
@@ -369,7 +370,7 @@ Tensor matmul(Graph& g, const Tensor& a, const Tensor& b, const MatMulOptions& o
                         static_cast<uint32_t>(w.kr.size()), static_cast<uint32_t>(ab.ld), static_cast<uint32_t>(bb.ld),
                         static_cast<uint32_t>(ldc)};
         auto v = std::make_unique<MatMulVertex>(w.tile, fa, fb, fc, blk, in, partials, stage_out);
-        if (f8) v->set_scale(scale_at[wi]);
+        if (f8) v->set_scales(scale_a[wi], scale_b[wi]);
         g.add_vertex(cs, std::move(v));
       }
     }

@@ -270,13 +270,16 @@ std::vector<Field> scalar_on_tiles(Graph& g, const Tensor& scale, const std::vec
   return out;
 }
 
-void check_float8_operands(const Graph& g, const std::string& what, DeviceType in, const Tensor* scale, uint32_t ipu) {
+void check_float8_operands(const Graph& g, const std::string& what, DeviceType in, const std::vector<Tensor>& scales,
+                           uint32_t ipu) {
   if (amp_flops_per_cycle(g.target(), in) == 0)
     fail(ErrorCode::kInvalidArgument, what + ": the " + g.target().version + " has no float8 matrix unit (the ipu21 has)");
-  if (scale == nullptr) fail(ErrorCode::kInvalidArgument, what + ": float8 operands need their scale");
-  const Variable& v = g.var(scale->var);
-  if (v.dtype != DeviceType::kFloat32 || scale->numel() != 1 || v.ipu != ipu)
-    fail(ErrorCode::kInvalidArgument, what + ": the float8 scale must be a float32 scalar on IPU " + std::to_string(ipu));
+  if (scales.size() != 2) fail(ErrorCode::kInvalidArgument, what + ": float8 operands need their two scales");
+  for (const Tensor& s : scales) {
+    const Variable& v = g.var(s.var);
+    if (v.dtype != DeviceType::kFloat32 || s.numel() != 1 || v.ipu != ipu)
+      fail(ErrorCode::kInvalidArgument, what + ": a float8 scale must be a float32 scalar on IPU " + std::to_string(ipu));
+  }
 }
 
 }  // namespace neurenix::ops

@@ -190,8 +190,9 @@ class PackedBlocks {
 std::vector<Field> scalar_on_tiles(Graph& g, const Tensor& scale, const std::vector<uint32_t>& tiles, uint32_t ex,
                                    const std::string& name, uint32_t ipu);
 
-// Checks a float8 product's operand type and scale: the target must have an
-// AMP for float8 and the scale must be a float32 scalar on `ipu`.
-void check_float8_operands(const Graph& g, const std::string& what, DeviceType in, const Tensor* scale, uint32_t ipu);
+// Checks a float8 product's operand type and scales: the target must have an
+// AMP for float8, and there must be two scales, float32 scalars on `ipu`.
+void check_float8_operands(const Graph& g, const std::string& what, DeviceType in, const std::vector<Tensor>& scales,
+                           uint32_t ipu);
 
 }  // namespace neurenix::ops

@@ -34,6 +34,10 @@ pub enum ReduceFinal {
     Scale,
     Sqrt,
     Log,
+    /// The power-of-two scale of a float8 tensor whose largest magnitude
+    /// is the result (`Float8::scale_for`); the reduction's `scale` argument
+    /// is the ONNX code of the float8 format.
+    Float8Scale,
 }
 
 /// How to plan a matmul. `memory_proportion` is Poplar's
@@ -46,9 +50,9 @@ pub struct MatMulOptions {
     pub out_dtype: DeviceType,
     pub ipu: u32,
     pub name: String,
-    /// Float8 operands (both of one float8 type): a float32 scalar holding
-    /// the product of their power-of-two scales; the partials are then half.
-    pub scale: Option<TensorId>,
+    /// Float8 operands (both of one float8 type): their power-of-two
+    /// scales, float32 scalars, A's and B's; the partials are then half.
+    pub scales: Option<[TensorId; 2]>,
 }
 
 /// How to plan a 2-D convolution (NCHW / OIHW). Pads: top, left, bottom,
@@ -65,8 +69,9 @@ pub struct ConvOptions {
     pub out_dtype: DeviceType,
     pub ipu: u32,
     pub name: String,
-    /// As [`MatMulOptions::scale`]; the bias is then half.
-    pub scale: Option<TensorId>,
+    /// As [`MatMulOptions::scales`] (the input's and the weights'); the
+    /// bias is then half.
+    pub scales: Option<[TensorId; 2]>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

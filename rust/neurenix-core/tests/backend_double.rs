@@ -25,7 +25,7 @@ fn mm(dt: DeviceType, ipu: u32) -> MatMulOptions {
         out_dtype: dt,
         ipu,
         name: "mm".into(),
-        scale: None,
+        scales: None,
     }
 }
 
@@ -534,11 +534,15 @@ fn every_expression_operation_is_interpreted() {
             448.0,
         ),
         (
-            Float8Scale,
-            // 1000 / 4 = 250 > 240 >= 1000 / 8
-            Expr::param(Float8Scale, Expr::constf(1000.0, false), 18.0, 0.0, false),
+            DivPow2,
+            Expr::bin(
+                DivPow2,
+                Expr::constf(3.0, false),
+                Expr::constf(0.25, false),
+                false,
+            ),
             DeviceType::F32,
-            8.0,
+            12.0,
         ),
     ];
     let mut seen = std::collections::HashSet::new();

@@ -103,8 +103,7 @@ uint32_t GraphBuilder::matmul(uint32_t a, uint32_t b, const MatMulOptions& optio
   o.out_dtype = options.out_dtype;
   o.ipu = options.ipu;
   o.name = std::string(options.name);
-  if (options.scale.size() > 1) fail(ErrorCode::kInvalidArgument, "a matmul has at most one scale");
-  if (!options.scale.empty()) o.scale = tensor(options.scale[0]);
+  for (uint32_t id : options.scales) o.scales.push_back(tensor(id));
   Tensor ta = tensor(a), tb = tensor(b);
   return keep(ops::matmul(graph(), ta, tb, o));
 }
@@ -187,8 +186,7 @@ uint32_t GraphBuilder::conv(uint32_t x, uint32_t w, rust::Slice<const uint32_t> 
   o.out_dtype = options.out_dtype;
   o.ipu = options.ipu;
   o.name = std::string(options.name);
-  if (options.scale.size() > 1) fail(ErrorCode::kInvalidArgument, "a convolution has at most one scale");
-  if (!options.scale.empty()) o.scale = tensor(options.scale[0]);
+  for (uint32_t id : options.scales) o.scales.push_back(tensor(id));
   Tensor tx = tensor(x), tw = tensor(w);
   Tensor tb;
   if (!bias.empty()) tb = tensor(bias[0]);

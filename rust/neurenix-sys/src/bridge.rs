@@ -61,6 +61,7 @@ pub mod ffi {
         kScale,
         kSqrt,
         kLog,
+        kFloat8Scale,
     }
 
     #[namespace = "neurenix"]
@@ -110,9 +111,9 @@ pub mod ffi {
         out_dtype: DeviceType,
         ipu: u32,
         name: String,
-        /// Float8 operands: the one float32 scalar holding their scales'
-        /// product; empty otherwise.
-        scale: Vec<u32>,
+        /// Float8 operands: their scales (float32 scalars), A's then B's;
+        /// empty otherwise.
+        scales: Vec<u32>,
     }
 
     /// A 2-D window: kernel, strides, dilations and pads (top, left, bottom,
@@ -139,8 +140,8 @@ pub mod ffi {
         out_dtype: DeviceType,
         ipu: u32,
         name: String,
-        /// As `MatMulOptions::scale`.
-        scale: Vec<u32>,
+        /// As `MatMulOptions::scales` (the input's, then the weights').
+        scales: Vec<u32>,
     }
 
     /// Pooling over the two innermost dimensions.

@@ -54,6 +54,7 @@ fn reduce_final(f: ReduceFinal) -> ffi::ReduceFinal {
         ReduceFinal::Scale => ffi::ReduceFinal::kScale,
         ReduceFinal::Sqrt => ffi::ReduceFinal::kSqrt,
         ReduceFinal::Log => ffi::ReduceFinal::kLog,
+        ReduceFinal::Float8Scale => ffi::ReduceFinal::kFloat8Scale,
     }
 }
 
@@ -139,7 +140,7 @@ impl Backend for GraphBuilder {
             out_dtype: device_type(p.out_dtype),
             ipu: p.ipu,
             name: p.name.clone(),
-            scale: p.scale.into_iter().collect(),
+            scales: p.scales.map_or_else(Vec::new, |s| s.to_vec()),
         };
         self.b().matmul(a, b, &options).map_err(from_cxx)
     }
@@ -249,7 +250,7 @@ impl Backend for GraphBuilder {
             out_dtype: device_type(p.out_dtype),
             ipu: p.ipu,
             name: p.name.clone(),
-            scale: p.scale.into_iter().collect(),
+            scales: p.scales.map_or_else(Vec::new, |s| s.to_vec()),
         };
         let bias: Vec<u32> = bias.into_iter().collect();
         self.b().conv(x, w, &bias, &options).map_err(from_cxx)

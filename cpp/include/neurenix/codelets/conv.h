@@ -29,9 +29,9 @@ class ConvVertex : public Vertex {
   ConvVertex(uint32_t tile, Field in, Field weights, Field out, ConvWindow shape, DeviceType in_dtype, DeviceType partials_dtype,
              DeviceType out_dtype);
   void set_bias(Field bias, DeviceType dtype);
-  // The scale field of float8 operands (required for them): a float32 scalar,
-  // the product of the input's and the weights' power-of-two scales.
-  void set_scale(Field scale);
+  // The scale fields of float8 operands (required for them): float32
+  // scalars, the input's and the weights' power-of-two scales.
+  void set_scales(Field a, Field b);
   const char* name() const override { return "Conv"; }
   void compute(uint8_t* mem) const override;
   uint64_t cycles(const TargetSpec& t) const override;
@@ -48,7 +48,7 @@ class ConvVertex : public Vertex {
   Field bias_;
   DeviceType bias_dtype_ = DeviceType::kFloat32;
   bool has_scale_ = false;
-  Field scale_;
+  Field scale_a_, scale_b_;
 };
 
 }  // namespace neurenix

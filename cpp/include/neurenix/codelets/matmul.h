@@ -1,8 +1,8 @@
 // Matrix products: one tile's block of C = A . B, on the accumulating matrix
 // product unit (operands are row-major blocks with leading dimensions, in
 // elements, inside tile-local fields), and the sum of K-split partials.
-// Float8 operands (IPU21) are codes read with a scale: a float32 scalar field
-// holding the product of both operands' power-of-two scales.
+// Float8 operands (IPU21) are codes read with their scales: a float32 scalar
+// field each, holding the operand's power-of-two scale.
 #pragma once
 
 #include <cstdint>
@@ -21,8 +21,8 @@ class MatMulVertex : public Vertex {
  public:
   MatMulVertex(uint32_t tile, Field a, Field b, Field c, MatMulBlock shape, DeviceType in_dtype, DeviceType partials_dtype,
                DeviceType out_dtype);
-  // The scale field of float8 operands (required for them).
-  void set_scale(Field scale);
+  // The scale fields of float8 operands, A's and B's (required for them).
+  void set_scales(Field a, Field b);
   const char* name() const override { return "MatMul"; }
   void compute(uint8_t* mem) const override;
   uint64_t cycles(const TargetSpec& t) const override;
@@ -36,7 +36,7 @@ class MatMulVertex : public Vertex {
   MatMulBlock s_;
   DeviceType in_, partials_, out_;
   bool has_scale_ = false;
-  Field scale_;
+  Field scale_a_, scale_b_;
 };
 
 // Sums `parts` partial blocks laid out back to back in `in` (each a packed

@@ -10,7 +10,10 @@
 namespace neurenix {
 
 enum class ReduceOp : uint8_t { kSum, kMax, kMin, kProd, kSumSquare, kSumAbs, kMaxAbs };
-enum class ReduceFinal : uint8_t { kNone, kScale, kSqrt, kLog };
+// kFloat8Scale: the power-of-two scale of a float8 tensor whose largest
+// magnitude is the result (float8_scale_for), for the ONNX float8 format
+// whose code is the reduction's `scale` argument.
+enum class ReduceFinal : uint8_t { kNone, kScale, kSqrt, kLog, kFloat8Scale };
 
 const char* reduce_op_name(ReduceOp op);
 
@@ -21,8 +24,10 @@ struct ReduceSegment {
   uint64_t out_offset;  // element offset within the output field
 };
 
-// Reduces segments of `in` into single elements of `out`. With `combine` the
-// inputs are partial results (so sum-of-squares combines by summing).
+// Reduces segments of `in` into single elements of `out`; consecutive
+// segments with the same output offset are combined into that one element.
+// With `combine` the inputs are partial results (so sum-of-squares combines
+// by summing).
 class ReduceVertex : public Vertex {
  public:
   ReduceVertex(uint32_t tile, Field in, DeviceType in_dtype, Field out, DeviceType out_dtype, ReduceOp op, bool combine,

@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <string>
 
-#include <optional>
+#include <vector>
 #include <string>
 
 #include "neurenix/graph.h"
@@ -25,9 +25,10 @@ struct ConvOptions {
   DeviceType out_dtype = DeviceType::kFloat32;
   uint32_t ipu = 0;
   std::string name = "conv";
-  // Float8 input and weights (one float8 type, ipu21 only): a float32 scalar
-  // holding the product of their scales; partials and the bias are half.
-  std::optional<Tensor> scale;
+  // Float8 input and weights (one float8 type, ipu21 only): their
+  // power-of-two scales, float32 scalars, the input's then the weights';
+  // partials and the bias are half.
+  std::vector<Tensor> scales;
 };
 
 struct ConvPlan : SplitPlan {

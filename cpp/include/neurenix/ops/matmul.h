@@ -7,7 +7,7 @@
 #pragma once
 
 #include <cstdint>
-#include <optional>
+#include <vector>
 #include <string>
 
 #include "neurenix/graph.h"
@@ -23,9 +23,9 @@ struct MatMulOptions {
   DeviceType out_dtype = DeviceType::kFloat32;
   uint32_t ipu = 0;
   std::string name = "matmul";
-  // Float8 operands (both of one float8 type, ipu21 only): a float32 scalar
-  // holding the product of their power-of-two scales. The partials are half.
-  std::optional<Tensor> scale;
+  // Float8 operands (both of one float8 type, ipu21 only): their
+  // power-of-two scales, float32 scalars, A's then B's. The partials are half.
+  std::vector<Tensor> scales;
 };
 
 struct MatMulPlan : SplitPlan {

@@ -161,10 +161,6 @@ fn unary_f(op: ExprOp, x: f64, imm: f64, imm2: f64) -> f64 {
             }
             None => f64::NAN,
         },
-        ExprOp::Float8Scale => match ElemType::from_onnx(imm as i32).and_then(ElemType::float8) {
-            Some(f) => f.scale_for(x),
-            None => f64::NAN,
-        },
         _ => f64::NAN,
     }
 }
@@ -238,7 +234,7 @@ pub fn eval_host(
         IsInf => Data::Bool(to_f(args.into_iter().next().unwrap()).mapv(f64::is_infinite)),
         Neg | Abs | Relu | Sigmoid | Tanh | Exp | Log | Sqrt | Rsqrt | Reciprocal | Erf
         | GeluErf | GeluTanh | Floor | Ceil | Round | Sign | Sin | Cos | Square | Softplus
-        | Softsign | Clamp | LeakyRelu | Elu | HardSigmoid | RoundBf16 | RoundF8 | Float8Scale => {
+        | Softsign | Clamp | LeakyRelu | Elu | HardSigmoid | RoundBf16 | RoundF8 => {
             match args.into_iter().next().unwrap() {
                 Data::Int(a) => Data::Int(a.mapv(|v| match e.op {
                     Neg => v.wrapping_neg(),
@@ -251,7 +247,7 @@ pub fn eval_host(
                 d => Data::Float(to_f(d).mapv(|v| unary_f(e.op, v, e.imm, e.imm2))),
             }
         }
-        Add | Sub | Mul | Div | Pow | Min | Max | Mod | Fmod => {
+        Add | Sub | Mul | Div | DivPow2 | Pow | Min | Max | Mod | Fmod => {
             let mut it = args.into_iter();
             let (a, b) = (it.next().unwrap(), it.next().unwrap());
             match (a, b) {
@@ -260,7 +256,7 @@ pub fn eval_host(
                         Add => x.wrapping_add(y),
                         Sub => x.wrapping_sub(y),
                         Mul => x.wrapping_mul(y),
-                        Div => int_div(x, y),
+                        Div | DivPow2 => int_div(x, y),
                         Pow => (x as f64).powf(y as f64) as i64,
                         Min => x.min(y),
                         Max => x.max(y),
@@ -291,7 +287,7 @@ pub fn eval_host(
                         Add => x + y,
                         Sub => x - y,
                         Mul => x * y,
-                        Div => x / y,
+                        Div | DivPow2 => x / y,
                         Pow => x.powf(y),
                         Min => {
                             if y < x || y.is_nan() {

@@ -85,7 +85,7 @@ impl LowerCx<'_> {
                 "matmul operands must be [G, M, K] and [G, K, N]".into(),
             ));
         }
-        let (a, b, scale) = match self.float8_type()? {
+        let (a, b, scales) = match self.float8_type()? {
             Some(f8) => {
                 let (a8, b8, s) = self.float8_operands(a, b, f8)?;
                 (a8, b8, Some(s))
@@ -98,7 +98,7 @@ impl LowerCx<'_> {
             out_dtype,
             ipu: self.current_ipu,
             name: self.name(),
-            scale,
+            scales,
         };
         let id = self.backend.matmul(a.id, b.id, &o)?;
         Ok(self.here(id, vec![a.shape[0], a.shape[1], b.shape[2]], out_dtype))
@@ -236,7 +236,7 @@ impl LowerCx<'_> {
         let (x, w) = match self.float8_type()? {
             Some(f8) => {
                 let (x8, w8, s) = self.float8_operands(x, w, f8)?;
-                o.scale = Some(s);
+                o.scales = Some(s);
                 (x8, w8)
             }
             None => (x.clone(), w.clone()),

@@ -11,11 +11,11 @@
 //! - constant operands (weights) are encoded on the host at compile time
 //!   and placed as float8 (one byte per element);
 //! - computed operands (activations) are encoded on the device before each
-//!   product: a max-magnitude reduction over the whole tensor, the scale
-//!   from it (`float8_scale`), and the codes of `x / s`, rounded to nearest
-//!   even and saturating.
+//!   product: a max-magnitude reduction over the whole tensor whose last
+//!   step makes the scale (`ReduceFinal::Float8Scale`), and the codes of
+//!   `x / s` (`div_pow2`), rounded to nearest even and saturating.
 //!
-//! The product's vertices receive the product of both scales.
+//! The product's vertices receive both scales.
 
 use crate::backend::{ReduceFinal, ReduceOp, TensorId};
 use crate::dtype::DeviceType;
@@ -131,38 +131,26 @@ impl LowerCx<'_> {
     }
 
     /// `t` (float) as float8 codes, its scale computed on the device from
-    /// its largest magnitude.
+    /// its largest magnitude: a reduction whose last step turns the
+    /// magnitude into the scale, then the codes of `t / s` (an exact
+    /// division by a power of two, rounded to float8 as stored).
     fn to_float8(&mut self, t: &DevTensor, f8: DeviceType) -> Result<DevTensor> {
         let format = f8.float8().expect("a float8 device type");
         let base = self.name();
         let axes: Vec<usize> = (0..t.shape.len()).collect();
-        let amax_id = self.backend.reduce(
+        let scale_id = self.backend.reduce(
             t.id,
             &axes,
             ReduceOp::MaxAbs,
-            ReduceFinal::None,
-            1.0,
+            ReduceFinal::Float8Scale,
+            onnx_code(format),
             DeviceType::F32,
             self.current_ipu,
-            &format!("{base}/float8_amax"),
-        )?;
-        let amax = self.here(amax_id, Vec::new(), DeviceType::F32);
-        let scale_expr = Expr::param(
-            ExprOp::Float8Scale,
-            Expr::input(0),
-            onnx_code(format),
-            0.0,
-            false,
-        );
-        let scale = self.map_named(
-            &scale_expr,
-            &[amax],
-            DeviceType::F32,
-            &[],
             &format!("{base}/float8_scale"),
         )?;
+        let scale = self.here(scale_id, Vec::new(), DeviceType::F32);
         let codes = self.map_named(
-            &Expr::bin(ExprOp::Div, Expr::input(0), Expr::input(1), false),
+            &Expr::bin(ExprOp::DivPow2, Expr::input(0), Expr::input(1), false),
             &[t.clone(), scale.clone()],
             f8,
             &t.shape,
@@ -201,41 +189,37 @@ impl LowerCx<'_> {
         }
     }
 
-    /// Both operands of a product as float8, and the float32 scalar tensor
-    /// holding the product of their scales.
+    /// Both operands of a product as float8, and their scales as float32
+    /// scalar tensors (a constant's placed on the device here).
     pub(super) fn float8_operands(
         &mut self,
         a: &DevTensor,
         b: &DevTensor,
         f8: DeviceType,
-    ) -> Result<(DevTensor, DevTensor, TensorId)> {
+    ) -> Result<(DevTensor, DevTensor, [TensorId; 2])> {
         let (a8, sa) = self.as_float8(a, f8)?;
         let (b8, sb) = self.as_float8(b, f8)?;
-        let name = format!("{}/float8_scales", self.name());
-        let scale = match (sa, sb) {
-            (Float8Scale::Host(x), Float8Scale::Host(y)) => {
-                let c = HostTensor::float(
-                    crate::dtype::ElemType::F32,
-                    ndarray::ArrayD::from_elem(ndarray::IxDyn(&[]), x * y),
-                );
-                self.host_constant(&c, DeviceType::F32, &name)?
+        let base = self.name();
+        let scale_tensor = |cx: &mut Self, s: Float8Scale, which: &str| -> Result<TensorId> {
+            match s {
+                Float8Scale::Device(t) => Ok(t.id),
+                Float8Scale::Host(x) => {
+                    let c = HostTensor::float(
+                        crate::dtype::ElemType::F32,
+                        ndarray::ArrayD::from_elem(ndarray::IxDyn(&[]), x),
+                    );
+                    Ok(cx
+                        .host_constant(
+                            &c,
+                            DeviceType::F32,
+                            &format!("{base}/float8_scale_{which}"),
+                        )?
+                        .id)
+                }
             }
-            (Float8Scale::Device(t), Float8Scale::Host(y))
-            | (Float8Scale::Host(y), Float8Scale::Device(t)) => self.map_named(
-                &Expr::bin(ExprOp::Mul, Expr::input(0), Expr::constf(y, false), false),
-                &[t],
-                DeviceType::F32,
-                &[],
-                &name,
-            )?,
-            (Float8Scale::Device(x), Float8Scale::Device(y)) => self.map_named(
-                &Expr::bin(ExprOp::Mul, Expr::input(0), Expr::input(1), false),
-                &[x, y],
-                DeviceType::F32,
-                &[],
-                &name,
-            )?,
         };
-        Ok((a8, b8, scale.id))
+        let ia = scale_tensor(self, sa, "a")?;
+        let ib = scale_tensor(self, sb, "b")?;
+        Ok((a8, b8, [ia, ib]))
     }
 }

@@ -302,7 +302,7 @@ impl Operator for Conv {
             out_dtype: ft,
             ipu: 0,
             name: String::new(),
-            scale: None,
+            scales: None,
         };
         let out4 = vec![out[0], out[1], hw.out[0] as usize, hw.out[1] as usize];
         let y = cx.conv(&x, &w, bias.as_ref(), p, &out4)?;

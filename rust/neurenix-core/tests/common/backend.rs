@@ -368,6 +368,9 @@ impl Backend for TestBackend {
                     ReduceFinal::Scale => r * scale,
                     ReduceFinal::Sqrt => r.sqrt(),
                     ReduceFinal::Log => r.ln(),
+                    ReduceFinal::Float8Scale => {
+                        panic!("the test backend computes no float8 scales")
+                    }
                 };
                 store(out_dtype, r)
             })

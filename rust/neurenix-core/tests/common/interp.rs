@@ -69,7 +69,7 @@ pub const ALL_EXPR_OPS: [ExprOp; 57] = {
         HardSigmoid,
         RoundBf16,
         RoundF8,
-        Float8Scale,
+        DivPow2,
     ]
 };
 
@@ -271,7 +271,6 @@ fn float_unary(op: ExprOp, x: f64, imm: f64, imm2: f64) -> Option<f64> {
         HardSigmoid => (imm * x + imm2).max(0.0).min(1.0),
         RoundBf16 => rbf16(x),
         RoundF8 => rf8(x, imm as i32, imm2 != 0.0),
-        Float8Scale => f8_scale(x, imm as i32),
         _ => return None,
     })
 }
@@ -292,8 +291,8 @@ pub fn eval_postfix(
         let rh = |v: f64| if ins.half { r16(v) } else { v };
         let arity = match op {
             Input | ConstF | ConstI => 0,
-            Add | Sub | Mul | Div | Pow | Min | Max | Mod | Fmod | Eq | Lt | Le | Gt | Ge | And
-            | Or | Xor => 2,
+            Add | Sub | Mul | Div | DivPow2 | Pow | Min | Max | Mod | Fmod | Eq | Lt | Le | Gt
+            | Ge | And | Or | Xor => 2,
             Select => 3,
             _ => 1,
         };
@@ -400,7 +399,7 @@ pub fn eval_postfix(
                         .collect(),
                 )
             }
-            Add | Sub | Mul | Div | Pow | Min | Max | Mod | Fmod => {
+            Add | Sub | Mul | Div | DivPow2 | Pow | Min | Max | Mod | Fmod => {
                 match (args.remove(0), args.remove(0)) {
                     (Val::F(a), Val::F(b)) => Val::F(
                         a.iter()
@@ -410,7 +409,7 @@ pub fn eval_postfix(
                                     Add => x + y,
                                     Sub => x - y,
                                     Mul => x * y,
-                                    Div => x / y,
+                                    Div | DivPow2 => x / y,
                                     Pow => x.powf(y),
                                     Min => {
                                         if y < x || y.is_nan() {
@@ -440,7 +439,7 @@ pub fn eval_postfix(
                                     Add => x + y,
                                     Sub => x - y,
                                     Mul => x * y,
-                                    Div => {
+                                    Div | DivPow2 => {
                                         if y == 0 {
                                             0
                                         } else {
@@ -569,23 +568,4 @@ pub fn eval_postfix(
             "bool",
         ),
     })
-}
-
-/// The scale of a float8 tensor whose largest magnitude is `amax`, by its
-/// definition: the smallest power of two `s` (from 2^-32 to 2^31) with
-/// `amax / s` within the format's largest value (448, 240, 57344, 57344 for
-/// ONNX codes 17 to 20); 1 for zero or non-finite `amax`.
-fn f8_scale(amax: f64, code: i32) -> f64 {
-    let max = match code {
-        17 => 448.0,
-        18 => 240.0,
-        _ => 57344.0,
-    };
-    if !(amax > 0.0) || amax.is_infinite() {
-        return 1.0;
-    }
-    (-32..=31)
-        .map(|k| 2f64.powi(k))
-        .find(|s| amax / s <= max)
-        .unwrap_or(2f64.powi(31))
 }
