@@ -290,6 +290,37 @@ void Engine::write_input(uint32_t i, const uint8_t* data, size_t bytes) {
   in_set_[i] = true;
 }
 
+namespace {
+
+VarId constant_named(const Graph& g, const std::string& name) {
+  for (size_t v = 0; v < g.num_vars(); ++v)
+    if (g.var(static_cast<VarId>(v)).kind == VarKind::kConstant && g.var(static_cast<VarId>(v)).name == name)
+      return static_cast<VarId>(v);
+  fail(ErrorCode::kInvalidArgument, "the program has no constant named '" + name + "'");
+}
+
+}  // namespace
+
+uint64_t Engine::constant_bytes(const std::string& name) const {
+  const Graph& g = exe_->graph();
+  const Variable& v = g.var(constant_named(g, name));
+  return v.numel * device_type_size(v.dtype);
+}
+
+void Engine::read_constant(const std::string& name, uint8_t* data, size_t bytes) const {
+  const Graph& g = exe_->graph();
+  const VarId id = constant_named(g, name);
+  if (bytes != constant_bytes(name)) fail(ErrorCode::kShapeMismatch, "constant '" + name + "': buffer has the wrong size");
+  if (bytes) gather(Tensor{id, g.var(id).shape}, data);
+}
+
+void Engine::write_constant(const std::string& name, const uint8_t* data, size_t bytes) {
+  const Graph& g = exe_->graph();
+  const VarId id = constant_named(g, name);
+  if (bytes != constant_bytes(name)) fail(ErrorCode::kShapeMismatch, "constant '" + name + "': data has the wrong size");
+  if (bytes) scatter(Tensor{id, g.var(id).shape}, data);
+}
+
 void Engine::read_output(uint32_t i, uint8_t* data, size_t bytes) const {
   if (i >= num_outputs()) fail(ErrorCode::kInvalidArgument, "output index " + std::to_string(i) + " out of range");
   if (bytes != out_buf_[i].size()) fail(ErrorCode::kShapeMismatch, "output buffer has the wrong size");

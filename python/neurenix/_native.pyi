@@ -13,7 +13,7 @@ from typing import Callable, List, Optional, Sequence, Tuple, Union, final
 __all__ = [
     "Model", "Executable", "DeviceManager", "Device", "SystemInfo", "TileMemory", "TileTensor", "OpPlan", "StepCost", "CostTerm",
     "Variable", "CarriedTensor", "StageEstimate", "PipelineEstimate", "RunStats", "PassStats", "Placement", "TensorSpec", "HostStream", "DeviceInfo", "ValueParts", "TensorParts",
-    "AttrParts", "NodeParts", "ModelParts", "compile", "describe_system", "supported_ops", "supported_opsets", "elem_type_name", "_panic",
+    "AttrParts", "NodeParts", "ModelParts", "StateSpec", "TrainingInfo", "compile", "compile_training", "describe_system", "supported_ops", "supported_opsets", "elem_type_name", "_panic",
 ]
 
 # -- systems and devices ---------------------------------------------------------
@@ -194,6 +194,36 @@ class PassStats:
     fused: int
     nodes_out: int
     def __new__(cls, nodes_in: int, folded: int, dead: int, fused: int, nodes_out: int) -> "PassStats": ...
+
+@final
+class StateSpec:
+    """A state tensor of a training program."""
+
+    name: str
+    shape: List[int]
+    device_type: str
+    def __new__(cls, name: str, shape: List[int], device_type: str) -> "StateSpec": ...
+
+@final
+class TrainingInfo:
+    """What compiling a training step added: the trained weights, the optimizer's state, the
+    hyperparameter inputs, the loss output, a built-in loss's label input, every state tensor."""
+
+    weights: List[str]
+    optimizer_state: List[str]
+    hyperparameters: List[str]
+    loss: str
+    label_input: Optional[str]
+    state: List[StateSpec]
+    def __new__(
+        cls,
+        weights: List[str],
+        optimizer_state: List[str],
+        hyperparameters: List[str],
+        loss: str,
+        label_input: Optional[str],
+        state: List[StateSpec],
+    ) -> "TrainingInfo": ...
 
 @final
 class Model:
@@ -506,6 +536,29 @@ class Executable:
         ``d * replicas + r`` to replica ``r`` in iteration ``d``); returns the outputs' bytes in their
         declared types, the micro-batches concatenated in order."""
     def last_run(self) -> Optional[RunStats]: ...
+    def read_state(self, name: str) -> bytes:
+        """A state tensor's bytes (training's weights and optimizer state) in its device type."""
+    def write_state(self, name: str, data: bytes) -> None:
+        """Overwrites a state tensor (bytes in its device type) in every replica."""
+
+def compile_training(
+    model: Model,
+    inputs: Sequence[TensorSpec],
+    system: str,
+    precision: str,
+    memory_proportion: float,
+    enable_half_partials: bool,
+    loss: Tuple[str, str, str],
+    optimizer: str,
+    trainable: Optional[List[str]] = None,
+    frozen: List[str] = ...,
+    loss_scaling: float = 1.0,
+    clip_norm: bool = False,
+    state_dtype: str = "float32",
+    gradient_outputs: List[str] = ...,
+    fp8_format: str = "e4m3",
+) -> Tuple[Executable, TrainingInfo]:
+    """Compiles one training step of ``model`` on one IPU of ``system`` (docs/training.md)."""
 
 def compile(
     model: Model,

@@ -86,6 +86,12 @@ class Engine {
   void write_input(uint32_t i, const uint8_t* data, size_t bytes);
   void run();
   void read_output(uint32_t i, uint8_t* data, size_t bytes) const;
+  // The bytes of constant `name` (state such as trained weights: what the
+  // last run left there), and overwriting them; `bytes` must be the whole
+  // tensor in its device type. kInvalidArgument for an unknown name.
+  uint64_t constant_bytes(const std::string& name) const;
+  void read_constant(const std::string& name, uint8_t* data, size_t bytes) const;
+  void write_constant(const std::string& name, const uint8_t* data, size_t bytes);
   const RunStats& last_run() const { return stats_; }
   const Executable& executable() const { return *exe_; }
   // Bytes of host memory the tile arenas occupy.

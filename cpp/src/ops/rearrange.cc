@@ -90,4 +90,27 @@ Tensor copy_to_ipu(Graph& g, const Tensor& x, uint32_t ipu, const std::string& n
   return out;
 }
 
+void assign(Graph& g, const Tensor& dst, const Tensor& src, const std::string& name) {
+  const Variable& d = g.var(dst.var);
+  const Variable& s = g.var(src.var);
+  if (d.kind != VarKind::kConstant)
+    fail(ErrorCode::kInvalidArgument, "assign '" + name + "': '" + d.name + "' is not state (a constant) to assign to");
+  if (d.dtype != s.dtype || dst.numel() != src.numel() || d.ipu != s.ipu)
+    fail(ErrorCode::kShapeMismatch, "assign '" + name + "': '" + s.name + "' (" + device_type_name(s.dtype) + ", " +
+                                        std::to_string(src.numel()) + " elements, IPU " + std::to_string(s.ipu) +
+                                        ") does not fit '" + d.name + "' (" + device_type_name(d.dtype) + ", " +
+                                        std::to_string(dst.numel()) + " elements, IPU " + std::to_string(d.ipu) + ")");
+  if (dst.numel() == 0 || dst.var == src.var) return;
+  g.ensure_mapped(dst.var);
+  g.ensure_mapped(src.var);
+  uint32_t ex = g.add_exchange(name);
+  View from = View::of(src);
+  from.shape = dst.shape;
+  from.strides = View::of(dst).strides;
+  copy_view(g, ex, from, View::of(dst));
+  g.execute_exchange(ex);
+  g.record_plan(OpPlan{name, "assign", d.ipu, "'" + s.name + "' -> '" + d.name + "'",
+                       static_cast<uint32_t>(g.var(dst.var).tiles.size()), 0, 0});
+}
+
 }  // namespace neurenix::ops

@@ -191,6 +191,11 @@ pub trait Backend {
     ) -> Result<TensorId> {
         Err(not_implemented("gather_rows"))
     }
+    /// Copies `src` into `dst`, a constant, at this point of the program:
+    /// state the next run reads (a trained weight, an optimizer's moment).
+    fn assign(&mut self, _dst: TensorId, _src: TensorId, _name: &str) -> Result<()> {
+        Err(not_implemented("assign"))
+    }
     /// What is built from now on lowers model node `node` ("" for none:
     /// model inputs, outputs and carried tensors), for reports.
     fn begin_node(&mut self, _node: &str) {}
@@ -249,4 +254,17 @@ pub trait DeviceEngine: Send {
     fn run(&mut self, inputs: &[Vec<u8>]) -> Result<Vec<Vec<u8>>>;
     /// Statistics of the last run (None before the first).
     fn last_run(&self) -> Option<RunStats>;
+    /// The bytes of state tensor (constant) `name`, in its device type, as
+    /// the last run left them.
+    fn read_state(&self, name: &str) -> Result<Vec<u8>> {
+        Err(crate::error::Error::Internal(format!(
+            "this device cannot read state '{name}'"
+        )))
+    }
+    /// Overwrites state tensor (constant) `name` with `data`.
+    fn write_state(&mut self, name: &str, _data: &[u8]) -> Result<()> {
+        Err(crate::error::Error::Internal(format!(
+            "this device cannot write state '{name}'"
+        )))
+    }
 }

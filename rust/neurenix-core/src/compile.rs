@@ -162,6 +162,49 @@ pub fn compile(
     opts: &CompileOptions,
     new_backend: NewBackend<'_>,
 ) -> Result<Executable> {
+    compile_with(model, inputs, opts, new_backend, &mut |_| Ok(()))
+}
+
+/// Compiles a training step of `model` (docs/training.md): the model's
+/// trained initializers become device state, the backward graph and the
+/// optimizer's updates are added after the passes, and one run of the
+/// executable is one step. `inputs` describe the model's inputs (and a
+/// built-in loss's labels); the hyperparameter inputs are added here and
+/// listed in the returned `TrainingInfo`.
+pub fn compile_training(
+    model: &Model,
+    inputs: &[TensorSpec],
+    opts: &CompileOptions,
+    train: &crate::train::TrainOptions,
+    new_backend: NewBackend<'_>,
+) -> Result<(Executable, crate::train::TrainingInfo)> {
+    if opts.replication_factor > 1 || opts.ipus_per_replica() > 1 || opts.device_iterations > 1 {
+        return Err(Error::InvalidArgument(format!(
+            "training runs on one IPU with one step per call for now: got num_ipus={}, replication_factor={}, \
+             device_iterations={}",
+            opts.num_ipus, opts.replication_factor, opts.device_iterations
+        )));
+    }
+    let mut m = model.clone();
+    let (weights, mut info) = crate::train::prepare_training(&mut m, train)?;
+    let exe = compile_with(&m, inputs, opts, new_backend, &mut |m| {
+        crate::train::add_training(m, train, &weights, &mut info)?;
+        // Shapes of what training added (checked against the builder's).
+        crate::passes::infer_and_fold(m, &Limits::default())?;
+        Ok(())
+    })?;
+    Ok((exe, info))
+}
+
+/// `compile`, with `after_passes` applied to the model once the passes have
+/// run (shapes known).
+fn compile_with(
+    model: &Model,
+    inputs: &[TensorSpec],
+    opts: &CompileOptions,
+    new_backend: NewBackend<'_>,
+    after_passes: &mut dyn FnMut(&mut Model) -> Result<()>,
+) -> Result<Executable> {
     let t0 = Instant::now();
     opts.validate()?;
     let probe = new_backend()?;
@@ -184,6 +227,7 @@ pub fn compile(
     let mut m = model.clone();
     progress::report("passes", 0, 1);
     let passes = prepare(&mut m, inputs, &limits)?;
+    after_passes(&mut m)?;
     progress::report("passes", 1, 1);
     let ipus = opts.ipus_per_replica();
     if let Some(sys) = &system {

@@ -385,6 +385,30 @@ impl Executable {
     /// Statistics of the last run: the estimate of the whole call, the
     /// simulation's host time, and the programs' figures (device cycles of
     /// one replica, bytes and host time of all).
+    /// The bytes of state tensor `name` (a trained weight, an optimizer's
+    /// moment) in its device type, as the last run left them.
+    pub fn read_state(&self, name: &str) -> Result<Vec<u8>> {
+        let engine = self
+            .engines
+            .first()
+            .and_then(|r| r.first())
+            .ok_or_else(|| Error::InvalidState("the executable is not loaded".into()))?;
+        engine.read_state(name)
+    }
+
+    /// Overwrites state tensor `name` in every replica.
+    pub fn write_state(&mut self, name: &str, data: &[u8]) -> Result<()> {
+        if self.engines.is_empty() {
+            return Err(Error::InvalidState("the executable is not loaded".into()));
+        }
+        for replica in &mut self.engines {
+            for engine in replica.iter_mut() {
+                engine.write_state(name, data)?;
+            }
+        }
+        Ok(())
+    }
+
     pub fn last_run(&self) -> Option<RunStats> {
         self.last
     }

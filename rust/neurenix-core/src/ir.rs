@@ -123,7 +123,20 @@ pub struct Graph {
     pub nodes: Vec<Node>,
     pub inputs: Vec<ValueId>,
     pub outputs: Vec<ValueId>,
+    /// Tensors that live on the device from run to run (training's weights
+    /// and optimizer state): read by the graph like inputs, initialised when
+    /// the program is loaded, and overwritten at the end of every run.
+    pub state: Vec<State>,
     by_name: HashMap<String, ValueId>,
+}
+
+/// One state tensor: the value the graph reads, its initial contents, and
+/// the value written back at the end of a run (None: never changes).
+#[derive(Debug, Clone)]
+pub struct State {
+    pub value: ValueId,
+    pub init: Arc<HostTensor>,
+    pub update: Option<ValueId>,
 }
 
 /// A model: a graph plus the operator-set version of the default domain.
@@ -172,6 +185,12 @@ impl Graph {
         }
         self.value_named(&name)
     }
+    /// Gives value `id` the name `name` (which no other value has).
+    pub fn rename_value(&mut self, id: ValueId, name: &str) {
+        let old = std::mem::replace(&mut self.values[id].name, name.to_string());
+        self.by_name.remove(&old);
+        self.by_name.insert(name.to_string(), id);
+    }
     pub fn set_constant(&mut self, id: ValueId, t: HostTensor) {
         let v = &mut self.values[id];
         v.dtype = Some(t.dtype);
@@ -207,6 +226,11 @@ impl Graph {
         for &o in &self.outputs {
             c[o] += 1;
         }
+        for s in &self.state {
+            if let Some(u) = s.update {
+                c[u] += 1;
+            }
+        }
         c
     }
 
@@ -222,7 +246,10 @@ impl Graph {
                 if let Some(&p) = producers.get(&v) {
                     indeg[i] += 1;
                     users[p].push(i);
-                } else if self.values[v].constant.is_none() && !self.inputs.contains(&v) {
+                } else if self.values[v].constant.is_none()
+                    && !self.inputs.contains(&v)
+                    && !self.is_state(v)
+                {
                     return Err(Error::model(format!(
                         "node '{}' ({}) reads '{}', which is not a graph input, an initializer, or any node's output",
                         node.name, node.op_type, self.values[v].name
@@ -261,11 +288,22 @@ impl Graph {
         Ok(())
     }
 
-    /// Removes nodes whose outputs nobody needs (no side effects in the op set).
+    /// True if `v` is a state tensor's value.
+    pub fn is_state(&self, v: ValueId) -> bool {
+        self.state.iter().any(|s| s.value == v)
+    }
+
+    /// Removes nodes whose outputs nobody needs (no side effects in the op
+    /// set): neither a graph output nor a state update.
     pub fn remove_dead_nodes(&mut self) -> usize {
         let mut needed = vec![false; self.values.len()];
         for &o in &self.outputs {
             needed[o] = true;
+        }
+        for s in &self.state {
+            if let Some(u) = s.update {
+                needed[u] = true;
+            }
         }
         let mut keep = vec![false; self.nodes.len()];
         for i in (0..self.nodes.len()).rev() {

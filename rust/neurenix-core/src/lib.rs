@@ -20,6 +20,7 @@ pub mod report;
 pub mod shard;
 pub mod tensor;
 pub mod topology;
+pub mod train;
 
 pub use compile::{compile, CompileOptions};
 pub use error::{Error, Result};

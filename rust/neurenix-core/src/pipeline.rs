@@ -209,6 +209,18 @@ pub fn compile_stages(
         let mut backend = new_backend()?;
         let zeros = vec![0u32; g.nodes.len()];
         let mut cx = LowerCx::new(backend.as_mut(), g, model.opset, opts, &zeros);
+        // State (training) lives on the one stage.
+        if !g.state.is_empty() {
+            if stages > 1 {
+                return Err(Error::InvalidArgument(format!(
+                    "training runs each replica on one IPU: its weights and optimizer state cannot yet be split \
+                     over {stages} pipeline stages; use num_ipus equal to replication_factor"
+                )));
+            }
+            for st in &g.state {
+                cx.bind_state(st, 0)?;
+            }
+        }
         let mut inputs = Vec::new();
         for &k in &host_in {
             let hs = cx.bind_input(g.inputs[k], 0)?;
@@ -220,6 +232,9 @@ pub fn compile_stages(
             inputs.push((hs, Source::Carried(c)));
         }
         let placement = cx.lower_nodes(&nodes, s)?;
+        for st in &g.state {
+            cx.assign_state(st)?;
+        }
         crate::progress::report("allocation", u64::from(s), u64::from(stages));
         let out_values: Vec<ValueId> = outs.iter().map(|&k| g.outputs[k]).collect();
         let host_out = cx.finish_outputs(&out_values)?;

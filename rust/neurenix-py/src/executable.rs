@@ -22,8 +22,8 @@ use crate::records::{
 
 #[pyclass(module = "neurenix._native", name = "Executable", frozen)]
 pub struct PyExecutable {
-    exe: Mutex<Executable>,
-    system: String,
+    pub(crate) exe: Mutex<Executable>,
+    pub(crate) system: String,
 }
 
 /// How the nodes are spread over a replica's IPUs, as Python gives it:
@@ -324,5 +324,19 @@ impl PyExecutable {
     /// Statistics of the last run (None before the first).
     fn last_run(&self) -> Option<RunStats> {
         lock(&self.exe).last_run().map(Into::into)
+    }
+
+    /// The bytes of state tensor `name` (training's weights and optimizer
+    /// state) in its device type, as the last run left them.
+    fn read_state<'py>(&self, py: Python<'py>, name: &str) -> PyResult<Bound<'py, PyBytes>> {
+        guarded(|| {
+            let data = lock(&self.exe).read_state(name).py()?;
+            Ok(PyBytes::new(py, &data))
+        })
+    }
+
+    /// Overwrites state tensor `name` (bytes in its device type).
+    fn write_state(&self, name: &str, data: Vec<u8>) -> PyResult<()> {
+        guarded(|| lock(&self.exe).write_state(name, &data).py())
     }
 }

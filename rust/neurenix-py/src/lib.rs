@@ -9,6 +9,7 @@ mod errors;
 mod executable;
 mod model;
 mod records;
+mod training;
 
 /// Validates an IPU model description and returns its figures.
 #[pyfunction]
@@ -72,6 +73,9 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<records::NodeParts>()?;
     m.add_class::<records::ModelParts>()?;
     m.add_function(wrap_pyfunction!(executable::compile, m)?)?;
+    m.add_function(wrap_pyfunction!(training::compile_training, m)?)?;
+    m.add_class::<records::StateSpec>()?;
+    m.add_class::<records::TrainingInfo>()?;
     m.add_function(wrap_pyfunction!(describe_system, m)?)?;
     m.add_function(wrap_pyfunction!(supported_ops, m)?)?;
     m.add_function(wrap_pyfunction!(supported_opsets, m)?)?;

@@ -49,6 +49,40 @@ record! {
     }
 }
 
+record! {
+    /// A state tensor of a training program: its name, shape and device type.
+    "StateSpec" StateSpec { name: String, shape: Vec<usize>, device_type: String }
+}
+
+record! {
+    /// What compiling a training step added (`neurenix_core::train::TrainingInfo`).
+    "TrainingInfo" TrainingInfo {
+        weights: Vec<String>, optimizer_state: Vec<String>, hyperparameters: Vec<String>, loss: String,
+        label_input: Option<String>, state: Vec<StateSpec>,
+    }
+}
+
+impl From<neurenix_core::train::TrainingInfo> for TrainingInfo {
+    fn from(t: neurenix_core::train::TrainingInfo) -> Self {
+        TrainingInfo {
+            weights: t.weights,
+            optimizer_state: t.optimizer_state,
+            hyperparameters: t.hyperparameters,
+            loss: t.loss,
+            label_input: t.label_input,
+            state: t
+                .state
+                .into_iter()
+                .map(|(name, shape, dev)| StateSpec {
+                    name,
+                    shape,
+                    device_type: dev.name().to_string(),
+                })
+                .collect(),
+        }
+    }
+}
+
 impl From<report::SystemInfo> for SystemInfo {
     fn from(s: report::SystemInfo) -> Self {
         SystemInfo {

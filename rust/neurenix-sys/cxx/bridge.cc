@@ -193,6 +193,11 @@ uint32_t GraphBuilder::conv(uint32_t x, uint32_t w, rust::Slice<const uint32_t> 
   return keep(ops::conv(graph(), tx, tw, bias.empty() ? nullptr : &tb, o));
 }
 
+void GraphBuilder::assign(uint32_t dst, uint32_t src, rust::Str name) {
+  Tensor d = tensor(dst), s = tensor(src);
+  ops::assign(graph(), d, s, str(name));
+}
+
 uint32_t GraphBuilder::pool(uint32_t x, const PoolOptions& options) {
   ops::PoolOptions o;
   o.mode = options.mode;
@@ -300,6 +305,13 @@ void Engine::write_input(uint32_t index, rust::Slice<const uint8_t> data) {
   engine_.write_input(index, data.data(), data.size());
 }
 void Engine::run() { engine_.run(); }
+uint64_t Engine::constant_bytes(rust::Str name) const { return engine_.constant_bytes(std::string(name)); }
+void Engine::read_constant(rust::Str name, rust::Slice<uint8_t> out) const {
+  engine_.read_constant(std::string(name), out.data(), out.size());
+}
+void Engine::write_constant(rust::Str name, rust::Slice<const uint8_t> data) {
+  engine_.write_constant(std::string(name), data.data(), data.size());
+}
 uint32_t Engine::num_outputs() const { return static_cast<uint32_t>(engine_.num_outputs()); }
 uint64_t Engine::output_bytes(uint32_t index) const {
   if (index >= engine_.num_outputs())

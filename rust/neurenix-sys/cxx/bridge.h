@@ -97,6 +97,7 @@ class GraphBuilder {
   uint32_t conv(uint32_t x, uint32_t w, rust::Slice<const uint32_t> bias, const ConvOptions& options);
   uint32_t pool(uint32_t x, const PoolOptions& options);
   uint32_t gather_rows(uint32_t table, uint32_t indices, uint32_t ipu, rust::Str name);
+  void assign(uint32_t dst, uint32_t src, rust::Str name);
   std::unique_ptr<Executable> compile();
 
  private:
@@ -137,6 +138,9 @@ class Engine {
   uint32_t num_outputs() const;
   uint64_t output_bytes(uint32_t index) const;
   void read_output(uint32_t index, rust::Slice<uint8_t> out) const;
+  uint64_t constant_bytes(rust::Str name) const;
+  void read_constant(rust::Str name, rust::Slice<uint8_t> out) const;
+  void write_constant(rust::Str name, rust::Slice<const uint8_t> data);
   RunStats last_run() const;
   uint64_t arena_bytes() const { return engine_.arena_bytes(); }
   bool checked() const { return engine_.checked(); }

@@ -409,6 +409,8 @@ pub mod ffi {
             ipu: u32,
             name: &str,
         ) -> Result<u32>;
+        /// Copies `src` into the constant `dst` at this point of the program.
+        fn assign(self: Pin<&mut GraphBuilder>, dst: u32, src: u32, name: &str) -> Result<()>;
         /// Compiles the graph built so far; the builder is left empty.
         fn compile(self: Pin<&mut GraphBuilder>) -> Result<UniquePtr<Executable>>;
 
@@ -429,6 +431,9 @@ pub mod ffi {
         fn num_outputs(self: &Engine) -> u32;
         fn output_bytes(self: &Engine, index: u32) -> Result<u64>;
         fn read_output(self: &Engine, index: u32, out: &mut [u8]) -> Result<()>;
+        fn constant_bytes(self: &Engine, name: &str) -> Result<u64>;
+        fn read_constant(self: &Engine, name: &str, out: &mut [u8]) -> Result<()>;
+        fn write_constant(self: Pin<&mut Engine>, name: &str, data: &[u8]) -> Result<()>;
         fn last_run(self: &Engine) -> RunStats;
         fn arena_bytes(self: &Engine) -> u64;
         fn checked(self: &Engine) -> bool;

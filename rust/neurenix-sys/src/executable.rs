@@ -180,6 +180,20 @@ impl DeviceEngine for Engine {
             .collect()
     }
 
+    fn read_state(&self, name: &str) -> Result<Vec<u8>> {
+        let n = self.inner.constant_bytes(name).map_err(from_cxx)?;
+        let mut buf = vec![0u8; n as usize];
+        self.inner.read_constant(name, &mut buf).map_err(from_cxx)?;
+        Ok(buf)
+    }
+
+    fn write_state(&mut self, name: &str, data: &[u8]) -> Result<()> {
+        self.inner
+            .pin_mut()
+            .write_constant(name, data)
+            .map_err(from_cxx)
+    }
+
     fn last_run(&self) -> Option<report::RunStats> {
         let s = self.inner.last_run();
         (s.steps > 0).then(|| report::RunStats {

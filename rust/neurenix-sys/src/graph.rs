@@ -277,6 +277,9 @@ impl Backend for GraphBuilder {
             .gather_rows(table, indices, ipu, name)
             .map_err(from_cxx)
     }
+    fn assign(&mut self, dst: TensorId, src: TensorId, name: &str) -> Result<()> {
+        self.b().assign(dst, src, name).map_err(from_cxx)
+    }
     fn ipu_memory_bytes(&self) -> u64 {
         u64::from(self.system.tiles_per_ipu).saturating_mul(self.system.bytes_per_tile)
     }

@@ -136,6 +136,50 @@ impl<'a> LowerCx<'a> {
         self.bind_stream(v, dev, ipu, name)
     }
 
+    /// Places state tensor `s` on `ipu`, initialised with its initial value
+    /// when the program is loaded: float state in float32 (master weights),
+    /// other types as the policy stores them. Named after its value, which
+    /// is how the host reads and writes it.
+    pub(crate) fn bind_state(&mut self, s: &crate::ir::State, ipu: u32) -> Result<()> {
+        self.role = FloatRole::Master;
+        self.site = Some(Site::Value(s.value));
+        self.current_ipu = ipu;
+        let name = self.graph.value(s.value).name.clone();
+        // float16 optimizer state stays float16; other floats are float32.
+        let dev = if s.init.dtype == ElemType::F16 {
+            DeviceType::F16
+        } else {
+            self.device_type(s.init.dtype)
+        };
+        let t = self.host_constant(&s.init, dev, &name)?;
+        self.slots.insert(s.value, Slot::Tensor(t));
+        Ok(())
+    }
+
+    /// Writes the update of state tensor `s` back into it, at the end of
+    /// the program.
+    pub(crate) fn assign_state(&mut self, s: &crate::ir::State) -> Result<()> {
+        let Some(u) = s.update else {
+            return Ok(());
+        };
+        self.role = FloatRole::Master;
+        self.site = Some(Site::Value(s.value));
+        let dst = match self.slots.get(&s.value) {
+            Some(Slot::Tensor(t)) => t.clone(),
+            _ => {
+                return Err(Error::Internal(format!(
+                    "state '{}' was never placed",
+                    self.graph.value(s.value).name
+                )))
+            }
+        };
+        self.current_ipu = dst.ipu;
+        let src = self.tensor_as(u, dst.dtype)?;
+        let src = self.reshape(&src, &dst.shape)?;
+        let name = format!("{}/assign", self.graph.value(s.value).name);
+        self.backend.assign(dst.id, src.id, &name)
+    }
+
     /// Receives carried tensor `v` (produced by an earlier pipeline stage)
     /// on `ipu`, in the device type its producer gave it.
     pub(crate) fn bind_carried(
@@ -203,7 +247,12 @@ impl<'a> LowerCx<'a> {
             crate::progress::report("lowering", done as u64, total);
             let node = &graph.nodes[i];
             let op = lookup(node, self.opset)?;
-            self.begin_node(i, op.float_role());
+            let role = if node.attrs.contains_key(precision::MASTER_ATTR) {
+                FloatRole::Master
+            } else {
+                op.float_role()
+            };
+            self.begin_node(i, role);
             self.backend.begin_node(&node.name);
             op.lower(self, node)?;
             for &o in &node.outputs {

@@ -66,6 +66,10 @@ pub fn fp8_format_name(f: Float8) -> &'static str {
     }
 }
 
+/// The node attribute that puts a node in the `Master` role (training's
+/// optimizer updates); no ONNX operator has an attribute of this name.
+pub const MASTER_ATTR: &str = "neurenix.master";
+
 /// What a float value is for, as far as the precision policy cares.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FloatRole {
@@ -78,11 +82,15 @@ pub enum FloatRole {
     Sensitive,
     /// A model output, as the host reads it back.
     ModelOutput,
+    /// Training's float32 master weights and optimizer state, and their
+    /// updates: float32 under every precision.
+    Master,
 }
 
 /// The device float type of a value playing `role` under `precision`.
 pub fn float_type(precision: Precision, role: FloatRole) -> DeviceType {
     match (precision, role) {
+        (_, FloatRole::Master) => DeviceType::F32,
         (Precision::Float32, _) => DeviceType::F32,
         (Precision::Float16 | Precision::Float8, _) => DeviceType::F16,
         (Precision::Mixed, FloatRole::ModelInput | FloatRole::Compute) => DeviceType::F16,
