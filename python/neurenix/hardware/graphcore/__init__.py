@@ -7,6 +7,7 @@ as the default device.
 ...     outputs = ipu.execute_model(compiled, inputs)                 # doctest: +SKIP
 """
 
+from . import losses, optim
 from .compiled import CompiledModel, TensorSpec
 from .errors import (
     DeviceNotAttachedError,
@@ -30,6 +31,7 @@ from .manager import GraphCoreManager, get_graphcore_manager
 from .options import IPUModel
 from .planning import BatchSearch, IPUSearch, PlanTry, find_max_batch, find_min_ipus, with_batch_size
 from .report import CompileReport, ExecutionReport
+from .training import TrainingModel
 
 
 def supported_operators() -> list:
@@ -41,6 +43,9 @@ def supported_operators() -> list:
 
 __all__ = [
     "GraphCoreManager",
+    "TrainingModel",
+    "optim",
+    "losses",
     "get_graphcore_manager",
     "IPUModel",
     "CompiledModel",

@@ -16,6 +16,7 @@ from .compiled import CompiledModel, arrange_inputs, conform_input, conversion_h
 from .errors import (
     DeviceNotAttachedError,
     IncompatibleExecutableError,
+    InvalidOptionError,
     InputMismatchError,
     InvalidOptionTypeError,
     IPUPlanWarning,
@@ -338,13 +339,27 @@ class GraphCoreManager:
         arrays = [conform_input(n, d, a) for n, d, a in zip(names, dtypes, arrays)]
         return [TensorSpec(n, a.dtype.name, list(a.shape)) for n, a in zip(names, arrays)]
 
-    def compile_model(self, model: Any, example_inputs: Any = None) -> CompiledModel:
+    def compile_model(self, model: Any, example_inputs: Any = None, *, loss: Any = None, optimizer: Any = None,
+                      trainable: Optional[List[str]] = None, frozen: Optional[List[str]] = None,
+                      gradient_outputs: Optional[List[str]] = None) -> CompiledModel:
         """Compiles an ONNX model (``onnx.ModelProto``, serialized bytes or a
         path) for the shapes and types of ``example_inputs`` (one array, a
         sequence in input order, or a mapping by name; may be omitted when
         every input shape is fixed). Raises :class:`UnsupportedOperatorError`,
         :class:`ModelFormatError`, :class:`InputMismatchError` or
-        :class:`IPUOutOfMemoryError`; the manager stays usable after any."""
+        :class:`IPUOutOfMemoryError`; the manager stays usable after any.
+
+        With ``loss`` and ``optimizer`` it compiles a training step instead
+        and returns a :class:`TrainingModel` (docs/training.md): ``loss`` is
+        the name of a scalar output of the model or a built-in loss from
+        :mod:`losses` (whose label input then belongs in ``example_inputs``);
+        ``optimizer`` one from :mod:`optim`; ``trainable``/``frozen`` select
+        the initializers to train (default: every floating-point one);
+        ``gradient_outputs`` names initializers whose gradients each step
+        also returns (as ``<name>.grad``)."""
+        if loss is not None or optimizer is not None:
+            return self._compile_training(model, example_inputs, loss, optimizer, trainable, frozen,
+                                          gradient_outputs)
         with CompileProgress(_model_label(model)) as progress:
             progress("import", 0, 1)
             proto = onnx_import.load(model)
@@ -369,6 +384,64 @@ class GraphCoreManager:
         compiled = CompiledModel(exe, proto.graph.name or "model")
         for w in compiled.report.warnings:
             warnings.warn(w, IPUPlanWarning, stacklevel=2)
+        return compiled
+
+    def _compile_training(self, model: Any, example_inputs: Any, loss: Any, optimizer: Any,
+                          trainable: Optional[List[str]], frozen: Optional[List[str]],
+                          gradient_outputs: Optional[List[str]]) -> CompiledModel:
+        from . import losses, optim
+        from .training import TrainingModel, training_specs
+
+        if loss is None:
+            raise InvalidOptionError("training needs a loss: the name of a scalar output or a built-in loss", "loss")
+        if optimizer is None:
+            raise InvalidOptionError("training needs an optimizer, e.g. optim.SGD(lr=0.01)", "optimizer")
+        if not isinstance(optimizer, optim.Optimizer):
+            raise InvalidOptionTypeError(
+                f"optimizer must be an optimizer from neurenix.hardware.graphcore.optim, got "
+                f"{type(optimizer).__name__}", "optimizer")
+        if isinstance(loss, str):
+            native_loss, label = ("output", loss, ""), None
+        elif isinstance(loss, losses.Loss):
+            native_loss, label = loss.native(), loss.label_input
+        else:
+            raise InvalidOptionTypeError(
+                f"loss must be an output name or a loss from neurenix.hardware.graphcore.losses, got "
+                f"{type(loss).__name__}", "loss")
+        for what, names in (("trainable", trainable), ("frozen", frozen), ("gradient_outputs", gradient_outputs)):
+            if names is not None and (isinstance(names, str) or not all(isinstance(n, str) for n in names)):
+                raise InvalidOptionTypeError(f"{what} must be a list of initializer names, got {names!r}", what)
+        if self.num_ipus != 1 or self.replication_factor != 1 or self.device_iterations != 1:
+            raise InvalidOptionError(
+                "training runs on one IPU, one step per call, for now: this manager has num_ipus="
+                f"{self.num_ipus}, replication_factor={self.replication_factor}, device_iterations="
+                f"{self.device_iterations}", "num_ipus")
+        with CompileProgress(_model_label(model)) as progress:
+            progress("import", 0, 1)
+            proto = onnx_import.load(model)
+            native_model = onnx_import.to_native(proto)
+            progress("import", 1, 1)
+            specs = training_specs(self, native_model, example_inputs, label)
+            exe, info = _native().compile_training(
+                native_model,
+                specs,
+                self._system,
+                self.precision,
+                self.memory_proportion,
+                self.enable_half_partials,
+                native_loss,
+                optimizer.kind,
+                trainable=None if trainable is None else list(trainable),
+                frozen=list(frozen or []),
+                loss_scaling=optimizer.loss_scaling,
+                clip_norm=optimizer.max_grad_norm is not None,
+                state_dtype=optimizer.accum_type,
+                gradient_outputs=list(gradient_outputs or []),
+                fp8_format=self.fp8_format,
+            )
+        compiled = TrainingModel(exe, info, proto.graph.name or "model", proto, optimizer)
+        for w in compiled.report.warnings:
+            warnings.warn(w, IPUPlanWarning, stacklevel=3)
         return compiled
 
     def optimize_model(self, model: Any, example_inputs: Any = None) -> "onnx.ModelProto":

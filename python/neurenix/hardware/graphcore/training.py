@@ -1,0 +1,180 @@
+"""A training step compiled for the (simulated) IPU: what
+``GraphCoreManager.compile_model(..., loss=..., optimizer=...)`` returns.
+
+Each :meth:`GraphCoreManager.execute_model` call runs one step (forward,
+backward, optimizer update) and returns the loss. The weights and the
+optimizer's state stay in tile memory between calls; only the batch goes
+in and the loss comes out. :meth:`TrainingModel.get_weights` reads the
+weights back on demand. See docs/training.md.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Mapping, Optional, Sequence
+
+import numpy as np
+
+from .compiled import CompiledModel
+from .errors import InputMismatchError, InvalidOptionError, InvalidOptionTypeError
+from .optim import Optimizer
+
+__all__ = ["TrainingModel"]
+
+
+class TrainingModel(CompiledModel):
+    """A compiled training step. ``inputs`` are the model's inputs (and a
+    built-in loss's labels); ``outputs`` the loss (and the gradients asked
+    for with ``gradient_outputs``). ``weights``: the trained initializers'
+    names; ``optimizer``: the current optimizer; ``step``: optimizer steps
+    taken so far."""
+
+    def __init__(self, executable: Any, info: Any, name: str, proto: Any, optimizer: Optimizer):
+        super().__init__(executable, name)
+        self._info = info
+        self._proto = proto
+        self.optimizer = optimizer
+        self.weights: List[str] = list(info.weights)
+        self.loss_name: str = info.loss
+        self.step = 0
+        self._state = {s.name: s for s in info.state}
+        self._hyper = list(info.hyperparameters)
+        # The host does not pass hyperparameters: they come from the optimizer.
+        self._all_inputs = [s.name for s in self.inputs]
+        self.inputs = [s for s in self.inputs if s.name not in self._hyper]
+        self.micro_batch_inputs = [s for s in self.micro_batch_inputs if s.name not in self._hyper]
+        #: State kept on the host while the program is unloaded (name -> bytes).
+        self._host_state: Dict[str, bytes] = {}
+
+    # -- the step ---------------------------------------------------------------
+
+    def run(self, inputs: Sequence[bytes]) -> List[bytes]:
+        """One training step on the raw bytes of :attr:`inputs` (in order)."""
+        values = self.optimizer.hyperparameters(self.step + 1)
+        given = dict(zip([s.name for s in self.inputs], inputs))
+        raw = [given[n] if n in given else np.float32(values[n]).tobytes() for n in self._all_inputs]
+        outs = super().run(raw)
+        self.step += 1
+        return outs
+
+    def load(self, threads: int = 0, stochastic_rounding: bool = False, seed: int = 0,
+             fp_exceptions: bool = False) -> None:
+        super().load(threads, stochastic_rounding, seed, fp_exceptions)
+        for name, data in self._host_state.items():
+            self._executable.write_state(name, data)
+        self._host_state = {}
+
+    def unload(self) -> None:
+        """Frees the device memory; the weights and optimizer state are kept
+        on the host and restored by the next load."""
+        if self.loaded:
+            self._host_state = {n: bytes(self._executable.read_state(n)) for n in self._state}
+        super().unload()
+
+    # -- weights ----------------------------------------------------------------
+
+    def _initial(self, name: str) -> np.ndarray:
+        from onnx import numpy_helper
+
+        for init in self._proto.graph.initializer:
+            if init.name == name:
+                return numpy_helper.to_array(init).astype(np.float32)
+        raise KeyError(name)
+
+    def _read(self, name: str) -> np.ndarray:
+        spec = self._state[name]
+        dtype = np.float16 if spec.device_type == "float16" else np.float32
+        if self.loaded:
+            data = bytes(self._executable.read_state(name))
+        elif name in self._host_state:
+            data = self._host_state[name]
+        elif name in self.weights:
+            return self._initial(name).reshape(spec.shape)
+        else:
+            return np.zeros(spec.shape, dtype)
+        return np.frombuffer(data, dtype).reshape(spec.shape).copy()
+
+    def get_weights(self) -> Dict[str, np.ndarray]:
+        """The trained weights (float32 master copies), read from the device
+        when loaded: ``{initializer name: array}``."""
+        return {n: self._read(n) for n in self.weights}
+
+    def get_optimizer_state(self) -> Dict[str, np.ndarray]:
+        """The optimizer's state tensors (momenta, moments) by name."""
+        return {n: self._read(n).astype(np.float32) for n in self._info.optimizer_state}
+
+    def set_weights(self, weights: Mapping[str, Any]) -> None:
+        """Uploads weights (a subset of :attr:`weights` by name), e.g. to
+        restore a checkpoint. A wrong name or shape raises
+        :class:`InputMismatchError`; nothing is written then."""
+        if not isinstance(weights, Mapping):
+            raise InvalidOptionTypeError(
+                f"weights must be a mapping of initializer name to array, got {type(weights).__name__}", "weights")
+        staged = {}
+        for name, value in weights.items():
+            if name not in self.weights:
+                raise InputMismatchError(
+                    f"'{name}' is not a trained weight of this model; its weights are {', '.join(self.weights)}", name)
+            a = np.asarray(value)
+            shape = tuple(self._state[name].shape)
+            if a.shape != shape:
+                raise InputMismatchError(f"weight '{name}' must have shape {list(shape)}, got {list(a.shape)}", name)
+            if a.dtype.kind != "f":
+                raise InputMismatchError(f"weight '{name}' must be floating point, got {a.dtype.name}", name)
+            staged[name] = np.ascontiguousarray(a, dtype="<f4").tobytes()
+        for name, data in staged.items():
+            if self.loaded:
+                self._executable.write_state(name, data)
+            else:
+                self._host_state[name] = data
+
+    def set_optimizer(self, optimizer: Optimizer) -> None:
+        """Replaces the optimizer's hyperparameters (learning rate, ...)
+        without recompiling. The new optimizer must have the same update
+        rule and structure (type, momentum or not, loss scaling, clipping,
+        state type); otherwise compile the model again."""
+        if not isinstance(optimizer, Optimizer):
+            raise InvalidOptionTypeError(
+                f"optimizer must be an optimizer from neurenix.hardware.graphcore.optim, got "
+                f"{type(optimizer).__name__}", "optimizer")
+        if optimizer.structure() != self.optimizer.structure():
+            raise InvalidOptionError(
+                f"{optimizer!r} needs another program than {self.optimizer!r} (a different update rule, "
+                "loss scaling, clipping or state type); compile the model again with it", "optimizer")
+        self.optimizer = optimizer
+
+    def to_onnx(self) -> Any:
+        """The model as an inference ONNX model carrying the trained weights
+        (in each initializer's original type)."""
+        import onnx
+        from onnx import numpy_helper
+
+        out = onnx.ModelProto()
+        out.CopyFrom(self._proto)
+        current = self.get_weights()
+        for i, init in enumerate(out.graph.initializer):
+            if init.name in current:
+                dtype = numpy_helper.to_array(init).dtype
+                new = numpy_helper.from_array(current[init.name].astype(dtype), init.name)
+                out.graph.initializer[i].CopyFrom(new)
+        return out
+
+    def __repr__(self) -> str:
+        ins = ", ".join(f"{s.name}: {s.dtype}{list(s.shape)}" for s in self.inputs)
+        return (f"<TrainingModel {self.name!r} ({ins}) -> {self.loss_name}; {len(self.weights)} weight(s), "
+                f"{self.optimizer!r}, step {self.step}>")
+
+
+def training_specs(manager: Any, native_model: Any, example_inputs: Any, label_input: Optional[str]) -> List[Any]:
+    """The input specs of a training compile: the model's (from the example
+    inputs) and a built-in loss's labels."""
+    if label_input is None:
+        return manager._example_specs(native_model, example_inputs)
+    if not isinstance(example_inputs, Mapping) or label_input not in example_inputs:
+        raise InputMismatchError(
+            f"the loss adds the input '{label_input}': give example_inputs as a dict that includes it", label_input)
+    model_inputs = {k: v for k, v in example_inputs.items() if k != label_input}
+    specs = manager._example_specs(native_model, model_inputs)
+    labels = np.asarray(example_inputs[label_input])
+    from neurenix import _native
+
+    return specs + [_native.TensorSpec(label_input, labels.dtype.name, list(labels.shape))]

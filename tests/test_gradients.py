@@ -1,0 +1,183 @@
+"""Every gradient rule against central finite differences in float64.
+
+For one operator with random small shapes and attributes, the model's inputs
+are trainable initializers and the loss is ``sum(op(...) * R)`` for a fixed
+random R; the device's gradients (``gradient_outputs``, computed in float32)
+are compared with finite differences of the same model evaluated in float64
+by onnx's reference evaluator.
+"""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+from onnx import TensorProto, helper, numpy_helper
+from onnx.reference import ReferenceEvaluator
+
+from neurenix.hardware.graphcore import GraphCoreManager, IPUModel, optim
+from neurenix.hardware.graphcore.errors import UnsupportedOperatorError
+
+TINY = IPUModel(num_ipus=1, tiles_per_ipu=4)
+
+
+def op_model(op, inputs, out_shape, attrs, dtype, extra_inits=()):
+    """loss = ReduceSum(op(inputs...) * R); inputs are initializers."""
+    np_dtype = np.float64 if dtype == TensorProto.DOUBLE else np.float32
+    inits = [numpy_helper.from_array(a.astype(np_dtype), n) for n, a in inputs]
+    inits += [numpy_helper.from_array(a, n) for n, a in extra_inits]
+    rng = np.random.default_rng(len(out_shape) * 7 + sum(out_shape))
+    r = rng.standard_normal(out_shape).astype(np_dtype)
+    inits.append(numpy_helper.from_array(r, "R"))
+    names = [n for n, _ in inputs] + [n for n, _ in extra_inits if n.startswith("arg")]
+    nodes = [
+        helper.make_node(op, names, ["y"], name="op", **attrs),
+        helper.make_node("Mul", ["y", "R"], ["yr"]),
+        helper.make_node("ReduceSum", ["yr"], ["loss"], keepdims=0),
+    ]
+    g = helper.make_graph(nodes, "g", [], [helper.make_tensor_value_info("loss", dtype, [])], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def device_gradients(op, inputs, out_shape, attrs, extra_inits=()):
+    model = op_model(op, inputs, out_shape, attrs, TensorProto.FLOAT, extra_inits)
+    names = [n for n, _ in inputs]
+    with GraphCoreManager(precision="float32", ipu_model=TINY) as ipu:
+        t = ipu.compile_model(model, {}, loss="loss", optimizer=optim.SGD(lr=0.0), gradient_outputs=names)
+        outs = ipu.execute_model(t, {})
+    got = dict(zip([o.name for o in t.outputs], outs))
+    return {n: got[f"{n}.grad"] for n in names}
+
+
+def fd_gradients(op, inputs, out_shape, attrs, extra_inits=(), h=1e-6):
+    def loss_at(vals):
+        m = op_model(op, list(zip([n for n, _ in inputs], vals)), out_shape, attrs, TensorProto.DOUBLE, extra_inits)
+        return float(ReferenceEvaluator(m).run(None, {})[0])
+
+    base = [np.array(a, dtype=np.float64) for _, a in inputs]
+    grads = {}
+    for k, (name, _) in enumerate(inputs):
+        g = np.zeros_like(base[k])
+        for i in np.ndindex(base[k].shape):
+            plus = [b.copy() for b in base]
+            minus = [b.copy() for b in base]
+            plus[k][i] += h
+            minus[k][i] -= h
+            g[i] = (loss_at(plus) - loss_at(minus)) / (2 * h)
+        grads[name] = g
+    return grads
+
+
+def check(op, inputs, out_shape, attrs=None, extra_inits=()):
+    attrs = attrs or {}
+    # The float32 model's inputs are float32: difference the same values.
+    inputs = [(n, np.asarray(a, dtype=np.float32)) for n, a in inputs]
+    got = device_gradients(op, inputs, out_shape, attrs, extra_inits)
+    want = fd_gradients(op, inputs, out_shape, attrs, extra_inits)
+    for name in want:
+        scale = max(1.0, float(np.max(np.abs(want[name]))))
+        np.testing.assert_allclose(got[name], want[name], atol=2e-4 * scale, rtol=2e-4, err_msg=f"{op} d/d{name}")
+
+
+shapes = st.lists(st.integers(1, 3), min_size=1, max_size=3)
+
+
+def broadcastable_pair(draw, shape):
+    """A shape numpy broadcasts to `shape` (trailing dims kept or set to 1)."""
+    k = draw(st.integers(0, len(shape)))
+    tail = shape[len(shape) - k:]
+    return [d if draw(st.booleans()) else 1 for d in tail]
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.data())
+def test_binary_elementwise_with_broadcasting(data):
+    op = data.draw(st.sampled_from(["Add", "Sub", "Mul", "Div"]))
+    shape = data.draw(shapes)
+    other = broadcastable_pair(data.draw, shape)
+    rng = np.random.default_rng(data.draw(st.integers(0, 999)))
+    a = rng.standard_normal(shape)
+    b = rng.standard_normal(other)
+    if op == "Div":
+        b = np.sign(b + 1e-3) * (np.abs(b) + 0.5)  # away from zero
+    order = data.draw(st.booleans())
+    ins = [("A", a), ("B", b)] if order else [("B", b), ("A", a)]
+    out = list(np.broadcast_shapes(a.shape, b.shape))
+    check(op, ins, out)
+
+
+@settings(max_examples=30, deadline=None)
+@given(op=st.sampled_from(["Relu", "Sigmoid", "Tanh", "Exp", "Log", "Sqrt", "Neg", "Identity"]),
+       shape=shapes, seed=st.integers(0, 999))
+def test_unary(op, shape, seed):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal(shape)
+    if op in ("Log", "Sqrt"):
+        x = np.abs(x) + 0.5
+    if op == "Relu":
+        x = np.sign(x) * (np.abs(x) + 0.05)  # finite differences need distance from the kink
+    check(op, [("X", x)], list(shape))
+
+
+@settings(max_examples=25, deadline=None)
+@given(m=st.integers(1, 4), k=st.integers(1, 4), n=st.integers(1, 4), batch=st.sampled_from([[], [2], [2, 1], [1, 2]]),
+       b_batch=st.sampled_from([[], [2], [1]]), seed=st.integers(0, 999))
+def test_matmul_batched_and_broadcast(m, k, n, batch, b_batch, seed):
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal(batch + [m, k])
+    b = rng.standard_normal(b_batch + [k, n])
+    out = list(np.broadcast_shapes(tuple(batch), tuple(b_batch))) + [m, n]
+    check("MatMul", [("A", a), ("B", b)], out)
+
+
+@settings(max_examples=25, deadline=None)
+@given(m=st.integers(1, 4), k=st.integers(1, 4), n=st.integers(1, 4), ta=st.booleans(), tb=st.booleans(),
+       alpha=st.sampled_from([1.0, 0.5, -2.0]), beta=st.sampled_from([1.0, 0.25]),
+       c_shape=st.sampled_from(["full", "row", "col", "scalar"]), seed=st.integers(0, 999))
+def test_gemm(m, k, n, ta, tb, alpha, beta, c_shape, seed):
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal([k, m] if ta else [m, k])
+    b = rng.standard_normal([n, k] if tb else [k, n])
+    c = rng.standard_normal({"full": [m, n], "row": [n], "col": [m, 1], "scalar": [1]}[c_shape])
+    check("Gemm", [("A", a), ("B", b), ("C", c)], [m, n],
+          dict(transA=int(ta), transB=int(tb), alpha=alpha, beta=beta))
+
+
+@settings(max_examples=20, deadline=None)
+@given(op=st.sampled_from(["Softmax", "LogSoftmax"]), shape=st.lists(st.integers(1, 4), min_size=1, max_size=3),
+       data=st.data(), seed=st.integers(0, 999))
+def test_softmax_family(op, shape, data, seed):
+    axis = data.draw(st.integers(-len(shape), len(shape) - 1))
+    x = np.random.default_rng(seed).standard_normal(shape)
+    check(op, [("X", x)], list(shape), dict(axis=axis))
+
+
+@settings(max_examples=25, deadline=None)
+@given(op=st.sampled_from(["ReduceSum", "ReduceMean"]), shape=st.lists(st.integers(1, 3), min_size=1, max_size=3),
+       data=st.data(), keepdims=st.booleans(), seed=st.integers(0, 999))
+def test_reductions(op, shape, data, keepdims, seed):
+    axes = sorted(data.draw(st.sets(st.integers(0, len(shape) - 1), min_size=1)))
+    x = np.random.default_rng(seed).standard_normal(shape)
+    out = [1 if i in axes else d for i, d in enumerate(shape)] if keepdims else \
+        [d for i, d in enumerate(shape) if i not in axes]
+    if op == "ReduceSum":  # opset 13+: axes as an input
+        check(op, [("X", x)], out, dict(keepdims=int(keepdims)),
+              extra_inits=[("arg_axes", np.array(axes, np.int64))])
+    else:
+        check(op, [("X", x)], out, dict(keepdims=int(keepdims), axes=axes))
+
+
+@settings(max_examples=20, deadline=None)
+@given(shape=st.lists(st.integers(1, 3), min_size=2, max_size=4), data=st.data(), seed=st.integers(0, 999))
+def test_transpose_reshape_flatten(shape, data, seed):
+    x = np.random.default_rng(seed).standard_normal(shape)
+    perm = data.draw(st.permutations(range(len(shape))))
+    check("Transpose", [("X", x)], [shape[p] for p in perm], dict(perm=list(perm)))
+    axis = data.draw(st.integers(0, len(shape)))
+    flat = [int(np.prod(shape[:axis])), int(np.prod(shape[axis:]))]
+    check("Flatten", [("X", x)], flat, dict(axis=axis))
+    check("Reshape", [("X", x)], [int(np.prod(shape))], extra_inits=[("arg_shape", np.array([-1], np.int64))])
+
+
+def test_an_operator_without_a_gradient_is_named():
+    x = np.random.default_rng(0).standard_normal((1, 1, 4, 4))
+    with pytest.raises(UnsupportedOperatorError, match=r"MaxPool \(node 'op'\) has no gradient"):
+        device_gradients("MaxPool", [("X", x)], [1, 1, 2, 2], dict(kernel_shape=[2, 2], strides=[2, 2]))

@@ -1,0 +1,279 @@
+"""Training on the simulated IPU against an independent numpy implementation
+(forward, backward and PyTorch's update rules written out by hand), and the
+training API's behaviour: weights resident on the device, checkpoints,
+export, and clear errors."""
+
+import math
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from neurenix.hardware.graphcore import GraphCoreManager, IPUModel, TrainingModel, losses, optim
+from neurenix.hardware.graphcore.errors import (
+    InputMismatchError,
+    InvalidOptionError,
+    InvalidOptionTypeError,
+    UnsupportedOperatorError,
+)
+
+TINY = IPUModel(num_ipus=1, tiles_per_ipu=4)
+N, D, H, C = 8, 5, 7, 3
+
+
+def mlp_model(params):
+    nodes = [
+        helper.make_node("Gemm", ["x", "W1", "b1"], ["h1"], name="fc1"),
+        helper.make_node("Tanh", ["h1"], ["h"], name="act"),
+        helper.make_node("Gemm", ["h", "W2", "b2"], ["logits"], name="fc2", transB=1),
+    ]
+    g = helper.make_graph(
+        nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [N, D])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [N, C])],
+        [numpy_helper.from_array(v, k) for k, v in params.items()])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def initial_params(seed=0):
+    rng = np.random.default_rng(seed)
+    return {
+        "W1": (rng.standard_normal((D, H)) * 0.5).astype(np.float32),
+        "b1": (rng.standard_normal(H) * 0.1).astype(np.float32),
+        "W2": (rng.standard_normal((C, H)) * 0.5).astype(np.float32),  # transB
+        "b2": np.zeros(C, np.float32),
+    }
+
+
+def batch(step):
+    rng = np.random.default_rng(100 + step)
+    return rng.standard_normal((N, D)).astype(np.float32), rng.integers(0, C, N).astype(np.int64)
+
+
+def reference_grads(p, x, y):
+    """Loss and gradients of mean cross entropy, in float64."""
+    h1 = x @ p["W1"] + p["b1"]
+    h = np.tanh(h1)
+    z = h @ p["W2"].T + p["b2"]
+    z = z - z.max(1, keepdims=True)
+    e = np.exp(z)
+    prob = e / e.sum(1, keepdims=True)
+    loss = -np.mean(np.log(prob[np.arange(N), y]))
+    dz = prob.copy()
+    dz[np.arange(N), y] -= 1
+    dz /= N
+    g = {"W2": dz.T @ h, "b2": dz.sum(0)}
+    dh1 = (dz @ p["W2"]) * (1 - h * h)
+    g["W1"] = x.T @ dh1
+    g["b1"] = dh1.sum(0)
+    return loss, g
+
+
+class Reference:
+    """PyTorch's update rules, written out (float64)."""
+
+    def __init__(self, opt, params):
+        self.opt = opt
+        self.p = {k: v.astype(np.float64) for k, v in params.items()}
+        self.state = {}
+        self.t = 0
+
+    def step(self, x, y):
+        loss, g = reference_grads(self.p, x.astype(np.float64), y)
+        self.t += 1
+        o = self.opt
+        if o.max_grad_norm is not None:
+            norm = math.sqrt(sum(float(np.sum(v * v)) for v in g.values()))
+            c = min(1.0, o.max_grad_norm / (norm + 1e-6))
+            g = {k: v * c for k, v in g.items()}
+        for k in self.p:
+            w, d = self.p[k], g[k]
+            if isinstance(o, optim.SGD):
+                d = d + o.weight_decay * w
+                if o.momentum:
+                    buf = d.copy() if self.t == 1 else o.momentum * self.state[k] + (1 - o.dampening) * d
+                    self.state[k] = buf
+                    d = d + o.momentum * buf if o.nesterov else buf
+                self.p[k] = w - o.lr * d
+            elif isinstance(o, (optim.Adam, optim.AdamW, optim.LAMB)):
+                b1, b2 = o.betas
+                if isinstance(o, optim.Adam):
+                    d = d + o.weight_decay * w
+                if isinstance(o, optim.AdamW):
+                    w = w * (1 - o.lr * o.weight_decay)
+                m, v = self.state.get(k, (np.zeros_like(w), np.zeros_like(w)))
+                m = b1 * m + (1 - b1) * d
+                v = b2 * v + (1 - b2) * d * d
+                self.state[k] = (m, v)
+                if isinstance(o, optim.LAMB):
+                    mh, vh = m / (1 - b1 ** self.t), v / (1 - b2 ** self.t)
+                    r = mh / (np.sqrt(vh) + o.eps) + o.weight_decay * w
+                    wn, rn = np.linalg.norm(w), np.linalg.norm(r)
+                    trust = wn / rn if wn > 0 and rn > 0 else 1.0
+                    self.p[k] = w - o.lr * trust * r
+                else:
+                    denom = np.sqrt(v) / math.sqrt(1 - b2 ** self.t) + o.eps
+                    self.p[k] = w - o.lr / (1 - b1 ** self.t) * m / denom
+        return loss
+
+
+OPTIMIZERS = [
+    optim.SGD(lr=0.1),
+    optim.SGD(lr=0.05, momentum=0.9),
+    optim.SGD(lr=0.05, momentum=0.9, dampening=0.3, weight_decay=0.01),
+    optim.SGD(lr=0.05, momentum=0.8, nesterov=True),
+    optim.Adam(lr=0.01, weight_decay=0.001),
+    optim.AdamW(lr=0.01),
+    optim.LAMB(lr=0.01, weight_decay=0.01),
+    optim.SGD(lr=0.1, momentum=0.9, max_grad_norm=0.5),
+    optim.AdamW(lr=0.01, loss_scaling=128.0),
+]
+
+
+@pytest.mark.parametrize("opt", OPTIMIZERS, ids=repr)
+def test_mlp_training_matches_an_independent_implementation(opt):
+    params = initial_params()
+    ref = Reference(opt, params)
+    with GraphCoreManager(precision="float32", ipu_model=TINY) as ipu:
+        x0, y0 = batch(0)
+        t = ipu.compile_model(mlp_model(params), {"x": x0, "labels": y0},
+                              loss=losses.CrossEntropy("logits"), optimizer=opt)
+        assert isinstance(t, TrainingModel)
+        for step in range(20):
+            x, y = batch(step)
+            (loss,) = ipu.execute_model(t, {"x": x, "labels": y})
+            want = ref.step(x, y)
+            assert abs(float(loss) - want) <= 1e-5 * max(1.0, abs(want)), (step, float(loss), want)
+        got = t.get_weights()
+    for k, w in ref.p.items():
+        np.testing.assert_allclose(got[k], w, rtol=1e-4, atol=1e-5, err_msg=k)
+    assert t.step == 20
+
+
+def test_the_model_can_bring_its_own_loss_and_gradients_can_come_out():
+    # A model computing its own (scalar) loss: mean((x @ W - target)^2).
+    rng = np.random.default_rng(4)
+    w = rng.standard_normal((3, 2)).astype(np.float32)
+    nodes = [helper.make_node("MatMul", ["x", "W"], ["y"]), helper.make_node("Sub", ["y", "t"], ["d"]),
+             helper.make_node("Mul", ["d", "d"], ["sq"]),
+             helper.make_node("ReduceMean", ["sq"], ["mse"], keepdims=0)]
+    g = helper.make_graph(nodes, "reg", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 3]),
+                                         helper.make_tensor_value_info("t", TensorProto.FLOAT, [4, 2])],
+                          [helper.make_tensor_value_info("mse", TensorProto.FLOAT, []),
+                           helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 2])],
+                          [numpy_helper.from_array(w, "W")])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    x = rng.standard_normal((4, 3)).astype(np.float32)
+    tgt = rng.standard_normal((4, 2)).astype(np.float32)
+    with GraphCoreManager(precision="float32", ipu_model=TINY) as ipu:
+        t = ipu.compile_model(model, {"x": x, "t": tgt}, loss="mse", optimizer=optim.SGD(lr=0.1),
+                              gradient_outputs=["W"])
+        assert [o.name for o in t.outputs] == ["mse", "W.grad"]
+        loss, grad = ipu.execute_model(t, {"x": x, "t": tgt})
+    d = x.astype(np.float64) @ w - tgt
+    np.testing.assert_allclose(loss, np.mean(d * d), rtol=1e-6)
+    np.testing.assert_allclose(grad, 2 * x.T @ d / d.size, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(t.get_weights()["W"], w - 0.1 * (2 * x.T @ d / d.size), rtol=1e-5, atol=1e-6)
+
+
+def test_weights_stay_on_the_device_and_only_the_batch_crosses_the_link():
+    params = initial_params()
+    x, y = batch(0)
+    with GraphCoreManager(precision="float32", ipu_model=TINY) as ipu:
+        t = ipu.compile_model(mlp_model(params), {"x": x, "labels": y}, loss=losses.CrossEntropy("logits"),
+                              optimizer=optim.SGD(lr=0.1, momentum=0.9))
+        ipu.execute_model(t, {"x": x, "labels": y})
+        report = ipu.last_execution_report
+    # x (float32) + labels (int32 on the device) + 5 float32 hyperparameters in, the loss out.
+    assert report.host_bytes == N * D * 4 + N * 4 + 5 * 4 + 4
+    weight_bytes = sum(v.nbytes for v in params.values())
+    assert report.host_bytes < weight_bytes
+
+
+def test_checkpoints_unloading_and_export():
+    params = initial_params()
+    x, y = batch(0)
+    with GraphCoreManager(precision="float32", ipu_model=TINY) as ipu:
+        t = ipu.compile_model(mlp_model(params), {"x": x, "labels": y}, loss=losses.CrossEntropy("logits"),
+                              optimizer=optim.Adam(lr=0.01))
+        for s in range(3):
+            ipu.execute_model(t, dict(zip(["x", "labels"], batch(s))))
+        trained = t.get_weights()
+        moments = t.get_optimizer_state()
+        assert set(moments) == {f"{k}/{m}" for k in params for m in ("exp_avg", "exp_avg_sq")}
+        # Unloading keeps everything (on the host), and the next step goes on from it.
+        t.unload()
+        assert not t.loaded
+        for k, v in t.get_weights().items():
+            np.testing.assert_array_equal(v, trained[k])
+        (l1,) = ipu.execute_model(t, dict(zip(["x", "labels"], batch(3))))
+        # Restoring the checkpoint and its step replays the same step exactly... for the weights.
+        t.set_weights(trained)
+        for k, v in t.get_weights().items():
+            np.testing.assert_array_equal(v, trained[k])
+        # Export: an inference model with the trained weights, as onnxruntime runs it.
+        exported = t.to_onnx()
+        sess = ort.InferenceSession(exported.SerializeToString(), providers=["CPUExecutionProvider"])
+        (logits,) = sess.run(None, {"x": x})
+        p = {k: v.astype(np.float64) for k, v in trained.items()}
+        want = np.tanh(x @ p["W1"] + p["b1"]) @ p["W2"].T + p["b2"]
+        np.testing.assert_allclose(logits, want, rtol=1e-5, atol=1e-5)
+        # Changing the learning rate needs no recompiling; another rule does.
+        t.set_optimizer(optim.Adam(lr=0.001))
+        with pytest.raises(InvalidOptionError, match="compile the model again"):
+            t.set_optimizer(optim.SGD(lr=0.1))
+        with pytest.raises(InvalidOptionTypeError):
+            t.set_optimizer("adam")
+
+
+def test_bad_training_input_gets_clear_errors_and_the_manager_stays_usable():
+    params = initial_params()
+    x, y = batch(0)
+    model = mlp_model(params)
+    ce = losses.CrossEntropy("logits")
+    with GraphCoreManager(precision="float32", ipu_model=TINY) as ipu:
+        with pytest.raises(InvalidOptionError, match="not an output"):
+            ipu.compile_model(model, {"x": x}, loss="nope", optimizer=optim.SGD(lr=0.1))
+        with pytest.raises(InvalidOptionError, match="must be a scalar"):
+            ipu.compile_model(model, {"x": x}, loss="logits", optimizer=optim.SGD(lr=0.1))
+        with pytest.raises(InvalidOptionTypeError, match="optimizer"):
+            ipu.compile_model(model, {"x": x, "labels": y}, loss=ce, optimizer="sgd")
+        with pytest.raises(InvalidOptionError, match="needs an optimizer"):
+            ipu.compile_model(model, {"x": x, "labels": y}, loss=ce)
+        with pytest.raises(InvalidOptionError, match="labels"):
+            ipu.compile_model(model, {"x": x, "labels": y.astype(np.float32)}, loss=ce, optimizer=optim.SGD(lr=0.1))
+        with pytest.raises(InputMismatchError, match="labels"):
+            ipu.compile_model(model, {"x": x}, loss=ce, optimizer=optim.SGD(lr=0.1))
+        with pytest.raises(InvalidOptionError, match="not an initializer"):
+            ipu.compile_model(model, {"x": x, "labels": y}, loss=ce, optimizer=optim.SGD(lr=0.1), frozen=["W9"])
+        with pytest.raises(InvalidOptionError, match="lr"):
+            optim.SGD(lr=-1.0)
+        with pytest.raises(InvalidOptionError, match="nesterov"):
+            optim.SGD(lr=0.1, nesterov=True)
+        t = ipu.compile_model(model, {"x": x, "labels": y}, loss=ce, optimizer=optim.SGD(lr=0.1),
+                              frozen=["W1", "b1"])
+        assert t.weights == ["W2", "b2"]
+        with pytest.raises(InputMismatchError, match="not a trained weight"):
+            t.set_weights({"W1": params["W1"]})
+        with pytest.raises(InputMismatchError, match="shape"):
+            t.set_weights({"W2": np.zeros((2, 2), np.float32)})
+        ipu.execute_model(t, {"x": x, "labels": y})
+        # Frozen weights do not move.
+        exported = {i.name: numpy_helper.to_array(i) for i in t.to_onnx().graph.initializer}
+        np.testing.assert_array_equal(exported["W1"], params["W1"])
+        assert not np.array_equal(exported["W2"], params["W2"])
+    # An operator with no gradient on the path, by name.
+    pool = helper.make_graph(
+        [helper.make_node("Conv", ["x", "W"], ["c"], name="conv"),
+         helper.make_node("MaxPool", ["c"], ["p"], name="pool", kernel_shape=[2, 2]),
+         helper.make_node("ReduceSum", ["p"], ["s"], keepdims=0)],
+        "pool", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 4, 4])],
+        [helper.make_tensor_value_info("s", TensorProto.FLOAT, [])],
+        [numpy_helper.from_array(np.ones((1, 1, 1, 1), np.float32), "W")])
+    m = helper.make_model(pool, opset_imports=[helper.make_opsetid("", 17)])
+    with GraphCoreManager(precision="float32", ipu_model=TINY) as ipu:
+        with pytest.raises(UnsupportedOperatorError, match="has no gradient"):
+            ipu.compile_model(m, {"x": np.ones((1, 1, 4, 4), np.float32)}, loss="s", optimizer=optim.SGD(lr=0.1))
+    with GraphCoreManager(num_ipus=2, precision="float32", ipu_model=IPUModel(num_ipus=2, tiles_per_ipu=4)) as ipu:
+        with pytest.raises(InvalidOptionError, match="one IPU"):
+            ipu.compile_model(model, {"x": x, "labels": y}, loss=ce, optimizer=optim.SGD(lr=0.1))
