@@ -177,7 +177,51 @@ def test_transpose_reshape_flatten(shape, data, seed):
     check("Reshape", [("X", x)], [int(np.prod(shape))], extra_inits=[("arg_shape", np.array([-1], np.int64))])
 
 
+@settings(max_examples=25, deadline=None)
+@given(n=st.integers(1, 2), g=st.sampled_from([1, 2]), cg=st.integers(1, 2), cog=st.integers(1, 2),
+       hw=st.integers(3, 6), k=st.sampled_from([1, 2, 3]), s=st.sampled_from([1, 2]), d=st.sampled_from([1, 2]),
+       pads=st.lists(st.integers(0, 1), min_size=4, max_size=4), bias=st.booleans(), seed=st.integers(0, 999))
+def test_conv_with_groups_strides_pads_and_dilations(n, g, cg, cog, hw, k, s, d, pads, bias, seed):
+    eff = (k - 1) * d + 1
+    if hw + pads[0] + pads[2] < eff or hw + pads[1] + pads[3] < eff:
+        return
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n, g * cg, hw, hw))
+    w = rng.standard_normal((g * cog, cg, k, k))
+    ho = (hw + pads[0] + pads[2] - eff) // s + 1
+    wo = (hw + pads[1] + pads[3] - eff) // s + 1
+    ins = [("X", x), ("W", w)] + ([("B", rng.standard_normal(g * cog))] if bias else [])
+    check("Conv", ins, [n, g * cog, ho, wo],
+          dict(group=g, strides=[s, s], dilations=[d, d], pads=pads, kernel_shape=[k, k]))
+
+
+@settings(max_examples=20, deadline=None)
+@given(op=st.sampled_from(["MaxPool", "AveragePool"]), k=st.sampled_from([1, 2, 3]), extra=st.integers(0, 2),
+       seed=st.integers(0, 999))
+def test_pools_whose_windows_tile_the_input(op, k, extra, seed):
+    hw = 2 * k + extra  # rows past the last whole window get no gradient
+    x = np.random.default_rng(seed).standard_normal((1, 2, hw, hw))
+    check(op, [("X", x)], [1, 2, hw // k, hw // k], dict(kernel_shape=[k, k], strides=[k, k]))
+
+
+@settings(max_examples=15, deadline=None)
+@given(shape=st.lists(st.integers(1, 3), min_size=3, max_size=4), seed=st.integers(0, 999), data=st.data())
+def test_global_average_pool_and_concat(shape, seed, data):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal(shape)
+    check("GlobalAveragePool", [("X", x)], shape[:2] + [1] * (len(shape) - 2))
+    axis = data.draw(st.integers(0, len(shape) - 1))
+    other = list(shape)
+    other[axis] = data.draw(st.integers(1, 3))
+    y = rng.standard_normal(other)
+    out = list(shape)
+    out[axis] += other[axis]
+    check("Concat", [("X", x), ("Y", y)], out, dict(axis=axis))
+
+
 def test_an_operator_without_a_gradient_is_named():
     x = np.random.default_rng(0).standard_normal((1, 1, 4, 4))
-    with pytest.raises(UnsupportedOperatorError, match=r"MaxPool \(node 'op'\) has no gradient"):
-        device_gradients("MaxPool", [("X", x)], [1, 1, 2, 2], dict(kernel_shape=[2, 2], strides=[2, 2]))
+    with pytest.raises(UnsupportedOperatorError, match=r"MaxPool \(node 'op'\) has no gradient \(only windows"):
+        device_gradients("MaxPool", [("X", x)], [1, 1, 2, 2], dict(kernel_shape=[3, 3], strides=[1, 1]))
+    with pytest.raises(UnsupportedOperatorError, match=r"Sin \(node 'op'\) has no gradient"):
+        device_gradients("Sin", [("X", x)], [1, 1, 4, 4], {})

@@ -126,9 +126,22 @@ impl<'a> LowerCx<'a> {
     }
 
     /// Streams graph input `v` in on `ipu`, in the device type the precision
-    /// policy gives model inputs.
+    /// policy gives model inputs (float32 for an input only training's
+    /// optimizer reads: a hyperparameter).
     pub(crate) fn bind_input(&mut self, v: ValueId, ipu: u32) -> Result<HostStream> {
-        self.role = FloatRole::ModelInput;
+        let mut readers = self
+            .graph
+            .nodes
+            .iter()
+            .filter(|n| n.inputs.contains(&Some(v)))
+            .peekable();
+        let master = readers.peek().is_some()
+            && readers.all(|n| n.attrs.contains_key(precision::MASTER_ATTR));
+        self.role = if master {
+            FloatRole::Master
+        } else {
+            FloatRole::ModelInput
+        };
         self.site = Some(Site::Value(v));
         let dtype = self.dtype(v)?;
         let dev = self.device_type(dtype);

@@ -15,16 +15,21 @@ use super::build::Builder;
 /// The operators with a gradient rule.
 pub const RULES: &[&str] = &[
     "Add",
+    "AveragePool",
     "Cast",
+    "Concat",
+    "Conv",
     "Div",
     "Dropout",
     "Exp",
     "Flatten",
     "Gemm",
+    "GlobalAveragePool",
     "Identity",
     "Log",
     "LogSoftmax",
     "MatMul",
+    "MaxPool",
     "Mul",
     "Neg",
     "ReduceMean",
@@ -41,7 +46,7 @@ pub const RULES: &[&str] = &[
     "Unsqueeze",
 ];
 
-fn no_gradient(node: &Node, opset: i64, why: &str) -> Error {
+pub(super) fn no_gradient(node: &Node, opset: i64, why: &str) -> Error {
     let message = format!(
         "operator {} (node '{}') has no gradient{}: training cannot differentiate through it. \
          Operators with gradients: {}",
@@ -405,6 +410,10 @@ fn rule(
             };
             out[0] = Some(b.expand(d, &xs)?);
         }
+        "Conv" => return super::conv_grad::conv(b, node, dy, &want),
+        "MaxPool" | "AveragePool" => return super::conv_grad::pool(b, node, dy, y),
+        "GlobalAveragePool" => return super::conv_grad::global_average_pool(b, node, dy),
+        "Concat" => return super::conv_grad::concat(b, node, dy, &want),
         _ => return Err(no_gradient(node, opset, "")),
     }
     Ok(out)

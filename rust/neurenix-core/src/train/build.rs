@@ -266,4 +266,134 @@ impl<'a> Builder<'a> {
             &s,
         ))
     }
+
+    /// Slices `x` (ONNX Slice semantics: negative steps run backwards).
+    pub fn slice(
+        &mut self,
+        x: ValueId,
+        starts: &[i64],
+        ends: &[i64],
+        axes: &[usize],
+        steps: &[i64],
+    ) -> Result<ValueId> {
+        let (t, s) = self.like(x)?;
+        let mut shape = s.clone();
+        for k in 0..axes.len() {
+            let d = s[axes[k]] as i64;
+            let clamp = |v: i64, lo: i64, hi: i64| v.max(lo).min(hi);
+            let norm = |v: i64| if v < 0 { v + d } else { v };
+            let n = if steps[k] > 0 {
+                let (b, e) = (clamp(norm(starts[k]), 0, d), clamp(norm(ends[k]), 0, d));
+                ((e - b).max(0) + steps[k] - 1) / steps[k]
+            } else {
+                let (b, e) = (
+                    clamp(norm(starts[k]), -1, d - 1),
+                    clamp(norm(ends[k]), -1, d - 1),
+                );
+                ((b - e).max(0) + (-steps[k]) - 1) / (-steps[k])
+            };
+            shape[axes[k]] = n as usize;
+        }
+        let ax: Vec<i64> = axes.iter().map(|&a| a as i64).collect();
+        if self.opset() >= 10 {
+            let sv = self.ints(starts);
+            let ev = self.ints(ends);
+            let av = self.ints(&ax);
+            let st = self.ints(steps);
+            Ok(self.node("Slice", &[x, sv, ev, av, st], vec![], t, &shape))
+        } else {
+            if steps.iter().any(|&v| v != 1) {
+                return Err(Error::Internal("Slice with steps needs opset 10".into()));
+            }
+            Ok(self.node(
+                "Slice",
+                &[x],
+                vec![
+                    ("starts", Attr::Ints(starts.to_vec())),
+                    ("ends", Attr::Ints(ends.to_vec())),
+                    ("axes", Attr::Ints(ax)),
+                ],
+                t,
+                &shape,
+            ))
+        }
+    }
+
+    /// Pads (or, with negative pads, crops) `x` with zeros: `pads` as ONNX
+    /// orders them (all begins, then all ends).
+    pub fn pad(&mut self, x: ValueId, pads: &[i64]) -> Result<ValueId> {
+        let (t, s) = self.like(x)?;
+        if pads.iter().all(|&p| p == 0) {
+            return Ok(x);
+        }
+        let r = s.len();
+        let shape: Vec<usize> = (0..r)
+            .map(|i| (s[i] as i64 + pads[i] + pads[r + i]) as usize)
+            .collect();
+        if self.opset() >= 11 {
+            let pv = self.ints(pads);
+            Ok(self.node("Pad", &[x, pv], vec![], t, &shape))
+        } else {
+            Ok(self.node(
+                "Pad",
+                &[x],
+                vec![("pads", Attr::Ints(pads.to_vec()))],
+                t,
+                &shape,
+            ))
+        }
+    }
+
+    /// Concatenates along `axis`.
+    pub fn concat(&mut self, xs: &[ValueId], axis: usize) -> Result<ValueId> {
+        if xs.len() == 1 {
+            return Ok(xs[0]);
+        }
+        let (t, mut shape) = self.like(xs[0])?;
+        shape[axis] = 0;
+        for &x in xs {
+            shape[axis] += self.shape(x)?[axis];
+        }
+        Ok(self.node(
+            "Concat",
+            xs,
+            vec![("axis", Attr::Int(axis as i64))],
+            t,
+            &shape,
+        ))
+    }
+
+    /// A 2-D convolution (NCHW, OIHW), no bias.
+    #[allow(clippy::too_many_arguments)]
+    pub fn conv(
+        &mut self,
+        x: ValueId,
+        w: ValueId,
+        strides: [usize; 2],
+        dilations: [usize; 2],
+        pads: [usize; 4],
+        groups: usize,
+    ) -> Result<ValueId> {
+        let (t, xs) = self.like(x)?;
+        let ws = self.shape(w)?;
+        let out = |i: usize| {
+            let eff = (ws[2 + i] - 1) * dilations[i] + 1;
+            (xs[2 + i] + pads[i] + pads[2 + i] - eff) / strides[i] + 1
+        };
+        let shape = vec![xs[0], ws[0], out(0), out(1)];
+        let to = |v: &[usize]| Attr::Ints(v.iter().map(|&x| x as i64).collect());
+        Ok(self.node(
+            "Conv",
+            &[x, w],
+            vec![
+                ("strides", to(&strides)),
+                ("dilations", to(&dilations)),
+                ("pads", to(&pads)),
+                ("group", Attr::Int(groups as i64)),
+                ("kernel_shape", to(&ws[2..])),
+            ],
+            t,
+            &shape,
+        ))
+    }
 }

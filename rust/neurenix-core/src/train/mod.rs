@@ -16,6 +16,7 @@
 
 pub mod autodiff;
 pub mod build;
+mod conv_grad;
 pub mod optim;
 
 use std::sync::Arc;
