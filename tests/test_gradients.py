@@ -20,28 +20,32 @@ TINY = IPUModel(num_ipus=1, tiles_per_ipu=4)
 
 
 def op_model(op, inputs, out_shape, attrs, dtype, extra_inits=()):
-    """loss = ReduceSum(op(inputs...) * R); inputs are initializers."""
+    """loss = ReduceSum(op(inputs...) * R); inputs are initializers. Extra
+    initializers named ``arg...`` are further inputs of the op (``arg0...``:
+    in front of the trained ones)."""
     np_dtype = np.float64 if dtype == TensorProto.DOUBLE else np.float32
     inits = [numpy_helper.from_array(a.astype(np_dtype), n) for n, a in inputs]
     inits += [numpy_helper.from_array(a, n) for n, a in extra_inits]
     rng = np.random.default_rng(len(out_shape) * 7 + sum(out_shape))
     r = rng.standard_normal(out_shape).astype(np_dtype)
     inits.append(numpy_helper.from_array(r, "R"))
-    names = [n for n, _ in inputs] + [n for n, _ in extra_inits if n.startswith("arg")]
+    front = [n for n, _ in extra_inits if n.startswith("arg0")]
+    names = front + [n for n, _ in inputs] + [n for n, _ in extra_inits if n.startswith("arg") and n not in front]
     nodes = [
         helper.make_node(op, names, ["y"], name="op", **attrs),
         helper.make_node("Mul", ["y", "R"], ["yr"]),
         helper.make_node("ReduceSum", ["yr"], ["loss"], keepdims=0),
     ]
     g = helper.make_graph(nodes, "g", [], [helper.make_tensor_value_info("loss", dtype, [])], inits)
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 20 if op == "Gelu" else 17)])
 
 
 def device_gradients(op, inputs, out_shape, attrs, extra_inits=()):
     model = op_model(op, inputs, out_shape, attrs, TensorProto.FLOAT, extra_inits)
     names = [n for n, _ in inputs]
     with GraphCoreManager(precision="float32", ipu_model=TINY) as ipu:
-        t = ipu.compile_model(model, {}, loss="loss", optimizer=optim.SGD(lr=0.0), gradient_outputs=names)
+        t = ipu.compile_model(model, {}, loss="loss", optimizer=optim.SGD(lr=0.0), gradient_outputs=names,
+                              trainable=names)
         outs = ipu.execute_model(t, {})
     got = dict(zip([o.name for o in t.outputs], outs))
     return {n: got[f"{n}.grad"] for n in names}
@@ -217,6 +221,91 @@ def test_global_average_pool_and_concat(shape, seed, data):
     out = list(shape)
     out[axis] += other[axis]
     check("Concat", [("X", x), ("Y", y)], out, dict(axis=axis))
+
+
+@settings(max_examples=20, deadline=None)
+@given(shape=st.lists(st.integers(1, 4), min_size=2, max_size=3), data=st.data(), seed=st.integers(0, 999))
+def test_layer_normalization(shape, data, seed):
+    axis = data.draw(st.integers(-len(shape), len(shape) - 1))
+    rng = np.random.default_rng(seed)
+    a = axis % len(shape)
+    if int(np.prod(shape[a:])) < 2:
+        return
+    norm = shape[a:]
+    check("LayerNormalization", [("X", rng.standard_normal(shape)), ("S", 1 + rng.standard_normal(norm) * 0.3),
+                                 ("B", rng.standard_normal(norm))], list(shape), dict(axis=axis, epsilon=1e-3))
+
+
+@settings(max_examples=20, deadline=None)
+@given(op=st.sampled_from(["Erf", "Gelu"]), shape=shapes, seed=st.integers(0, 999))
+def test_erf_and_gelu(op, shape, seed):
+    # onnx's reference Erf computes in float32: difference a float64 one instead.
+    import math
+
+    erf = np.vectorize(math.erf)
+    f = {"Erf": erf, "Gelu": lambda v: v * 0.5 * (1 + erf(v / math.sqrt(2)))}[op]
+    x = np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+    got = device_gradients(op, [("X", x)], list(shape), {})["X"]
+    r = numpy_helper.to_array(next(i for i in op_model(op, [("X", x)], list(shape), {}, TensorProto.DOUBLE)
+                                   .graph.initializer if i.name == "R"))
+    h = 1e-6
+    xd = x.astype(np.float64)
+    want = np.zeros_like(xd)
+    for i in np.ndindex(xd.shape):
+        p, m = xd.copy(), xd.copy()
+        p[i] += h
+        m[i] -= h
+        want[i] = (np.sum(f(p) * r) - np.sum(f(m) * r)) / (2 * h)
+    np.testing.assert_allclose(got, want, rtol=2e-4, atol=2e-4 * max(1.0, float(np.max(np.abs(want)))))
+
+
+@settings(max_examples=15, deadline=None)
+@given(shape=shapes, c=st.sampled_from([2.0, 3.0, 0.5, -1.0]), seed=st.integers(0, 999))
+def test_pow_by_a_constant(shape, c, seed):
+    x = np.abs(np.random.default_rng(seed).standard_normal(shape)) + 0.5
+    check("Pow", [("X", x)], list(shape), extra_inits=[("arg_exp", np.array(c, np.float32))])
+
+
+@settings(max_examples=15, deadline=None)
+@given(shape=shapes, seed=st.integers(0, 999))
+def test_where(shape, seed):
+    rng = np.random.default_rng(seed)
+    cond = rng.integers(0, 2, shape).astype(bool)
+    check("Where", [("A", rng.standard_normal(shape)), ("B", rng.standard_normal([shape[-1]]))], list(shape),
+          extra_inits=[("arg0_cond", cond)])
+
+
+@settings(max_examples=15, deadline=None)
+@given(shape=st.lists(st.integers(1, 4), min_size=2, max_size=3), data=st.data(), seed=st.integers(0, 999))
+def test_gather_at_a_constant_position(shape, data, seed):
+    axis = data.draw(st.integers(0, len(shape) - 1))
+    i = data.draw(st.integers(-shape[axis], shape[axis] - 1))
+    out = [d for k, d in enumerate(shape) if k != axis]
+    check("Gather", [("X", np.random.default_rng(seed).standard_normal(shape))], out, dict(axis=axis),
+          extra_inits=[("arg_idx", np.array(i, np.int64))])
+
+
+@settings(max_examples=15, deadline=None)
+@given(v=st.integers(2, 9), d=st.integers(1, 4), idx_shape=st.lists(st.integers(1, 4), min_size=1, max_size=2),
+       seed=st.integers(0, 999))
+def test_embedding_gather_adds_the_rows_that_read_each_entry(v, d, idx_shape, seed):
+    # Indices streamed at run time (repeats and negative ones included).
+    rng = np.random.default_rng(seed)
+    table = rng.standard_normal((v, d)).astype(np.float32)
+    idx = rng.integers(-v, v, idx_shape).astype(np.int64)
+    r = rng.standard_normal(idx_shape + [d]).astype(np.float32)
+    nodes = [helper.make_node("Gather", ["T", "idx"], ["y"], name="op"), helper.make_node("Mul", ["y", "R"], ["yr"]),
+             helper.make_node("ReduceSum", ["yr"], ["loss"], keepdims=0)]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("idx", TensorProto.INT64, idx_shape)],
+                          [helper.make_tensor_value_info("loss", TensorProto.FLOAT, [])],
+                          [numpy_helper.from_array(table, "T"), numpy_helper.from_array(r, "R")])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    with GraphCoreManager(precision="float32", ipu_model=TINY) as ipu:
+        t = ipu.compile_model(model, {"idx": idx}, loss="loss", optimizer=optim.SGD(lr=0.0), gradient_outputs=["T"])
+        _, grad = ipu.execute_model(t, {"idx": idx})
+    want = np.zeros((v, d))
+    np.add.at(want, idx.reshape(-1) % v, r.reshape(-1, d))
+    np.testing.assert_allclose(grad, want, rtol=1e-5, atol=1e-6)
 
 
 def test_an_operator_without_a_gradient_is_named():

@@ -196,6 +196,16 @@ pub trait Backend {
     fn assign(&mut self, _dst: TensorId, _src: TensorId, _name: &str) -> Result<()> {
         Err(not_implemented("assign"))
     }
+    /// Lays tensor `x`, which nobody has placed yet, evenly over its IPU's
+    /// tiles (instead of where its first reader would put it).
+    fn spread(&mut self, _x: TensorId) -> Result<()> {
+        Ok(())
+    }
+    /// Lays tensor `x`, if nobody has placed it yet, out on the tiles like
+    /// `like` (which is then placed if it was not).
+    fn place_like(&mut self, _x: TensorId, _like: TensorId) -> Result<()> {
+        Ok(())
+    }
     /// What is built from now on lowers model node `node` ("" for none:
     /// model inputs, outputs and carried tensors), for reports.
     fn begin_node(&mut self, _node: &str) {}

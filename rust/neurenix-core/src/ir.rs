@@ -137,6 +137,9 @@ pub struct State {
     pub value: ValueId,
     pub init: Arc<HostTensor>,
     pub update: Option<ValueId>,
+    /// Laid out on the tiles like this value (an optimizer's moments like
+    /// their weight), so that the update is tile-local.
+    pub layout_like: Option<ValueId>,
 }
 
 /// A model: a graph plus the operator-set version of the default domain.

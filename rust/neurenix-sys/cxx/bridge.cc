@@ -193,6 +193,18 @@ uint32_t GraphBuilder::conv(uint32_t x, uint32_t w, rust::Slice<const uint32_t> 
   return keep(ops::conv(graph(), tx, tw, bias.empty() ? nullptr : &tb, o));
 }
 
+void GraphBuilder::spread(uint32_t x) { graph().ensure_mapped(tensor(x).var); }
+
+void GraphBuilder::place_like(uint32_t x, uint32_t like) {
+  const VarId dst = tensor(x).var, src = tensor(like).var;
+  if (graph().var(dst).mapped || dst == src) return;
+  if (graph().var(dst).numel != graph().var(src).numel)
+    fail(ErrorCode::kShapeMismatch, "place_like: '" + graph().var(dst).name + "' and '" + graph().var(src).name +
+                                        "' differ in size");
+  graph().ensure_mapped(src);
+  graph().clone_mapping(dst, src);
+}
+
 void GraphBuilder::assign(uint32_t dst, uint32_t src, rust::Str name) {
   Tensor d = tensor(dst), s = tensor(src);
   ops::assign(graph(), d, s, str(name));

@@ -98,6 +98,8 @@ class GraphBuilder {
   uint32_t pool(uint32_t x, const PoolOptions& options);
   uint32_t gather_rows(uint32_t table, uint32_t indices, uint32_t ipu, rust::Str name);
   void assign(uint32_t dst, uint32_t src, rust::Str name);
+  void spread(uint32_t x);
+  void place_like(uint32_t x, uint32_t like);
   std::unique_ptr<Executable> compile();
 
  private:

@@ -411,6 +411,10 @@ pub mod ffi {
         ) -> Result<u32>;
         /// Copies `src` into the constant `dst` at this point of the program.
         fn assign(self: Pin<&mut GraphBuilder>, dst: u32, src: u32, name: &str) -> Result<()>;
+        /// Lays a tensor nobody has placed yet out evenly over its IPU's tiles.
+        fn spread(self: Pin<&mut GraphBuilder>, x: u32) -> Result<()>;
+        /// Lays `x` out like `like`, unless it is placed already.
+        fn place_like(self: Pin<&mut GraphBuilder>, x: u32, like: u32) -> Result<()>;
         /// Compiles the graph built so far; the builder is left empty.
         fn compile(self: Pin<&mut GraphBuilder>) -> Result<UniquePtr<Executable>>;
 

@@ -280,6 +280,12 @@ impl Backend for GraphBuilder {
     fn assign(&mut self, dst: TensorId, src: TensorId, name: &str) -> Result<()> {
         self.b().assign(dst, src, name).map_err(from_cxx)
     }
+    fn spread(&mut self, x: TensorId) -> Result<()> {
+        self.b().spread(x).map_err(from_cxx)
+    }
+    fn place_like(&mut self, x: TensorId, like: TensorId) -> Result<()> {
+        self.b().place_like(x, like).map_err(from_cxx)
+    }
     fn ipu_memory_bytes(&self) -> u64 {
         u64::from(self.system.tiles_per_ipu).saturating_mul(self.system.bytes_per_tile)
     }

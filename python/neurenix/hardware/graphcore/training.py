@@ -142,6 +142,43 @@ class TrainingModel(CompiledModel):
                 "loss scaling, clipping or state type); compile the model again with it", "optimizer")
         self.optimizer = optimizer
 
+    def memory_by_role(self) -> Dict[str, int]:
+        """Bytes of the step's tensors in tile memory by role, over the whole
+        IPU: ``weights`` (the trained float32 master copies), ``optimizer
+        state`` (momenta, moments), ``gradients`` (everything the backward
+        pass computes), ``optimizer update`` (the update's intermediate
+        values), ``activations`` (the forward pass's values, kept until the
+        backward pass reads them), ``inputs`` (the batch and the
+        hyperparameters), ``other constants`` (frozen weights) and
+        ``temporaries`` (operations' scratch: exchange buffers, partials).
+        Each tensor counts once, at its full size, though not all are live at
+        the same time (``report.max_tile_memory`` is the peak of one tile)."""
+        sizes = {"float32": 4, "int32": 4, "float16": 2, "bool": 1, "float8_e4m3fnuz": 1, "float8_e5m2fnuz": 1}
+        weights = set(self.weights)
+        opt_state = set(self._info.optimizer_state)
+        roles = {k: 0 for k in ("weights", "optimizer state", "gradients", "optimizer update", "activations",
+                                "inputs", "other constants", "temporaries")}
+        for v in self.report.variables:
+            n = int(np.prod(v.shape)) * sizes.get(v.device_type, 4)
+            if v.name in weights:
+                role = "weights"
+            elif v.name in opt_state:
+                role = "optimizer state"
+            elif v.kind == "input":
+                role = "inputs"
+            elif v.kind == "constant":
+                role = "other constants"
+            elif v.kind == "temporary":
+                role = "temporaries"
+            elif v.node.startswith("grad/") or v.node.startswith("loss/"):
+                role = "gradients"
+            elif v.node.startswith("optimizer/") or v.name.endswith("/assign"):
+                role = "optimizer update"
+            else:
+                role = "activations"
+            roles[role] += n
+        return roles
+
     def to_onnx(self) -> Any:
         """The model as an inference ONNX model carrying the trained weights
         (in each initializer's original type)."""

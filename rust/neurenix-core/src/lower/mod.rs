@@ -261,6 +261,19 @@ impl<'a> LowerCx<'a> {
             let node = &graph.nodes[i];
             let op = lookup(node, self.opset)?;
             let role = if node.attrs.contains_key(precision::MASTER_ATTR) {
+                // The optimizer's state sits with its weight, placed by now.
+                for st in &graph.state {
+                    let Some(like) = st.layout_like else { continue };
+                    if !node.inputs.contains(&Some(st.value)) {
+                        continue;
+                    }
+                    if let (Some(Slot::Tensor(x)), Some(Slot::Tensor(w))) =
+                        (self.slots.get(&st.value), self.slots.get(&like))
+                    {
+                        let (x, w) = (x.id, w.id);
+                        self.backend.place_like(x, w)?;
+                    }
+                }
                 FloatRole::Master
             } else {
                 op.float_role()

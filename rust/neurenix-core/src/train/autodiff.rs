@@ -21,17 +21,22 @@ pub const RULES: &[&str] = &[
     "Conv",
     "Div",
     "Dropout",
+    "Erf",
     "Exp",
     "Flatten",
+    "Gather",
+    "Gelu",
     "Gemm",
     "GlobalAveragePool",
     "Identity",
+    "LayerNormalization",
     "Log",
     "LogSoftmax",
     "MatMul",
     "MaxPool",
     "Mul",
     "Neg",
+    "Pow",
     "ReduceMean",
     "ReduceSum",
     "Relu",
@@ -44,6 +49,7 @@ pub const RULES: &[&str] = &[
     "Tanh",
     "Transpose",
     "Unsqueeze",
+    "Where",
 ];
 
 pub(super) fn no_gradient(node: &Node, opset: i64, why: &str) -> Error {
@@ -179,6 +185,9 @@ fn rule(
 ) -> Result<Vec<Option<ValueId>>> {
     let opset = b.opset();
     let want = |k: usize| wants.get(k).copied().unwrap_or(false);
+    if node.op_type == "LayerNormalization" {
+        return super::transformer_grad::layer_norm(b, node, dys, &want);
+    }
     let dy = match dys.first().copied().flatten() {
         Some(d) => d,
         None => return Ok(vec![None; node.inputs.len()]),
@@ -414,6 +423,10 @@ fn rule(
         "MaxPool" | "AveragePool" => return super::conv_grad::pool(b, node, dy, y),
         "GlobalAveragePool" => return super::conv_grad::global_average_pool(b, node, dy),
         "Concat" => return super::conv_grad::concat(b, node, dy, &want),
+        "Gather" => return super::transformer_grad::gather(b, node, dy, &want),
+        "Erf" | "Gelu" => return super::transformer_grad::erf_gelu(b, node, dy),
+        "Pow" => return super::transformer_grad::pow(b, node, dy, &want),
+        "Where" => return super::transformer_grad::where_(b, node, dy, &want),
         _ => return Err(no_gradient(node, opset, "")),
     }
     Ok(out)

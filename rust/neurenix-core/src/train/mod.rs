@@ -18,6 +18,7 @@ pub mod autodiff;
 pub mod build;
 mod conv_grad;
 pub mod optim;
+mod transformer_grad;
 
 use std::sync::Arc;
 
@@ -145,6 +146,7 @@ pub fn prepare_training(
             value: v,
             init,
             update: None,
+            layout_like: None,
         });
         weights.push(v);
     }

@@ -96,8 +96,15 @@ impl Optimizer {
     }
 }
 
-/// A new state tensor of zeros shaped like `like`, and its value.
-fn zeros_state(b: &mut Builder, name: &str, like: &[usize], dtype: ElemType) -> ValueId {
+/// A new state tensor of zeros shaped like `like` (laid out like weight
+/// `w`), and its value.
+fn zeros_state(
+    b: &mut Builder,
+    name: &str,
+    like: &[usize],
+    dtype: ElemType,
+    w: ValueId,
+) -> ValueId {
     let v = b.m.graph.fresh_value(name);
     let val = b.m.graph.value_mut(v);
     val.dtype = Some(ElemType::F32);
@@ -106,6 +113,7 @@ fn zeros_state(b: &mut Builder, name: &str, like: &[usize], dtype: ElemType) -> 
         value: v,
         init: Arc::new(HostTensor::float(dtype, ArrayD::zeros(IxDyn(like)))),
         update: None,
+        layout_like: Some(w),
     });
     v
 }
@@ -177,18 +185,22 @@ pub fn add_updates(
         }
     }
     for (k, (&w, &g)) in weights.iter().zip(&gs).enumerate() {
+        let weight = w;
         let shape = b.shape(w)?;
         let wname = info.weights[k].clone();
         let new_w = match opt.kind {
             OptimizerKind::Sgd { momentum, nesterov } => {
                 let wd = b.mul(h("weight_decay"), w)?;
-                let d = b.add(g, wd)?;
+                // The weight's term first: the result (and all that follows) is laid
+                // out like the weight, the gradient moved to it once.
+                let d = b.add(wd, g)?;
                 let step = if momentum {
                     let buf = zeros_state(
                         &mut b,
                         &format!("{wname}/momentum"),
                         &shape,
                         opt.state_dtype,
+                        w,
                     );
                     let kept = b.mul(h("buffer_decay"), buf)?;
                     let fresh = b.mul(h("gradient_coefficient"), d)?;
@@ -210,9 +222,9 @@ pub fn add_updates(
                 // PyTorch: g += wd * w (Adam) or w *= 1 - lr * wd (AdamW;
                 // the host streams wd = 0 or decay = 1 for the other).
                 let wd = b.mul(h("weight_decay"), w)?;
-                let g = b.add(g, wd)?;
+                let g = b.add(wd, g)?;
                 let w = b.mul(h("decay"), w)?;
-                let (mv, vv) = moments(&mut b, &wname, &shape, g, opt, &h)?;
+                let (mv, vv) = moments(&mut b, &wname, &shape, g, opt, &h, weight)?;
                 let sv = b.unary("Sqrt", vv)?;
                 let den = b.div(sv, h("sqrt_bias_correction2"))?;
                 let den = b.add(den, h("eps"))?;
@@ -221,7 +233,7 @@ pub fn add_updates(
                 b.sub(w, delta)?
             }
             OptimizerKind::Lamb => {
-                let (mv, vv) = moments(&mut b, &wname, &shape, g, opt, &h)?;
+                let (mv, vv) = moments(&mut b, &wname, &shape, g, opt, &h, weight)?;
                 let mh = b.div(mv, h("bias_correction1"))?;
                 let vh = b.div(vv, h("bias_correction2"))?;
                 let sv = b.unary("Sqrt", vh)?;
@@ -249,7 +261,7 @@ pub fn add_updates(
                 b.sub(w, delta)?
             }
         };
-        set_update(b.m, w, new_w);
+        set_update(b.m, weight, new_w);
     }
     info.optimizer_state =
         b.m.graph
@@ -263,6 +275,7 @@ pub fn add_updates(
 
 /// Adam's first and second moments of `g`, as new state; their updated
 /// values.
+#[allow(clippy::too_many_arguments)]
 fn moments(
     b: &mut Builder,
     wname: &str,
@@ -270,9 +283,10 @@ fn moments(
     g: ValueId,
     opt: &Optimizer,
     h: &dyn Fn(&str) -> ValueId,
+    w: ValueId,
 ) -> Result<(ValueId, ValueId)> {
-    let m = zeros_state(b, &format!("{wname}/exp_avg"), shape, opt.state_dtype);
-    let v = zeros_state(b, &format!("{wname}/exp_avg_sq"), shape, opt.state_dtype);
+    let m = zeros_state(b, &format!("{wname}/exp_avg"), shape, opt.state_dtype, w);
+    let v = zeros_state(b, &format!("{wname}/exp_avg_sq"), shape, opt.state_dtype, w);
     let one = b.constant(1.0, ElemType::F32, &[]);
     let b1 = h("beta1");
     let b2 = h("beta2");
