@@ -277,3 +277,66 @@ def test_bad_training_input_gets_clear_errors_and_the_manager_stays_usable():
     with GraphCoreManager(num_ipus=2, precision="float32", ipu_model=IPUModel(num_ipus=2, tiles_per_ipu=4)) as ipu:
         with pytest.raises(InvalidOptionError, match="one IPU"):
             ipu.compile_model(model, {"x": x, "labels": y}, loss=ce, optimizer=optim.SGD(lr=0.1))
+
+
+@pytest.mark.parametrize("opt", [optim.SGD(lr=0.1, momentum=0.9), optim.AdamW(lr=0.01)], ids=repr)
+def test_gradient_accumulation_gives_the_weights_of_the_whole_batch(opt):
+    # Four micro-batches of 2 accumulated = one batch of 8 (mean losses, mean gradients).
+    params = initial_params()
+    results = {}
+    for g in (1, 4):
+        with GraphCoreManager(precision="float32", ipu_model=TINY, gradient_accumulation=g) as ipu:
+            x0, y0 = batch(0)
+            mb = N // g
+            t = ipu.compile_model(mlp_model_batch(params, mb), {"x": x0[:mb], "labels": y0[:mb]},
+                                  loss=losses.CrossEntropy("logits"), optimizer=opt)
+            assert t.inputs[0].shape == (N, D)
+            step_losses = []
+            for s in range(6):
+                x, y = batch(s)
+                (loss,) = ipu.execute_model(t, {"x": x, "labels": y})
+                step_losses.append(float(loss))
+            assert t.step == 6
+            results[g] = (step_losses, t.get_weights())
+    np.testing.assert_allclose(results[4][0], results[1][0], rtol=1e-5)
+    for k in params:
+        np.testing.assert_allclose(results[4][1][k], results[1][1][k], rtol=1e-4, atol=1e-6, err_msg=k)
+    # And both are the reference's (the whole batch per step).
+    ref = Reference(opt, params)
+    for s in range(6):
+        ref.step(*batch(s))
+    for k in params:
+        np.testing.assert_allclose(results[4][1][k], ref.p[k], rtol=1e-4, atol=1e-5, err_msg=k)
+
+
+def mlp_model_batch(params, n):
+    m = mlp_model(params)
+    for v in list(m.graph.input) + list(m.graph.output):
+        v.type.tensor_type.shape.dim[0].dim_value = n
+    return m
+
+
+def test_device_iterations_run_several_steps_per_call_and_output_mode_picks_the_losses():
+    params = initial_params()
+    xs = [batch(s) for s in range(3)]
+    x = np.concatenate([b[0] for b in xs])
+    y = np.concatenate([b[1] for b in xs])
+    ref = Reference(optim.SGD(lr=0.1), params)
+    want = [ref.step(*b) for b in xs]
+    for mode, expect in (("all", want), ("final", want[-1]), ("sum", sum(want))):
+        with GraphCoreManager(precision="float32", ipu_model=TINY, device_iterations=3, output_mode=mode) as ipu:
+            t = ipu.compile_model(mlp_model(params), {"x": xs[0][0], "labels": xs[0][1]},
+                                  loss=losses.CrossEntropy("logits"), optimizer=optim.SGD(lr=0.1))
+            (loss,) = ipu.execute_model(t, {"x": x, "labels": y})
+            np.testing.assert_allclose(loss, expect, rtol=1e-5)
+            assert t.step == 3
+            report = ipu.last_execution_report
+            assert report.batch_size == 3 * N
+            for k in params:
+                np.testing.assert_allclose(t.get_weights()[k], ref.p[k], rtol=1e-4, atol=1e-5)
+            with pytest.raises(InputMismatchError, match=r"device_iterations \(3\)"):
+                ipu.execute_model(t, {"x": xs[0][0], "labels": xs[0][1]})
+    with pytest.raises(InvalidOptionError, match="output_mode"):
+        GraphCoreManager(output_mode="each")
+    with pytest.raises(InvalidOptionError, match="gradient_accumulation"):
+        GraphCoreManager(gradient_accumulation=0)

@@ -557,6 +557,7 @@ def compile_training(
     state_dtype: str = "float32",
     gradient_outputs: List[str] = ...,
     fp8_format: str = "e4m3",
+    accumulate: bool = False,
 ) -> Tuple[Executable, TrainingInfo]:
     """Compiles one training step of ``model`` on one IPU of ``system`` (docs/training.md)."""
 

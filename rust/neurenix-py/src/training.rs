@@ -22,11 +22,14 @@ use crate::records::{TensorSpec, TrainingInfo};
 /// included) on one IPU of `system`. `loss`: ("output", name, "") or
 /// ("cross_entropy", logits, labels) or ("mse", output, target).
 /// `optimizer`: "sgd", "sgd_momentum", "sgd_nesterov", "adam", "adamw" or
-/// "lamb". Returns the executable and what training added.
+/// "lamb". `accumulate`: gradient accumulation (the update applies in runs
+/// whose `optimizer/apply` input is 1). Returns the executable and what
+/// training added.
 #[pyfunction]
 #[pyo3(signature = (model, inputs, system, precision, memory_proportion, enable_half_partials, loss, optimizer,
                     trainable = None, frozen = Vec::new(), loss_scaling = 1.0, clip_norm = false,
-                    state_dtype = "float32", gradient_outputs = Vec::new(), fp8_format = "e4m3"))]
+                    state_dtype = "float32", gradient_outputs = Vec::new(), fp8_format = "e4m3",
+                    accumulate = false))]
 #[allow(clippy::too_many_arguments)]
 pub fn compile_training(
     py: Python<'_>,
@@ -45,6 +48,7 @@ pub fn compile_training(
     state_dtype: &str,
     gradient_outputs: Vec<String>,
     fp8_format: &str,
+    accumulate: bool,
 ) -> PyResult<(PyExecutable, TrainingInfo)> {
     guarded(|| {
         let specs = tensor_specs(&inputs).py()?;
@@ -118,6 +122,7 @@ pub fn compile_training(
                 loss_scaling,
                 clip_norm,
                 state_dtype,
+                accumulate,
             },
             gradient_outputs,
         };

@@ -31,6 +31,8 @@ from .options import (
     check_num_ipus,
     check_positive,
     check_fp8_format,
+    check_gradient_accumulation,
+    check_output_mode,
     check_precision,
     check_precision_on,
     check_replication_factor,
@@ -78,6 +80,12 @@ class GraphCoreManager:
             outputs) or ``"float8"`` (ipu21 only: matmuls and convolutions
             multiply float8 operands, each with a power-of-two scale, into
             half partials; everything else as ``"float16"``).
+        gradient_accumulation: training only: micro-batches whose gradients
+            one optimizer step averages (an ``execute_model`` call takes
+            micro-batch x gradient_accumulation x device_iterations samples
+            and takes device_iterations optimizer steps).
+        output_mode: training only: the losses a call returns: ``"all"``
+            (one per optimizer step), ``"final"`` (the last) or ``"sum"``.
         fp8_format: the float8 format of those operands under ``"float8"``:
             ``"e4m3"`` (Graphcore's 1.4.3, ONNX FLOAT8E4M3FNUZ) or ``"e5m2"``
             (1.5.2, FLOAT8E5M2FNUZ).
@@ -149,6 +157,8 @@ class GraphCoreManager:
         seed: Optional[int] = None,
         fp_exceptions: bool = False,
         fp8_format: str = "e4m3",
+        gradient_accumulation: int = 1,
+        output_mode: str = "all",
     ):
         if ipu_model is None:
             ipu_model = IPUModel.from_env() or IPUModel()
@@ -176,6 +186,8 @@ class GraphCoreManager:
         self.precision = check_precision(precision)
         check_precision_on(self.precision, ipu_model.version)
         self.fp8_format = check_fp8_format(fp8_format)
+        self.gradient_accumulation = check_gradient_accumulation(gradient_accumulation)
+        self.output_mode = check_output_mode(output_mode)
         self.memory_proportion = check_memory_proportion(memory_proportion)
         self.enable_half_partials = check_bool("enable_half_partials", enable_half_partials)
         self.compile_only = check_bool("compile_only", compile_only)
@@ -411,11 +423,10 @@ class GraphCoreManager:
         for what, names in (("trainable", trainable), ("frozen", frozen), ("gradient_outputs", gradient_outputs)):
             if names is not None and (isinstance(names, str) or not all(isinstance(n, str) for n in names)):
                 raise InvalidOptionTypeError(f"{what} must be a list of initializer names, got {names!r}", what)
-        if self.num_ipus != 1 or self.replication_factor != 1 or self.device_iterations != 1:
+        if self.num_ipus != 1 or self.replication_factor != 1:
             raise InvalidOptionError(
-                "training runs on one IPU, one step per call, for now: this manager has num_ipus="
-                f"{self.num_ipus}, replication_factor={self.replication_factor}, device_iterations="
-                f"{self.device_iterations}", "num_ipus")
+                "training runs on one IPU for now (no replication or pipelining yet): this manager has num_ipus="
+                f"{self.num_ipus}, replication_factor={self.replication_factor}", "num_ipus")
         with CompileProgress(_model_label(model)) as progress:
             progress("import", 0, 1)
             proto = onnx_import.load(model)
@@ -438,8 +449,11 @@ class GraphCoreManager:
                 state_dtype=optimizer.accum_type,
                 gradient_outputs=list(gradient_outputs or []),
                 fp8_format=self.fp8_format,
+                accumulate=self.gradient_accumulation > 1,
             )
-        compiled = TrainingModel(exe, info, proto.graph.name or "model", proto, optimizer)
+        compiled = TrainingModel(exe, info, proto.graph.name or "model", proto, optimizer,
+                                 gradient_accumulation=self.gradient_accumulation,
+                                 device_iterations=self.device_iterations, output_mode=self.output_mode)
         for w in compiled.report.warnings:
             warnings.warn(w, IPUPlanWarning, stacklevel=3)
         return compiled

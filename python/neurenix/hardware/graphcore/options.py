@@ -209,6 +209,25 @@ def check_device_iterations(value: Any) -> int:
     return d
 
 
+def check_gradient_accumulation(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise InvalidOptionTypeError(f"gradient_accumulation must be an integer, got {value!r}", "gradient_accumulation")
+    g = int(value)
+    if not 1 <= g <= 1 << 20:
+        raise InvalidOptionError(f"gradient_accumulation must be between 1 and {1 << 20}, got {g}",
+                                 "gradient_accumulation")
+    return g
+
+
+OUTPUT_MODES = ("all", "final", "sum")
+
+
+def check_output_mode(value: Any) -> str:
+    if not isinstance(value, str) or value not in OUTPUT_MODES:
+        raise InvalidOptionError(f"output_mode must be 'all', 'final' or 'sum', got {value!r}", "output_mode")
+    return value
+
+
 def check_execution(value: Any) -> Optional[str]:
     if value is None:
         return None
@@ -310,6 +329,7 @@ def options_from_env() -> Dict[str, Any]:
         ("simulator_threads", "NEURENIX_SIM_THREADS", int),
         ("replication_factor", "NEURENIX_REPLICATION_FACTOR", int),
         ("device_iterations", "NEURENIX_DEVICE_ITERATIONS", int),
+        ("gradient_accumulation", "NEURENIX_GRADIENT_ACCUMULATION", int),
         ("seed", "NEURENIX_SEED", int),
     ):
         v = _env_number(name, kind)
@@ -325,6 +345,9 @@ def options_from_env() -> Dict[str, Any]:
         v = _env_bool(name)
         if v is not None:
             out[key] = v
+    om = os.environ.get("NEURENIX_OUTPUT_MODE", "").strip()
+    if om:
+        out["output_mode"] = om
     e = os.environ.get("NEURENIX_EXECUTION", "").strip()
     if e:
         out["execution"] = e

@@ -772,6 +772,22 @@ class ExecutionReport:
             checked=s.checked,
         )
 
+    @classmethod
+    def combined(cls, runs: List["ExecutionReport"]) -> "ExecutionReport":
+        """Runs one after another (a training call's micro-batches) as one:
+        cycles, bytes and times summed, batch sizes added."""
+        first = runs[0]
+        total = lambda f: sum(getattr(r, f) for r in runs)  # noqa: E731
+        return cls(
+            cycles=total("cycles"), compute_cycles=total("compute_cycles"), exchange_cycles=total("exchange_cycles"),
+            host_cycles=total("host_cycles"), steps=total("steps"), exchanged_bytes=total("exchanged_bytes"),
+            host_bytes=total("host_bytes"), wall_seconds=total("wall_seconds"),
+            host_memory_bytes=max(r.host_memory_bytes for r in runs), clock_hz=first.clock_hz,
+            batch_size=total("batch_size"), compute_seconds=total("compute_seconds"),
+            exchange_seconds=total("exchange_seconds"), host_io_seconds=total("host_io_seconds"),
+            checked=all(r.checked for r in runs), ipus=first.ipus,
+        )
+
     @property
     def estimated_seconds(self) -> float:
         return self.cycles / self.clock_hz

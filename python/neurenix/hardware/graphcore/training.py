@@ -10,11 +10,12 @@ weights back on demand. See docs/training.md.
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .compiled import CompiledModel
+from .compiled import CompiledModel, TensorSpec
+from .report import ExecutionReport
 from .errors import InputMismatchError, InvalidOptionError, InvalidOptionTypeError
 from .optim import Optimizer
 
@@ -28,8 +29,14 @@ class TrainingModel(CompiledModel):
     names; ``optimizer``: the current optimizer; ``step``: optimizer steps
     taken so far."""
 
-    def __init__(self, executable: Any, info: Any, name: str, proto: Any, optimizer: Optimizer):
+    def __init__(self, executable: Any, info: Any, name: str, proto: Any, optimizer: Optimizer,
+                 gradient_accumulation: int = 1, device_iterations: int = 1, output_mode: str = "all"):
         super().__init__(executable, name)
+        #: Micro-batches per optimizer step, optimizer steps per call.
+        self.gradient_accumulation = gradient_accumulation
+        self.device_iterations = device_iterations
+        self.output_mode = output_mode
+        self.micro_batches = gradient_accumulation * device_iterations
         self._info = info
         self._proto = proto
         self.optimizer = optimizer
@@ -39,22 +46,73 @@ class TrainingModel(CompiledModel):
         self._state = {s.name: s for s in info.state}
         self._hyper = list(info.hyperparameters)
         # The host does not pass hyperparameters: they come from the optimizer.
-        self._all_inputs = [s.name for s in self.inputs]
-        self.inputs = [s for s in self.inputs if s.name not in self._hyper]
+        self._all_inputs = [s.name for s in self.micro_batch_inputs]
         self.micro_batch_inputs = [s for s in self.micro_batch_inputs if s.name not in self._hyper]
+        if self.micro_batches > 1:
+            for s in self.micro_batch_inputs:
+                if not s.shape:
+                    raise InvalidOptionError(
+                        f"input '{s.name}' has no batch axis to split into gradient_accumulation x "
+                        "device_iterations micro-batches", "gradient_accumulation")
+        self.inputs = [self._host(s) for s in self.micro_batch_inputs]
+        # One loss per optimizer step ("all"), or one for the call.
+        loss = self.micro_batch_outputs[0]
+        if device_iterations > 1 and output_mode == "all":
+            loss = TensorSpec(loss.name, loss.dtype, (device_iterations,))
+        self.outputs = [loss] + list(self.micro_batch_outputs[1:])
         #: State kept on the host while the program is unloaded (name -> bytes).
         self._host_state: Dict[str, bytes] = {}
 
     # -- the step ---------------------------------------------------------------
 
+    def describe_shape_mismatch(self, spec: TensorSpec, got: Tuple[int, ...]) -> str:
+        micro = next(m for m in self.micro_batch_inputs if m.name == spec.name)
+        if self.micro_batches == 1:
+            return super().describe_shape_mismatch(spec, got)
+        mb = micro.shape[0]
+        return (f"input '{spec.name}' must have shape {list(spec.shape)}, got {list(got)}: a call takes the "
+                f"micro-batch ({mb}, from the example inputs) x gradient_accumulation ({self.gradient_accumulation})"
+                f" x device_iterations ({self.device_iterations}) = {mb * self.micro_batches} samples")
+
     def run(self, inputs: Sequence[bytes]) -> List[bytes]:
-        """One training step on the raw bytes of :attr:`inputs` (in order)."""
-        values = self.optimizer.hyperparameters(self.step + 1)
-        given = dict(zip([s.name for s in self.inputs], inputs))
-        raw = [given[n] if n in given else np.float32(values[n]).tobytes() for n in self._all_inputs]
-        outs = super().run(raw)
-        self.step += 1
-        return outs
+        """``device_iterations`` optimizer steps, each over
+        ``gradient_accumulation`` micro-batches, on the raw bytes of
+        :attr:`inputs` (in order, micro-batches along the first axis).
+        Returns the losses as ``output_mode`` says (each step's loss is the
+        mean of its micro-batches') and the last run's other outputs."""
+        k = self.micro_batches
+        names = [s.name for s in self.inputs]
+        parts = {n: [b[i * len(b) // k:(i + 1) * len(b) // k] for i in range(k)] for n, b in zip(names, inputs)}
+        g = self.gradient_accumulation
+        loss_dtype = np.dtype(self.micro_batch_outputs[0].dtype).newbyteorder("<")
+        step_losses: List[float] = []
+        acc = 0.0
+        outs: List[bytes] = []
+        runs = []
+        for i in range(k):
+            values = self.optimizer.hyperparameters(self.step + 1)
+            if g > 1:
+                values["optimizer/apply"] = 1.0 if i % g == g - 1 else 0.0
+                values["optimizer/accumulation_scale"] = 1.0 / g
+            raw = [parts[n][i] if n in parts else np.float32(values[n]).tobytes() for n in self._all_inputs]
+            outs = CompiledModel.run(self, raw)
+            if self.last_execution is not None:
+                self.last_execution.batch_size = self.report.micro_batch_size  # one micro-batch a run
+                runs.append(self.last_execution)
+            acc += float(np.frombuffer(outs[0], loss_dtype)[0])
+            if i % g == g - 1:
+                step_losses.append(acc / g)
+                acc = 0.0
+                self.step += 1
+        if len(runs) > 1:
+            self.last_execution = ExecutionReport.combined(runs)
+        if self.device_iterations > 1 and self.output_mode == "all":
+            loss = np.asarray(step_losses, loss_dtype)
+        elif self.output_mode == "sum":
+            loss = np.asarray(sum(step_losses), loss_dtype)
+        else:
+            loss = np.asarray(step_losses[-1], loss_dtype)
+        return [loss.tobytes()] + list(outs[1:])
 
     def load(self, threads: int = 0, stochastic_rounding: bool = False, seed: int = 0,
              fp_exceptions: bool = False) -> None:

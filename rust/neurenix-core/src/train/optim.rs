@@ -41,6 +41,11 @@ pub struct Optimizer {
     pub clip_norm: bool,
     /// Type of the optimizer's state (float32 or float16).
     pub state_dtype: ElemType,
+    /// Gradient accumulation: every run adds its gradients to an
+    /// accumulator; the update (with the accumulated gradients times the
+    /// streamed scale) is applied, and the accumulators cleared, only in
+    /// runs where the streamed `optimizer/apply` is 1.
+    pub accumulate: bool,
 }
 
 impl Optimizer {
@@ -75,6 +80,10 @@ impl Optimizer {
         };
         if self.clip_norm {
             h.push("optimizer/max_grad_norm");
+        }
+        if self.accumulate {
+            h.push("optimizer/apply");
+            h.push("optimizer/accumulation_scale");
         }
         h
     }
@@ -160,6 +169,38 @@ pub fn add_updates(
         let g = b.cast(g, ElemType::F32)?;
         gs.push(b.scale(g, 1.0 / opt.loss_scaling)?);
     }
+    // Gradient accumulation: the step's gradient is the accumulator plus this
+    // run's, scaled; the accumulator keeps the sum until the step applies.
+    let apply = if opt.accumulate {
+        let half = b.constant(0.5, ElemType::F32, &[]);
+        let apply = b.node("Greater", &[h("apply"), half], vec![], ElemType::Bool, &[]);
+        let zero = b.constant(0.0, ElemType::F32, &[]);
+        for (k, g) in gs.iter_mut().enumerate() {
+            let w = weights[k];
+            let shape = b.shape(w)?;
+            let acc = zeros_state(
+                &mut b,
+                &format!("{}/accumulator", info.weights[k]),
+                &shape,
+                ElemType::F32,
+                w,
+            );
+            let total = b.add(acc, *g)?;
+            let cleared = b.node(
+                "Where",
+                &[apply, zero, total],
+                vec![],
+                ElemType::F32,
+                &shape,
+            );
+            set_update(b.m, acc, cleared);
+            *g = b.mul(total, h("accumulation_scale"))?;
+        }
+        Some(apply)
+    } else {
+        None
+    };
+    let accumulators: Vec<ValueId> = b.m.graph.state.iter().map(|s| s.value).collect();
     if opt.clip_norm {
         // PyTorch's clip_grad_norm_: c = min(1, max_norm / (norm + 1e-6)).
         let mut total: Option<ValueId> = None;
@@ -262,6 +303,23 @@ pub fn add_updates(
             }
         };
         set_update(b.m, weight, new_w);
+    }
+    // With accumulation, the weights and the optimizer's state change only
+    // in runs that apply the step (the accumulators change in every run).
+    if let Some(apply) = apply {
+        let gated: Vec<(usize, ValueId, ValueId)> =
+            b.m.graph
+                .state
+                .iter()
+                .enumerate()
+                .filter(|(_, s)| !accumulators.contains(&s.value) || weights.contains(&s.value))
+                .filter_map(|(i, s)| s.update.map(|u| (i, s.value, u)))
+                .collect();
+        for (i, old, new) in gated {
+            let shape = b.shape(old)?;
+            let kept = b.node("Where", &[apply, new, old], vec![], ElemType::F32, &shape);
+            b.m.graph.state[i].update = Some(kept);
+        }
     }
     info.optimizer_state =
         b.m.graph
