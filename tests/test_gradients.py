@@ -314,3 +314,23 @@ def test_an_operator_without_a_gradient_is_named():
         device_gradients("MaxPool", [("X", x)], [1, 1, 2, 2], dict(kernel_shape=[3, 3], strides=[1, 1]))
     with pytest.raises(UnsupportedOperatorError, match=r"Sin \(node 'op'\) has no gradient"):
         device_gradients("Sin", [("X", x)], [1, 1, 4, 4], {})
+
+
+@settings(max_examples=15, deadline=None)
+@given(n=st.integers(2, 3), c=st.integers(1, 3), hw=st.integers(1, 3), seed=st.integers(0, 999))
+def test_batch_normalization_trains_with_batch_statistics(n, c, hw, seed):
+    # Any BatchNormalization of a training graph normalises with the batch's
+    # statistics: differenced against onnx's reference in training mode.
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n, c, hw, hw)).astype(np.float32)
+    s = (1 + 0.3 * rng.standard_normal(c)).astype(np.float32)
+    b = rng.standard_normal(c).astype(np.float32)
+    stats = [("arg_mean", rng.standard_normal(c).astype(np.float32)),
+             ("arg_var", (1 + np.abs(rng.standard_normal(c))).astype(np.float32))]
+    got = device_gradients("BatchNormalization", [("X", x), ("S", s), ("B", b)], [n, c, hw, hw],
+                           dict(epsilon=1e-3), extra_inits=stats)
+    want = fd_gradients("BatchNormalization", [("X", x), ("S", s), ("B", b)], [n, c, hw, hw],
+                        dict(epsilon=1e-3, training_mode=1), extra_inits=stats)
+    for name in want:
+        scale = max(1.0, float(np.max(np.abs(want[name]))))
+        np.testing.assert_allclose(got[name], want[name], atol=5e-4 * scale, rtol=5e-4, err_msg=name)

@@ -340,3 +340,34 @@ def test_device_iterations_run_several_steps_per_call_and_output_mode_picks_the_
         GraphCoreManager(output_mode="each")
     with pytest.raises(InvalidOptionError, match="gradient_accumulation"):
         GraphCoreManager(gradient_accumulation=0)
+
+
+def test_batch_normalization_updates_its_running_statistics_and_exports_them():
+    rng = np.random.default_rng(9)
+    c = 3
+    x = rng.standard_normal((4, c, 2, 2)).astype(np.float32) * 2 + 1
+    mean0 = rng.standard_normal(c).astype(np.float32)
+    var0 = (1 + np.abs(rng.standard_normal(c))).astype(np.float32)
+    inits = {"bn.scale": np.ones(c, np.float32), "bn.bias": np.zeros(c, np.float32), "bn.mean": mean0,
+             "bn.var": var0, "fc.w": rng.standard_normal((c * 4, 2)).astype(np.float32)}
+    nodes = [helper.make_node("BatchNormalization", ["x", "bn.scale", "bn.bias", "bn.mean", "bn.var"], ["n"],
+                              name="bn", momentum=0.8),
+             helper.make_node("Flatten", ["n"], ["f"]), helper.make_node("MatMul", ["f", "fc.w"], ["logits"])]
+    g = helper.make_graph(nodes, "bnnet", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, c, 2, 2])],
+                          [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [4, 2])],
+                          [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 15)])
+    y = np.array([0, 1, 1, 0])
+    with GraphCoreManager(precision="float32", ipu_model=TINY) as ipu:
+        t = ipu.compile_model(model, {"x": x, "labels": y}, loss=losses.CrossEntropy("logits"),
+                              optimizer=optim.SGD(lr=0.1))
+        assert t.buffers == ["bn.mean", "bn.var"] and "bn.mean" not in t.weights
+        ipu.execute_model(t, {"x": x, "labels": y})
+        buffers = t.get_buffers()
+        exported = {i.name: numpy_helper.to_array(i) for i in t.to_onnx().graph.initializer}
+    xd = x.astype(np.float64)
+    bm = xd.mean(axis=(0, 2, 3))
+    bv = xd.var(axis=(0, 2, 3))  # population variance, as ONNX's training mode
+    np.testing.assert_allclose(buffers["bn.mean"], 0.8 * mean0 + 0.2 * bm, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(buffers["bn.var"], 0.8 * var0 + 0.2 * bv, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(exported["bn.var"], buffers["bn.var"])

@@ -214,6 +214,7 @@ class TrainingInfo:
     hyperparameters: List[str]
     loss: str
     label_input: Optional[str]
+    buffers: List[str]  # running statistics of BatchNormalization, updated by every step
     state: List[StateSpec]
     def __new__(
         cls,
@@ -222,6 +223,7 @@ class TrainingInfo:
         hyperparameters: List[str],
         loss: str,
         label_input: Optional[str],
+        buffers: List[str],
         state: List[StateSpec],
     ) -> "TrainingInfo": ...
 

@@ -58,7 +58,7 @@ record! {
     /// What compiling a training step added (`neurenix_core::train::TrainingInfo`).
     "TrainingInfo" TrainingInfo {
         weights: Vec<String>, optimizer_state: Vec<String>, hyperparameters: Vec<String>, loss: String,
-        label_input: Option<String>, state: Vec<StateSpec>,
+        label_input: Option<String>, buffers: Vec<String>, state: Vec<StateSpec>,
     }
 }
 
@@ -70,6 +70,7 @@ impl From<neurenix_core::train::TrainingInfo> for TrainingInfo {
             hyperparameters: t.hyperparameters,
             loss: t.loss,
             label_input: t.label_input,
+            buffers: t.buffers,
             state: t
                 .state
                 .into_iter()

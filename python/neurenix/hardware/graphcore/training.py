@@ -41,6 +41,9 @@ class TrainingModel(CompiledModel):
         self._proto = proto
         self.optimizer = optimizer
         self.weights: List[str] = list(info.weights)
+        #: State updated by every step but not trained: BatchNormalization's
+        #: running statistics.
+        self.buffers: List[str] = list(info.buffers)
         self.loss_name: str = info.loss
         self.step = 0
         self._state = {s.name: s for s in info.state}
@@ -145,7 +148,7 @@ class TrainingModel(CompiledModel):
             data = bytes(self._executable.read_state(name))
         elif name in self._host_state:
             data = self._host_state[name]
-        elif name in self.weights:
+        elif name in self.weights or name in self.buffers:
             return self._initial(name).reshape(spec.shape)
         else:
             return np.zeros(spec.shape, dtype)
@@ -155,6 +158,10 @@ class TrainingModel(CompiledModel):
         """The trained weights (float32 master copies), read from the device
         when loaded: ``{initializer name: array}``."""
         return {n: self._read(n) for n in self.weights}
+
+    def get_buffers(self) -> Dict[str, np.ndarray]:
+        """BatchNormalization's running statistics as the steps left them."""
+        return {n: self._read(n) for n in self.buffers}
 
     def get_optimizer_state(self) -> Dict[str, np.ndarray]:
         """The optimizer's state tensors (momenta, moments) by name."""
@@ -239,13 +246,14 @@ class TrainingModel(CompiledModel):
 
     def to_onnx(self) -> Any:
         """The model as an inference ONNX model carrying the trained weights
-        (in each initializer's original type)."""
+        and the running statistics (in each initializer's original type)."""
         import onnx
         from onnx import numpy_helper
 
         out = onnx.ModelProto()
         out.CopyFrom(self._proto)
         current = self.get_weights()
+        current.update(self.get_buffers())
         for i, init in enumerate(out.graph.initializer):
             if init.name in current:
                 dtype = numpy_helper.to_array(init).dtype

@@ -15,6 +15,7 @@
 //! describes the API and the arithmetic.
 
 pub mod autodiff;
+mod batch_norm;
 pub mod build;
 mod conv_grad;
 pub mod optim;
@@ -69,6 +70,9 @@ pub struct TrainingInfo {
     pub loss: String,
     /// The label input a built-in loss added, if any.
     pub label_input: Option<String>,
+    /// State that is not trained but updated by every step: the running
+    /// statistics of BatchNormalization in training mode.
+    pub buffers: Vec<String>,
     /// Every state tensor (weights first): name, shape and device type.
     pub state: Vec<(String, Vec<usize>, crate::dtype::DeviceType)>,
 }
@@ -103,10 +107,20 @@ pub fn prepare_training(
             }
         }
         None => {
+            // BatchNormalization's running statistics are not trained (they
+            // are updated from the batches: batch_norm.rs).
+            let running: Vec<ValueId> = g
+                .nodes
+                .iter()
+                .filter(|n| n.op_type == "BatchNormalization")
+                .flat_map(|n| [n.input(3), n.input(4)])
+                .flatten()
+                .collect();
             for v in 0..g.values.len() {
                 if g.constant(v)
                     .is_some_and(|c| c.dtype.is_float() && c.numel() > 0)
                     && g.nodes.iter().any(|n| n.inputs.contains(&Some(v)))
+                    && !running.contains(&v)
                 {
                     names.push(g.value(v).name.clone());
                 }
@@ -209,6 +223,14 @@ pub fn add_training(
     info: &mut TrainingInfo,
 ) -> Result<()> {
     let loss = builtin_loss(m, opts)?;
+    let buffers = batch_norm::to_training_mode(m)?;
+    if !buffers.is_empty() {
+        m.graph.toposort()?;
+    }
+    info.buffers = buffers
+        .iter()
+        .map(|&v| m.graph.value(v).name.clone())
+        .collect();
     let loss = match loss {
         Some(v) => v,
         None => m

@@ -325,7 +325,7 @@ pub fn add_updates(
         b.m.graph
             .state
             .iter()
-            .filter(|s| !weights.contains(&s.value))
+            .filter(|s| !weights.contains(&s.value) && s.layout_like.is_some())
             .map(|s| b.m.graph.value(s.value).name.clone())
             .collect();
     Ok(())
