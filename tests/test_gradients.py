@@ -334,3 +334,12 @@ def test_batch_normalization_trains_with_batch_statistics(n, c, hw, seed):
     for name in want:
         scale = max(1.0, float(np.max(np.abs(want[name]))))
         np.testing.assert_allclose(got[name], want[name], atol=5e-4 * scale, rtol=5e-4, err_msg=name)
+
+
+@settings(max_examples=10, deadline=None)
+@given(shape=st.lists(st.integers(1, 3), min_size=1, max_size=3), seed=st.integers(0, 999))
+def test_squeeze_unsqueeze(shape, seed):
+    x = np.random.default_rng(seed).standard_normal(shape)
+    check("Unsqueeze", [("X", x)], [1] + list(shape), extra_inits=[("arg_axes", np.array([0], np.int64))])
+    x1 = x.reshape([1] + list(shape))
+    check("Squeeze", [("X", x1)], list(shape), extra_inits=[("arg_axes", np.array([0], np.int64))])

@@ -371,3 +371,52 @@ def test_batch_normalization_updates_its_running_statistics_and_exports_them():
     np.testing.assert_allclose(buffers["bn.mean"], 0.8 * mean0 + 0.2 * bm, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(buffers["bn.var"], 0.8 * var0 + 0.2 * bv, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(exported["bn.var"], buffers["bn.var"])
+
+
+def test_float16_optimizer_state_and_mixed_precision_still_follow_the_reference_closely():
+    # Half-precision forward/backward and float16 momenta: the weights stay near
+    # the float64 reference (within half-precision error), and the state is float16.
+    params = initial_params()
+    opt = optim.SGD(lr=0.05, momentum=0.9, accum_type="float16", loss_scaling=64.0)
+    ref = Reference(optim.SGD(lr=0.05, momentum=0.9), params)
+    with GraphCoreManager(precision="mixed", ipu_model=TINY) as ipu:
+        x0, y0 = batch(0)
+        t = ipu.compile_model(mlp_model(params), {"x": x0, "labels": y0}, loss=losses.CrossEntropy("logits"),
+                              optimizer=opt)
+        assert {s.device_type for s in t._info.state if s.name.endswith("/momentum")} == {"float16"}
+        for s in range(10):
+            x, y = batch(s)
+            (loss,) = ipu.execute_model(t, {"x": x, "labels": y})
+            want = ref.step(x, y)
+            assert abs(float(loss) - want) < 2e-2 * max(1.0, abs(want)), (s, float(loss), want)
+        got = t.get_weights()
+    for k, w in ref.p.items():
+        np.testing.assert_allclose(got[k], w, rtol=2e-2, atol=5e-3, err_msg=k)
+
+
+def test_a_training_step_that_does_not_fit_names_the_roles_and_what_would_help():
+    from neurenix.hardware.graphcore.errors import IPUOutOfMemoryError
+
+    rng = np.random.default_rng(2)
+    params = {"W1": rng.standard_normal((64, 256)).astype(np.float32), "b1": np.zeros(256, np.float32),
+              "W2": rng.standard_normal((3, 256)).astype(np.float32), "b2": np.zeros(3, np.float32)}
+    nodes = [helper.make_node("Gemm", ["x", "W1", "b1"], ["h1"]), helper.make_node("Tanh", ["h1"], ["h"]),
+             helper.make_node("Gemm", ["h", "W2", "b2"], ["logits"], transB=1)]
+    g = helper.make_graph(nodes, "big", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [32, 64])],
+                          [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [32, 3])],
+                          [numpy_helper.from_array(v, k) for k, v in params.items()])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    x = rng.standard_normal((32, 64)).astype(np.float32)
+    y = rng.integers(0, 3, 32)
+    small = IPUModel(num_ipus=1, tiles_per_ipu=4, bytes_per_tile=48 * 1024)
+    with GraphCoreManager(precision="float32", ipu_model=small) as ipu:
+        with pytest.raises(IPUOutOfMemoryError) as err:
+            ipu.compile_model(model, {"x": x, "labels": y}, loss=losses.CrossEntropy("logits"),
+                              optimizer=optim.Adam(lr=0.01))
+        msg = str(err.value)
+        assert "Training: on the overflowing tiles" in msg and "gradient_accumulation" in msg, msg
+        assert "weights" in msg and err.value.tiles
+        # The manager stays usable.
+        t = ipu.compile_model(mlp_model(initial_params()), {"x": batch(0)[0], "labels": batch(0)[1]},
+                              loss=losses.CrossEntropy("logits"), optimizer=optim.SGD(lr=0.1))
+        ipu.execute_model(t, {"x": batch(0)[0], "labels": batch(0)[1]})

@@ -402,7 +402,8 @@ class GraphCoreManager:
                           trainable: Optional[List[str]], frozen: Optional[List[str]],
                           gradient_outputs: Optional[List[str]]) -> CompiledModel:
         from . import losses, optim
-        from .training import TrainingModel, training_specs
+        from .errors import IPUOutOfMemoryError
+        from .training import TrainingModel, out_of_memory_advice, training_specs
 
         if loss is None:
             raise InvalidOptionError("training needs a loss: the name of a scalar output or a built-in loss", "loss")
@@ -433,24 +434,33 @@ class GraphCoreManager:
             native_model = onnx_import.to_native(proto)
             progress("import", 1, 1)
             specs = training_specs(self, native_model, example_inputs, label)
-            exe, info = _native().compile_training(
-                native_model,
-                specs,
-                self._system,
-                self.precision,
-                self.memory_proportion,
-                self.enable_half_partials,
-                native_loss,
-                optimizer.kind,
-                trainable=None if trainable is None else list(trainable),
-                frozen=list(frozen or []),
-                loss_scaling=optimizer.loss_scaling,
-                clip_norm=optimizer.max_grad_norm is not None,
-                state_dtype=optimizer.accum_type,
-                gradient_outputs=list(gradient_outputs or []),
-                fp8_format=self.fp8_format,
-                accumulate=self.gradient_accumulation > 1,
-            )
+            try:
+                exe, info = _native().compile_training(
+                    native_model,
+                    specs,
+                    self._system,
+                    self.precision,
+                    self.memory_proportion,
+                    self.enable_half_partials,
+                    native_loss,
+                    optimizer.kind,
+                    trainable=None if trainable is None else list(trainable),
+                    frozen=list(frozen or []),
+                    loss_scaling=optimizer.loss_scaling,
+                    clip_norm=optimizer.max_grad_norm is not None,
+                    state_dtype=optimizer.accum_type,
+                    gradient_outputs=list(gradient_outputs or []),
+                    fp8_format=self.fp8_format,
+                    accumulate=self.gradient_accumulation > 1,
+                )
+            except IPUOutOfMemoryError as e:
+                trained = list(trainable) if trainable is not None else [
+                    i.name for i in proto.graph.initializer if i.name not in set(frozen or [])]
+                advice = out_of_memory_advice(e, trained, optimizer, self.gradient_accumulation)
+                if advice:
+                    raise type(e)(f"{e}\n{advice}", tiles=[t._asdict() for t in e.tiles],
+                                  tensor=tuple(e.tensor) if e.tensor else None) from None
+                raise
         compiled = TrainingModel(exe, info, proto.graph.name or "model", proto, optimizer,
                                  gradient_accumulation=self.gradient_accumulation,
                                  device_iterations=self.device_iterations, output_mode=self.output_mode)

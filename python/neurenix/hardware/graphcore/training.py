@@ -267,6 +267,47 @@ class TrainingModel(CompiledModel):
                 f"{self.optimizer!r}, step {self.step}>")
 
 
+_STATE_SUFFIXES = ("/momentum", "/exp_avg", "/exp_avg_sq", "/accumulator")
+
+
+def role_of(name: str, trained: Sequence[str]) -> str:
+    """The training role of a tensor named ``name`` in tile memory (as
+    :meth:`TrainingModel.memory_by_role` names them), from names alone."""
+    if name in trained:
+        return "weights"
+    if name.endswith(_STATE_SUFFIXES) and name.rsplit("/", 1)[0] in trained:
+        return "optimizer state"
+    if name.startswith("grad/") or name.startswith("loss/"):
+        return "gradients"
+    if name.startswith("optimizer/"):
+        return "optimizer update"
+    if name.startswith("("):
+        return "code"
+    return "activations"
+
+
+def out_of_memory_advice(e: Any, trained: Sequence[str], optimizer: Optimizer, gradient_accumulation: int) -> str:
+    """What fills the overflowing tiles of a training step, by role, and what
+    would help."""
+    roles: Dict[str, int] = {}
+    for t in e.tiles:
+        for name, n in t.largest:
+            r = role_of(name, trained)
+            roles[r] = roles.get(r, 0) + int(n)
+    if not roles:
+        return ""
+    parts = ", ".join(f"{r} {n:,} B" for r, n in sorted(roles.items(), key=lambda kv: -kv[1]))
+    advice = [f"Training: on the overflowing tiles, the largest tensors are {parts}."]
+    if roles.get("activations", 0) or roles.get("gradients", 0):
+        advice.append(f"A smaller micro-batch with gradient_accumulation (now {gradient_accumulation}) keeps fewer "
+                      "activations and gradients live for the same batch.")
+    if roles.get("optimizer state", 0) and optimizer.accum_type == "float32":
+        advice.append("accum_type='float16' halves the optimizer state.")
+    advice.append("frozen=[...] takes weights out of training; precision='float16' or 'mixed' halves activations; "
+                  "more IPUs per model are not supported for training yet.")
+    return " ".join(advice)
+
+
 def training_specs(manager: Any, native_model: Any, example_inputs: Any, label_input: Optional[str]) -> List[Any]:
     """The input specs of a training compile: the model's (from the example
     inputs) and a built-in loss's labels."""

@@ -80,7 +80,7 @@ impl<'a> Builder<'a> {
         if self.master {
             a.insert(MASTER_ATTR.to_string(), Attr::Int(1));
         }
-        let name = format!("{}{}", self.prefix, self.m.graph.value(out).name);
+        let name = self.m.graph.value(out).name.clone();
         self.m.graph.nodes.push(Node {
             name,
             op_type: op.to_string(),
