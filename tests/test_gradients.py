@@ -343,3 +343,10 @@ def test_squeeze_unsqueeze(shape, seed):
     check("Unsqueeze", [("X", x)], [1] + list(shape), extra_inits=[("arg_axes", np.array([0], np.int64))])
     x1 = x.reshape([1] + list(shape))
     check("Squeeze", [("X", x1)], list(shape), extra_inits=[("arg_axes", np.array([0], np.int64))])
+
+
+def test_pow_by_zero_and_a_1d_convolution():
+    check("Pow", [("X", np.array([0.0, 1.5, -2.0]))], [3], extra_inits=[("arg_exp", np.array(0.0, np.float32))])
+    x = np.random.default_rng(1).standard_normal((1, 1, 5))
+    with pytest.raises(UnsupportedOperatorError, match="only 2-D convolutions"):
+        device_gradients("Conv", [("X", x), ("W", np.ones((1, 1, 3)))], [1, 1, 3], dict(kernel_shape=[3]))

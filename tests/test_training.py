@@ -420,3 +420,74 @@ def test_a_training_step_that_does_not_fit_names_the_roles_and_what_would_help()
         t = ipu.compile_model(mlp_model(initial_params()), {"x": batch(0)[0], "labels": batch(0)[1]},
                               loss=losses.CrossEntropy("logits"), optimizer=optim.SGD(lr=0.1))
         ipu.execute_model(t, {"x": batch(0)[0], "labels": batch(0)[1]})
+
+
+def test_float16_weights_train_as_float32_masters_and_export_as_float16():
+    params = {k: v.astype(np.float16) for k, v in initial_params().items()}
+    nodes = [helper.make_node("Gemm", ["x", "W1", "b1"], ["h1"]), helper.make_node("Tanh", ["h1"], ["h"]),
+             helper.make_node("Gemm", ["h", "W2", "b2"], ["logits"], transB=1)]
+    g = helper.make_graph(nodes, "mlp16", [helper.make_tensor_value_info("x", TensorProto.FLOAT16, [N, D])],
+                          [helper.make_tensor_value_info("logits", TensorProto.FLOAT16, [N, C])],
+                          [numpy_helper.from_array(v, k) for k, v in params.items()])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    x, y = batch(0)
+    with GraphCoreManager(precision="float16", ipu_model=TINY) as ipu:
+        t = ipu.compile_model(model, {"x": x.astype(np.float16), "labels": y}, loss=losses.CrossEntropy("logits"),
+                              optimizer=optim.SGD(lr=0.1))
+        losses_seen = [float(ipu.execute_model(t, {"x": x.astype(np.float16), "labels": y})[0]) for _ in range(5)]
+        assert t.get_weights()["W1"].dtype == np.float32
+        exported = {i.name: numpy_helper.to_array(i) for i in t.to_onnx().graph.initializer}
+    assert losses_seen[-1] < losses_seen[0]
+    assert exported["W1"].dtype == np.float16
+
+
+def test_loading_again_and_a_failed_call_lose_nothing():
+    params = initial_params()
+    x, y = batch(0)
+    with GraphCoreManager(precision="float32", ipu_model=TINY) as ipu:
+        t = ipu.compile_model(mlp_model(params), {"x": x, "labels": y}, loss=losses.CrossEntropy("logits"),
+                              optimizer=optim.SGD(lr=0.1, momentum=0.9))
+        ipu.execute_model(t, {"x": x, "labels": y})
+        w, m = t.get_weights(), t.get_optimizer_state()
+        t.load()  # a fresh load keeps the weights and the momenta
+        for k in w:
+            np.testing.assert_array_equal(t.get_weights()[k], w[k])
+        for k in m:
+            np.testing.assert_array_equal(t.get_optimizer_state()[k], m[k])
+    # A call that fails half-way through an accumulated step leaves no partial gradients.
+    with GraphCoreManager(precision="float16", ipu_model=TINY, gradient_accumulation=2, fp_exceptions=True) as ipu:
+        x0, y0 = batch(0)
+        t = ipu.compile_model(mlp_model_batch(params, N // 2), {"x": x0[:N // 2], "labels": y0[:N // 2]},
+                              loss=losses.CrossEntropy("logits"), optimizer=optim.SGD(lr=0.1))
+        bad = x0.copy()
+        bad[-1, 0] = 1e6  # overflows half on its way in: the second micro-batch fails
+        from neurenix.hardware.graphcore.errors import IPUFloatingPointError
+
+        with pytest.raises(IPUFloatingPointError):
+            ipu.execute_model(t, {"x": bad, "labels": y0})
+        assert t.step == 0
+        acc = {n: v for n, v in t.get_optimizer_state().items() if n.endswith("/accumulator")}
+        assert acc and all(not np.any(v) for v in acc.values())
+
+
+def test_a_frozen_convolution_with_batch_normalization_still_normalises_with_the_batch():
+    rng = np.random.default_rng(3)
+    inits = {"Wc": rng.standard_normal((2, 1, 1, 1)).astype(np.float32), "sc": np.ones(2, np.float32),
+             "bi": np.zeros(2, np.float32), "mu": np.full(2, 5.0, np.float32), "va": np.full(2, 9.0, np.float32),
+             "fc": rng.standard_normal((8, 2)).astype(np.float32)}
+    nodes = [helper.make_node("Conv", ["x", "Wc"], ["c"]),
+             helper.make_node("BatchNormalization", ["c", "sc", "bi", "mu", "va"], ["n"], name="bn"),
+             helper.make_node("Flatten", ["n"], ["f"]), helper.make_node("MatMul", ["f", "fc"], ["logits"])]
+    g = helper.make_graph(nodes, "cbn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 1, 2, 2])],
+                          [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [4, 2])],
+                          [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 15)])
+    x = rng.standard_normal((4, 1, 2, 2)).astype(np.float32)
+    y = np.array([0, 1, 0, 1])
+    with GraphCoreManager(precision="float32", ipu_model=TINY) as ipu:
+        t = ipu.compile_model(model, {"x": x, "labels": y}, loss=losses.CrossEntropy("logits"),
+                              optimizer=optim.SGD(lr=0.1), frozen=["Wc", "sc", "bi"])
+        assert t.buffers == ["mu", "va"]
+        ipu.execute_model(t, {"x": x, "labels": y})
+        c = np.einsum("nchw,oc->nohw", x.astype(np.float64), inits["Wc"][:, :, 0, 0])
+        np.testing.assert_allclose(t.get_buffers()["mu"], 0.9 * 5.0 + 0.1 * c.mean(axis=(0, 2, 3)), rtol=1e-5)

@@ -89,10 +89,35 @@ class TrainingModel(CompiledModel):
         g = self.gradient_accumulation
         loss_dtype = np.dtype(self.micro_batch_outputs[0].dtype).newbyteorder("<")
         step_losses: List[float] = []
+        runs: List[ExecutionReport] = []
+        try:
+            outs = self._micro_batches(parts, loss_dtype, step_losses, runs)
+        except Exception:
+            # A failed run leaves a partial step: clear its accumulated
+            # gradients so that the next step starts clean.
+            if g > 1 and self.loaded:
+                for n, spec in self._state.items():
+                    if n.endswith("/accumulator"):
+                        self._executable.write_state(n, bytes(4 * int(np.prod(spec.shape))))
+            raise
+        if len(runs) > 1:
+            self.last_execution = ExecutionReport.combined(runs)
+        if self.device_iterations > 1 and self.output_mode == "all":
+            loss = np.asarray(step_losses, loss_dtype)
+        elif self.output_mode == "sum":
+            loss = np.asarray(sum(step_losses), loss_dtype)
+        else:
+            loss = np.asarray(step_losses[-1], loss_dtype)
+        return [loss.tobytes()] + list(outs[1:])
+
+    def _micro_batches(self, parts: Dict[str, List[bytes]], loss_dtype: Any, step_losses: List[float],
+                       runs: List[ExecutionReport]) -> List[bytes]:
+        """Runs every micro-batch of a call in turn; appends each step's mean
+        loss and each run's report; returns the last run's outputs."""
+        g = self.gradient_accumulation
         acc = 0.0
         outs: List[bytes] = []
-        runs = []
-        for i in range(k):
+        for i in range(self.micro_batches):
             values = self.optimizer.hyperparameters(self.step + 1)
             if g > 1:
                 values["optimizer/apply"] = 1.0 if i % g == g - 1 else 0.0
@@ -107,18 +132,13 @@ class TrainingModel(CompiledModel):
                 step_losses.append(acc / g)
                 acc = 0.0
                 self.step += 1
-        if len(runs) > 1:
-            self.last_execution = ExecutionReport.combined(runs)
-        if self.device_iterations > 1 and self.output_mode == "all":
-            loss = np.asarray(step_losses, loss_dtype)
-        elif self.output_mode == "sum":
-            loss = np.asarray(sum(step_losses), loss_dtype)
-        else:
-            loss = np.asarray(step_losses[-1], loss_dtype)
-        return [loss.tobytes()] + list(outs[1:])
+        return outs
 
     def load(self, threads: int = 0, stochastic_rounding: bool = False, seed: int = 0,
              fp_exceptions: bool = False) -> None:
+        # Loading again starts from fresh device memory: keep the state.
+        if self.loaded:
+            self._host_state = {n: bytes(self._executable.read_state(n)) for n in self._state}
         super().load(threads, stochastic_rounding, seed, fp_exceptions)
         for name, data in self._host_state.items():
             self._executable.write_state(name, data)

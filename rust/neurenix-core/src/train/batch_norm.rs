@@ -6,17 +6,16 @@
 //! `running = running * momentum + batch * (1 - momentum)`, with the
 //! population variance of the batch.
 
-use std::sync::Arc;
-
 use crate::dtype::ElemType;
 use crate::error::{Error, Result};
-use crate::ir::{Model, State, ValueId};
+use crate::ir::{Model, ValueId};
 
 use super::build::Builder;
 
-/// Rewrites the BatchNormalization nodes of `m` (after the passes); returns
-/// the running statistics turned into state.
-pub fn to_training_mode(m: &mut Model) -> Result<Vec<ValueId>> {
+/// Rewrites the BatchNormalization nodes of `m` (after the passes; their
+/// running statistics were made state by `prepare_training`, `weights` are
+/// the trained values); returns the running statistics, now updated.
+pub fn to_training_mode(m: &mut Model, weights: &[ValueId]) -> Result<Vec<ValueId>> {
     let bn: Vec<usize> = (0..m.graph.nodes.len())
         .filter(|&i| m.graph.nodes[i].op_type == "BatchNormalization")
         .collect();
@@ -72,44 +71,24 @@ pub fn to_training_mode(m: &mut Model) -> Result<Vec<ValueId>> {
         // Running statistics: state updated with every step (float32).
         b.master = true;
         for (stat, batch_stat) in [(mean, bmean), (var, bvar)] {
-            let init = match b.m.graph.value(stat).constant.clone() {
-                Some(c) => c,
-                None => {
-                    if b.m.graph.is_state(stat) {
-                        return Err(Error::InvalidArgument(format!(
-                            "BatchNormalization '{}': its running statistics cannot be trained; leave them \
-                             out with frozen=[...]",
-                            node.name
-                        )));
-                    }
-                    return Err(Error::InvalidArgument(format!(
-                        "BatchNormalization '{}': its running statistics must be initializers to train it",
-                        node.name
-                    )));
-                }
+            // prepare_training made the statistics state (without update).
+            let Some(k) =
+                b.m.graph
+                    .state
+                    .iter()
+                    .position(|s| s.value == stat && !weights.contains(&stat))
+            else {
+                return Err(Error::InvalidArgument(format!(
+                    "BatchNormalization '{}': its running statistics must be initializers, and not trained",
+                    node.name
+                )));
             };
             let flat = b.reshape(batch_stat, &[c])?;
             let flat = b.cast(flat, ElemType::F32)?;
             let kept = b.scale(stat, momentum)?;
             let fresh = b.scale(flat, 1.0 - momentum)?;
             let update = b.add(kept, fresh)?;
-            let v = b.m.graph.value_mut(stat);
-            v.constant = None;
-            v.dtype = Some(ElemType::F32);
-            let init = if init.dtype == ElemType::F32 {
-                init
-            } else {
-                Arc::new(crate::tensor::HostTensor::float(
-                    ElemType::F32,
-                    init.as_float(),
-                ))
-            };
-            b.m.graph.state.push(State {
-                value: stat,
-                init,
-                update: Some(update),
-                layout_like: None,
-            });
+            b.m.graph.state[k].update = Some(update);
             buffers.push(stat);
         }
     }

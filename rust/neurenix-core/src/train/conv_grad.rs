@@ -67,6 +67,16 @@ pub fn conv(
     let x = node.input(0).expect("Conv has an input");
     let w = node.input(1).expect("Conv has weights");
     let ws = b.shape(w)?;
+    if ws.len() != 4 {
+        return Err(no_gradient(node, b.opset(), "only 2-D convolutions (NCHW)"));
+    }
+    if b.opset() < 10 && want(0) {
+        return Err(no_gradient(
+            node,
+            b.opset(),
+            "by the input before opset 10 (no Slice with steps)",
+        ));
+    }
     let win = window(b, node, x, Some([ws[2], ws[3]]))?;
     let xs = b.shape(x)?;
     let ys = b.shape(dy)?;

@@ -108,19 +108,23 @@ pub fn prepare_training(
         }
         None => {
             // BatchNormalization's running statistics are not trained (they
-            // are updated from the batches: batch_norm.rs).
-            let running: Vec<ValueId> = g
+            // are updated from the batches: batch_norm.rs), nor are Pow's
+            // exponents (no gradient by the exponent).
+            let untrained: Vec<ValueId> = g
                 .nodes
                 .iter()
-                .filter(|n| n.op_type == "BatchNormalization")
-                .flat_map(|n| [n.input(3), n.input(4)])
+                .flat_map(|n| match n.op_type.as_str() {
+                    "BatchNormalization" => vec![n.input(3), n.input(4)],
+                    "Pow" => vec![n.input(1)],
+                    _ => vec![],
+                })
                 .flatten()
                 .collect();
             for v in 0..g.values.len() {
                 if g.constant(v)
                     .is_some_and(|c| c.dtype.is_float() && c.numel() > 0)
                     && g.nodes.iter().any(|n| n.inputs.contains(&Some(v)))
-                    && !running.contains(&v)
+                    && !untrained.contains(&v)
                 {
                     names.push(g.value(v).name.clone());
                 }
@@ -141,13 +145,82 @@ pub fn prepare_training(
         ));
     }
     let mut weights = Vec::new();
+    let mut casts = Vec::new();
     for n in &names {
         let v = g.find(n).expect("checked above");
         let init = g.values[v].constant.take().expect("an initializer");
+        let stored = init.dtype;
         let init = if init.dtype == ElemType::F32 {
             init
         } else {
-            // Master weights are float32 whatever the model stores.
+            // Master weights are float32 whatever the model stores; the
+            // model's nodes read them cast back to its type.
+            Arc::new(crate::tensor::HostTensor::float(
+                ElemType::F32,
+                init.as_float(),
+            ))
+        };
+        let shape: Vec<Dim> = init.shape().iter().map(|&d| Dim::Fixed(d)).collect();
+        let val = g.value_mut(v);
+        val.dtype = Some(ElemType::F32);
+        val.shape = Some(shape.clone());
+        if stored != ElemType::F32 {
+            let c = g.fresh_value(&format!("{n}/as_{}", stored.name()));
+            let cv = g.value_mut(c);
+            cv.dtype = Some(stored);
+            cv.shape = Some(shape);
+            for node in &mut g.nodes {
+                for i in node.inputs.iter_mut() {
+                    if *i == Some(v) {
+                        *i = Some(c);
+                    }
+                }
+            }
+            casts.push(crate::ir::Node {
+                name: format!("{n}/as_{}", stored.name()),
+                op_type: "Cast".into(),
+                domain: String::new(),
+                inputs: vec![Some(v)],
+                outputs: vec![c],
+                attrs: [(
+                    "to".to_string(),
+                    crate::ir::Attr::Int(stored.onnx_code() as i64),
+                )]
+                .into_iter()
+                .collect(),
+            });
+        }
+        g.state.push(State {
+            value: v,
+            init,
+            update: None,
+            layout_like: None,
+        });
+        weights.push(v);
+    }
+    // The casts first: everything reads them.
+    casts.append(&mut g.nodes);
+    g.nodes = casts;
+    // BatchNormalization's running statistics become state before the passes
+    // (so that no pass folds the layer away as inference would), updated by
+    // every step (batch_norm.rs).
+    let running: Vec<ValueId> = g
+        .nodes
+        .iter()
+        .filter(|n| n.op_type == "BatchNormalization")
+        .flat_map(|n| [n.input(3), n.input(4)])
+        .flatten()
+        .collect();
+    for v in running {
+        if g.is_state(v) {
+            continue; // named in trainable: batch_norm.rs refuses it
+        }
+        let Some(init) = g.values[v].constant.take() else {
+            continue; // computed statistics: batch_norm.rs refuses them
+        };
+        let init = if init.dtype == ElemType::F32 {
+            init
+        } else {
             Arc::new(crate::tensor::HostTensor::float(
                 ElemType::F32,
                 init.as_float(),
@@ -162,7 +235,6 @@ pub fn prepare_training(
             update: None,
             layout_like: None,
         });
-        weights.push(v);
     }
     info.weights = names;
     // The loss.
@@ -223,7 +295,7 @@ pub fn add_training(
     info: &mut TrainingInfo,
 ) -> Result<()> {
     let loss = builtin_loss(m, opts)?;
-    let buffers = batch_norm::to_training_mode(m)?;
+    let buffers = batch_norm::to_training_mode(m, weights)?;
     if !buffers.is_empty() {
         m.graph.toposort()?;
     }

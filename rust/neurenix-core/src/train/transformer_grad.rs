@@ -199,7 +199,12 @@ pub fn pow(
         }
     };
     let t = b.dtype(x)?;
-    let d = if c == 2.0 {
+    let d = if c == 0.0 {
+        // x^0 = 1 everywhere (0^0 included): no gradient.
+        let z = b.constant(0.0, t, &[]);
+        let g = b.mul(dy, z)?;
+        return Ok(vec![Some(b.sum_to(g, &b.shape(x)?)?), None]);
+    } else if c == 2.0 {
         b.scale(x, 2.0)?
     } else if c == 1.0 {
         b.constant(1.0, t, &[])
