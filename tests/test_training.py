@@ -78,8 +78,9 @@ class Reference:
         self.state = {}
         self.t = 0
 
-    def step(self, x, y):
-        loss, g = reference_grads(self.p, x.astype(np.float64), y)
+    def step(self, x, y, grads=None):
+        """One step; `grads(params, x, y)` gives (loss, gradients): the MLP's by default."""
+        loss, g = (grads or reference_grads)(self.p, x.astype(np.float64), y)
         self.t += 1
         o = self.opt
         if o.max_grad_norm is not None:
@@ -491,3 +492,81 @@ def test_a_frozen_convolution_with_batch_normalization_still_normalises_with_the
         ipu.execute_model(t, {"x": x, "labels": y})
         c = np.einsum("nchw,oc->nohw", x.astype(np.float64), inits["Wc"][:, :, 0, 0])
         np.testing.assert_allclose(t.get_buffers()["mu"], 0.9 * 5.0 + 0.1 * c.mean(axis=(0, 2, 3)), rtol=1e-5)
+
+
+# -- a small CNN against a numpy implementation --------------------------------
+
+CN, CH, CW = 4, 6, 6  # batch, height, width
+
+
+def cnn_params(seed=0):
+    rng = np.random.default_rng(seed)
+    return {"k1": (rng.standard_normal((3, 2, 3, 3)) * 0.4).astype(np.float32),
+            "kb1": (rng.standard_normal(3) * 0.1).astype(np.float32),
+            "fw": (rng.standard_normal((3 * 3 * 3, 4)) * 0.3).astype(np.float32),
+            "fb": np.zeros(4, np.float32)}
+
+
+def cnn_model(p):
+    nodes = [helper.make_node("Conv", ["x", "k1", "kb1"], ["c"], pads=[1, 1, 1, 1], name="conv"),
+             helper.make_node("Relu", ["c"], ["r"]),
+             helper.make_node("MaxPool", ["r"], ["m"], kernel_shape=[2, 2], strides=[2, 2]),
+             helper.make_node("Flatten", ["m"], ["f"]),
+             helper.make_node("Gemm", ["f", "fw", "fb"], ["logits"])]
+    g = helper.make_graph(nodes, "cnn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [CN, 2, CH, CW])],
+                          [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [CN, 4])],
+                          [numpy_helper.from_array(v, k) for k, v in p.items()])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def cnn_batch(step):
+    rng = np.random.default_rng(500 + step)
+    return rng.standard_normal((CN, 2, CH, CW)).astype(np.float32), rng.integers(0, 4, CN).astype(np.int64)
+
+
+def cnn_reference_grads(p, x, y):
+    """Forward and backward of the CNN above, written out in float64."""
+    n, cin, h, w = x.shape
+    k = p["k1"]
+    xp = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
+    cols = np.stack([xp[:, :, i:i + h, j:j + w] for i in range(3) for j in range(3)], axis=2)  # n,cin,9,h,w
+    c = np.einsum("nckhw,ock->nohw", cols, k.reshape(3, cin, 9)) + p["kb1"][None, :, None, None]
+    r = np.maximum(c, 0)
+    rb = r.reshape(n, 3, h // 2, 2, w // 2, 2)
+    m = rb.max(axis=(3, 5))
+    f = m.reshape(n, -1)
+    z = f @ p["fw"] + p["fb"]
+    z = z - z.max(1, keepdims=True)
+    e = np.exp(z)
+    prob = e / e.sum(1, keepdims=True)
+    loss = -np.mean(np.log(prob[np.arange(n), y]))
+    dz = prob.copy()
+    dz[np.arange(n), y] -= 1
+    dz /= n
+    g = {"fw": f.T @ dz, "fb": dz.sum(0)}
+    dm = (dz @ p["fw"].T).reshape(m.shape)
+    mask = rb == m[:, :, :, None, :, None]
+    dr = (mask * dm[:, :, :, None, :, None]).reshape(r.shape)
+    dc = dr * (c > 0)
+    g["kb1"] = dc.sum(axis=(0, 2, 3))
+    g["k1"] = np.einsum("nohw,nckhw->ock", dc, cols).reshape(k.shape)
+    return loss, g
+
+
+@pytest.mark.parametrize("opt", [optim.SGD(lr=0.05, momentum=0.9), optim.AdamW(lr=0.01)], ids=repr)
+def test_a_small_cnn_trains_like_an_independent_implementation(opt):
+    params = cnn_params()
+    ref = Reference(opt, params)
+    with GraphCoreManager(precision="float32", ipu_model=TINY) as ipu:
+        x0, y0 = cnn_batch(0)
+        t = ipu.compile_model(cnn_model(params), {"x": x0, "labels": y0}, loss=losses.CrossEntropy("logits"),
+                              optimizer=opt)
+        for s in range(20):
+            x, y = cnn_batch(s)
+            (loss,) = ipu.execute_model(t, {"x": x, "labels": y})
+            want = ref.step(x, y, cnn_reference_grads)
+            assert abs(float(loss) - want) <= 1e-5 * max(1.0, abs(want)), (s, float(loss), want)
+        got = t.get_weights()
+    for k, w in ref.p.items():
+        np.testing.assert_allclose(got[k], w, rtol=1e-4, atol=1e-5, err_msg=k)
+
