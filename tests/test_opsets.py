@@ -112,6 +112,9 @@ CASES: Dict[str, Callable[[], Case]] = {
     "Range": lambda: Case([n("Range", ["s", "l", "d"], ["r"]), n("Add", ["a", "r"])], {"a": x(2, 4)},
                           {"s": np.float32(0.5), "l": np.float32(4.0), "d": np.float32(1.0)}),
     "Shape": lambda: Case([n("Shape", ["a"])], {"a": x(2, 3)}),
+    # An empty range is deterministic: its low end (random draws: tests/test_training.py).
+    "RandomUniformLike": lambda: Case([n("RandomUniformLike", ["a"], ["r"], low=2.0, high=2.0), n("Add", ["a", "r"])],
+                                      {"a": x(2, 3)}),
     "Size": lambda: Case([n("Size", ["a"])], {"a": x(2, 3)}),
     "Concat": lambda: Case([n("Concat", ["a", "b"], axis=1)], {"a": x(2, 3), "b": x(2, 2)}),
     "Expand": lambda: Case([n("Expand", ["a", "s"])], {"a": x(3, 1)}, {"s": i64(2, 3, 4)}),

@@ -570,3 +570,61 @@ def test_a_small_cnn_trains_like_an_independent_implementation(opt):
     for k, w in ref.p.items():
         np.testing.assert_allclose(got[k], w, rtol=1e-4, atol=1e-5, err_msg=k)
 
+
+
+def dropout_model(w, ratio, opset=17):
+    ins = ["W", "ratio"] if opset >= 12 else ["W"]
+    attrs = {} if opset >= 12 else {"ratio": ratio}
+    nodes = [helper.make_node("Dropout", ins, ["d"], name="drop", **attrs),
+             helper.make_node("ReduceSum", ["d"], ["loss"], keepdims=0)]
+    inits = [numpy_helper.from_array(w, "W")]
+    if opset >= 12:
+        inits.append(numpy_helper.from_array(np.array(ratio, np.float32), "ratio"))
+    g = helper.make_graph(nodes, "drop", [], [helper.make_tensor_value_info("loss", TensorProto.FLOAT, [])], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+
+
+@pytest.mark.parametrize("opset", [11, 17])
+def test_dropout_drops_in_training_with_the_same_mask_forward_and_backward(opset):
+    w = np.random.default_rng(0).uniform(1.0, 2.0, 4096).astype(np.float32)
+    ratio = 0.25
+    with GraphCoreManager(precision="float32", ipu_model=TINY, seed=7) as ipu:
+        t = ipu.compile_model(dropout_model(w, ratio, opset), {}, loss="loss", optimizer=optim.SGD(lr=0.0),
+                              gradient_outputs=["W"], trainable=["W"])
+        loss, grad = ipu.execute_model(t, {})
+        loss2, grad2 = ipu.execute_model(t, {})
+    kept = grad != 0
+    # Kept values are scaled by 1 / (1 - ratio); the loss is exactly what the mask keeps.
+    np.testing.assert_allclose(grad[kept], 1 / (1 - ratio), rtol=1e-6)
+    np.testing.assert_allclose(loss, np.sum(w[kept] / (1 - ratio), dtype=np.float64), rtol=1e-5)
+    # About 1 - ratio kept (4096 draws: 3 standard deviations is 2%), a fresh mask each step.
+    assert abs(kept.mean() - (1 - ratio)) < 0.03, kept.mean()
+    assert not np.array_equal(kept, grad2 != 0)
+    # The same seed draws the same masks.
+    with GraphCoreManager(precision="float32", ipu_model=TINY, seed=7) as ipu:
+        t = ipu.compile_model(dropout_model(w, ratio, opset), {}, loss="loss", optimizer=optim.SGD(lr=0.0),
+                              gradient_outputs=["W"], trainable=["W"])
+        _, again = ipu.execute_model(t, {})
+    np.testing.assert_array_equal(again, grad)
+    with GraphCoreManager(precision="float32", ipu_model=TINY, seed=8) as ipu:
+        t = ipu.compile_model(dropout_model(w, ratio, opset), {}, loss="loss", optimizer=optim.SGD(lr=0.0),
+                              gradient_outputs=["W"], trainable=["W"])
+        _, other = ipu.execute_model(t, {})
+    assert not np.array_equal(other, grad)
+
+
+def test_random_uniform_like_draws_uniformly_on_the_device():
+    nodes = [helper.make_node("RandomUniformLike", ["x"], ["u"], low=-1.0, high=3.0)]
+    g = helper.make_graph(nodes, "r", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [64, 64])],
+                          [helper.make_tensor_value_info("u", TensorProto.FLOAT, [64, 64])])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    x = np.zeros((64, 64), np.float32)
+    with GraphCoreManager(precision="float32", ipu_model=TINY, seed=3) as ipu:
+        c = ipu.compile_model(model, {"x": x})
+        (u,) = ipu.execute_model(c, {"x": x})
+        (u2,) = ipu.execute_model(c, {"x": x})
+    assert u.min() >= -1.0 and u.max() < 3.0
+    # Uniform on [-1, 3): mean 1, variance 16/12, quartiles at 0, 1, 2 (4096 draws).
+    assert abs(u.mean() - 1.0) < 0.06 and abs(u.var() - 16 / 12) < 0.1
+    assert abs(np.mean(u < 0.0) - 0.25) < 0.03 and abs(np.mean(u < 2.0) - 0.75) < 0.03
+    assert not np.array_equal(u, u2)  # the generators carry their state from run to run

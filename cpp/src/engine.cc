@@ -214,6 +214,19 @@ Engine::Engine(std::shared_ptr<const Executable> exe, const EngineOptions& optio
     for (uint32_t t = 0; t < arenas_.size(); ++t)
       rngs_.emplace_back(options_.seed, options_.ipu + g.ipu_of_tile(t), t % g.tiles_per_ipu());
   }
+  // Random draws (dropout masks) come from a second generator per tile, on
+  // a stream of the seed of their own.
+  random_cs_.assign(g.compute_sets().size(), false);
+  bool random = false;
+  for (size_t c = 0; c < g.compute_sets().size(); ++c)
+    for (const auto& v : g.compute_sets()[c].vertices)
+      if (v->uses_random()) random = random_cs_[c] = true;
+  if (random) {
+    random_rngs_.reserve(arenas_.size());
+    for (uint32_t t = 0; t < arenas_.size(); ++t)
+      random_rngs_.emplace_back(options_.seed ^ 0x6a09e667f3bcc909ull, options_.ipu + g.ipu_of_tile(t),
+                                t % g.tiles_per_ipu());
+  }
   in_buf_.resize(g.inputs().size());
   in_set_.assign(g.inputs().size(), false);
   out_buf_.resize(g.outputs().size());
@@ -344,7 +357,8 @@ void Engine::run() {
     switch (step.kind) {
       case StepKind::kCompute: {
         const auto& sched = exe_->compute_schedule()[step.index];
-        if (!options_.stochastic_rounding && !options_.fp_exceptions) {
+        const bool random = random_cs_[step.index];
+        if (!options_.stochastic_rounding && !options_.fp_exceptions && !random) {
           pool_->parallel_for(sched.size(), [&](size_t i) {
             uint8_t* mem = arenas_[sched[i].tile];
             for (const Vertex* v : sched[i].vertices) v->compute(mem);
@@ -354,6 +368,7 @@ void Engine::run() {
           pool_->parallel_for(sched.size(), [&](size_t i) {
             uint8_t* mem = arenas_[sched[i].tile];
             ScopedRounding rounding(options_.stochastic_rounding ? &rngs_[sched[i].tile] : nullptr);
+            ScopedRandom draws(random ? &random_rngs_[sched[i].tile] : nullptr);
             for (const Vertex* v : sched[i].vertices) {
               if (options_.fp_exceptions) std::feclearexcept(FE_ALL_EXCEPT);
               v->compute(mem);

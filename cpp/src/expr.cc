@@ -112,6 +112,7 @@ double expr_op_cycles(ExprOpCode op, bool half) {
   double per = half ? 0.25 : 0.5;
   switch (op) {
     case ExprOpCode::kInput: case ExprOpCode::kConstF: case ExprOpCode::kConstI: return 0.0;
+    case ExprOpCode::kRandomUniform: return per * 4;  // a generator step, a conversion, a scale
     case ExprOpCode::kExp: case ExprOpCode::kLog: case ExprOpCode::kTanh: case ExprOpCode::kSigmoid:
     case ExprOpCode::kSqrt: case ExprOpCode::kRsqrt: case ExprOpCode::kReciprocal: case ExprOpCode::kDiv:
     case ExprOpCode::kRoundF8:  // exponent, scale, round, clamp and select: several ALU operations
@@ -135,7 +136,7 @@ ValueKind check_expression(const std::vector<ExprInstr>& expr, const std::vector
         if (ins.arg >= operand_types.size()) bad(ins.op, "operand index out of range");
         stack.push_back(value_kind(operand_types[ins.arg]));
       } else {
-        stack.push_back(ins.op == ExprOpCode::kConstF ? ValueKind::kFloat : ValueKind::kInt);
+        stack.push_back(ins.op == ExprOpCode::kConstI ? ValueKind::kInt : ValueKind::kFloat);
       }
       continue;
     }

@@ -6,6 +6,7 @@ namespace neurenix {
 namespace {
 
 thread_local RoundingRng* t_active = nullptr;
+thread_local RoundingRng* t_random = nullptr;
 
 uint64_t mix(uint64_t z) {
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
@@ -22,6 +23,10 @@ RoundingRng* active_rounding_rng() { return t_active; }
 
 ScopedRounding::ScopedRounding(RoundingRng* rng) : previous_(t_active) { t_active = rng; }
 ScopedRounding::~ScopedRounding() { t_active = previous_; }
+
+RoundingRng* active_random_rng() { return t_random; }
+ScopedRandom::ScopedRandom(RoundingRng* rng) : previous_(t_random) { t_random = rng; }
+ScopedRandom::~ScopedRandom() { t_random = previous_; }
 
 half_bits stochastic_float_to_half(float x, uint32_t r) {
   if (!std::isfinite(x)) return float_to_half(x);

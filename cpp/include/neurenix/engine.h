@@ -116,6 +116,8 @@ class Engine {
   bool checked_ = false;
   EngineOptions options_;
   std::vector<RoundingRng> rngs_;  // per tile, when rounding stochastically
+  std::vector<RoundingRng> random_rngs_;  // per tile, when the program draws random numbers
+  std::vector<bool> random_cs_;           // compute sets whose vertices draw random numbers
 };
 
 // What checked mode runs at load: throws Error(kInternal) for the first field,

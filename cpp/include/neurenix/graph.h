@@ -113,6 +113,8 @@ class Vertex {
   // Bytes of code this vertex's codelet occupies on a tile (counted once per
   // codelet per tile).
   virtual uint64_t code_bytes() const { return 256; }
+  // True if compute() draws from the tile's random generator.
+  virtual bool uses_random() const { return false; }
   // The vertex's fields (listed once, then cached: fields never change).
   const std::vector<Field*>& all_fields() {
     if (!fields_listed_) {

@@ -55,6 +55,24 @@ class ScopedRounding {
   RoundingRng* previous_;
 };
 
+// The random-number generator of the tile this thread is running vertices
+// for (random draws of expressions: dropout masks), or null outside a run.
+// A second per-tile generator, seeded from the run's seed, the IPU and the
+// tile like the rounding one but on its own stream, so that drawing random
+// numbers does not change how values round.
+RoundingRng* active_random_rng();
+
+class ScopedRandom {
+ public:
+  explicit ScopedRandom(RoundingRng* rng);
+  ~ScopedRandom();
+  ScopedRandom(const ScopedRandom&) = delete;
+  ScopedRandom& operator=(const ScopedRandom&) = delete;
+
+ private:
+  RoundingRng* previous_;
+};
+
 // `x` rounded stochastically to binary16 with the 32 random bits `r`.
 half_bits stochastic_float_to_half(float x, uint32_t r);
 

@@ -14,6 +14,7 @@
 #include "neurenix/error.h"
 #include "neurenix/float8.h"
 #include "neurenix/half.h"
+#include "neurenix/stochastic_rounding.h"
 
 namespace neurenix {
 namespace {
@@ -172,6 +173,12 @@ void MapVertex::list_fields(std::vector<Field*>& out) {
   out.push_back(&out_);
 }
 
+bool MapVertex::uses_random() const {
+  for (const auto& ins : *expr_)
+    if (ins.op == ExprOpCode::kRandomUniform) return true;
+  return false;
+}
+
 uint64_t MapVertex::cycles(const TargetSpec& t) const {
   double per = 0;
   for (const auto& ins : *expr_) per += expr_op_cycles(ins.op, ins.half);
@@ -197,7 +204,14 @@ void MapVertex::compute(uint8_t* mem) const {
       switch (expr_arity(ins.op)) {
         case ExprArity::kLeaf: {
           Slot& s = slots[sp++];
-          if (ins.op == ExprOpCode::kConstF) {
+          if (ins.op == ExprOpCode::kRandomUniform) {
+            s.kind = ValueKind::kFloat;
+            RoundingRng* rng = active_random_rng();
+            if (rng == nullptr) fail(ErrorCode::kInvalidState, "random_uniform outside a run on a tile");
+            const double lo = ins.imm, span = ins.imm2 - ins.imm;
+            for (size_t j = 0; j < n; ++j)
+              s.f[j] = static_cast<float>(lo + span * (static_cast<double>(rng->next32()) * 0x1p-32));
+          } else if (ins.op == ExprOpCode::kConstF) {
             s.kind = ValueKind::kFloat;
             float v = static_cast<float>(ins.imm);
             if (ins.half) v = round_to_half(v);

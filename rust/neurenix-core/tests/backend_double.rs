@@ -534,6 +534,13 @@ fn every_expression_operation_is_interpreted() {
             448.0,
         ),
         (
+            RandomUniform,
+            // An empty range: its low end.
+            Expr::random_uniform(0.25, 0.25),
+            DeviceType::F32,
+            0.25,
+        ),
+        (
             DivPow2,
             Expr::bin(
                 DivPow2,

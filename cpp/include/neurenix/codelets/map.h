@@ -25,6 +25,7 @@ class MapVertex : public Vertex {
   void compute(uint8_t* mem) const override;
   uint64_t cycles(const TargetSpec& t) const override;
   uint64_t code_bytes() const override { return 512; }
+  bool uses_random() const override;
 
  protected:
   void list_fields(std::vector<Field*>& out) override;

@@ -206,6 +206,13 @@ pub fn eval_host(
             }
         }
         ConstF => Data::Float(ArrayD::from_elem(IxDyn(shape), e.imm)),
+        // Random draws happen on the device; an empty range is its low end.
+        RandomUniform if e.imm == e.imm2 => Data::Float(ArrayD::from_elem(IxDyn(shape), e.imm)),
+        RandomUniform => {
+            return Err(Error::Internal(
+                "random numbers are drawn on the device, not folded on the host".into(),
+            ))
+        }
         ConstI => Data::Int(ArrayD::from_elem(IxDyn(shape), e.imm as i64)),
         CastF32 | CastF16 => {
             let a = to_f(args.into_iter().next().unwrap());

@@ -73,6 +73,15 @@ impl Expr {
             ..Expr::leaf(ExprOp::ConstF)
         }
     }
+    /// A uniform draw in [low, high) per element, from the tile's random
+    /// generator (on the device only).
+    pub fn random_uniform(low: f64, high: f64) -> Expr {
+        Expr {
+            imm: low,
+            imm2: high,
+            ..Expr::leaf(ExprOp::RandomUniform)
+        }
+    }
     pub fn consti(v: i64) -> Expr {
         Expr {
             imm: v as f64,

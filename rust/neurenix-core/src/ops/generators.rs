@@ -301,7 +301,43 @@ impl Operator for Range {
     }
 }
 
+/// RandomUniformLike: uniform draws in [low, high) shaped like its input,
+/// from the tiles' random generators (seeded from the manager's seed, the
+/// IPU and the tile; the node's `seed` attribute is not used). Never folded.
+struct RandomUniformLike;
+
+impl Operator for RandomUniformLike {
+    fn infer(&self, cx: &OpCx) -> Result<Vec<TypeShape>> {
+        let shape = cx.in_shape(0)?;
+        let t = match cx.node.attr("dtype") {
+            Some(Attr::Int(code)) => ElemType::from_onnx(*code as i32)
+                .ok_or_else(|| cx.err(format!("unknown dtype {code}")))?,
+            _ => cx.in_dtype(0)?,
+        };
+        if !t.is_float() {
+            return Err(cx.unsupported_form(&format!("random {t} values")));
+        }
+        Ok(vec![TypeShape::new(t, shape)])
+    }
+    fn lower(&self, cx: &mut LowerCx, node: &Node) -> Result<()> {
+        let opcx = OpCx::of(cx, node);
+        let shape = opcx.in_shape(0)?;
+        let t = self.infer(&opcx)?[0].dtype;
+        let low = node.attr_f("low", 0.0)? as f64;
+        let high = node.attr_f("high", 1.0)? as f64;
+        if !(low <= high) {
+            return Err(opcx.err(format!("low ({low}) must not exceed high ({high})")));
+        }
+        let dt = cx.device_type(t);
+        let e = crate::expr::Expr::random_uniform(low, high);
+        let y = cx.map_now(&e, &[], dt, &shape)?;
+        cx.set(node.outputs[0], y);
+        Ok(())
+    }
+}
+
 pub fn register(r: &mut Registry) {
+    r.insert("RandomUniformLike", Box::new(RandomUniformLike));
     r.insert("Constant", Box::new(Constant));
     r.insert("ConstantOfShape", Box::new(ConstantOfShape));
     r.insert("Range", Box::new(Range));

@@ -25,7 +25,12 @@ fn forwards_input(model: &Model, n: &Node) -> bool {
     };
     match n.op_type.as_str() {
         "Identity" => true,
-        "Dropout" => n.outputs.len() == 1 && n.input(1).is_none() && n.input(2).is_none(),
+        "Dropout" => {
+            n.outputs.len() == 1
+                && n.input(1).is_none()
+                && n.input(2).is_none()
+                && !n.attrs.contains_key(crate::train::TRAINING_ATTR)
+        }
         "Reshape" | "Flatten" | "Squeeze" | "Unsqueeze" => same_shape(),
         "Cast" => {
             same_shape()

@@ -20,7 +20,6 @@ pub const RULES: &[&str] = &[
     "Concat",
     "Conv",
     "Div",
-    "Dropout",
     "Erf",
     "Exp",
     "Flatten",
@@ -196,23 +195,7 @@ fn rule(
     let x = node.input(0);
     let mut out: Vec<Option<ValueId>> = vec![None; node.inputs.len()];
     match node.op_type.as_str() {
-        "Identity" | "Dropout" => {
-            if node.op_type == "Dropout" {
-                let training = match node.input(2) {
-                    Some(t) => {
-                        b.m.graph
-                            .constant(t)
-                            .map(|c| c.to_f64_vec().first().copied().unwrap_or(0.0) != 0.0)
-                            .unwrap_or(true)
-                    }
-                    None => false,
-                };
-                if training {
-                    return Err(no_gradient(node, opset, "Dropout in training mode"));
-                }
-            }
-            out[0] = Some(dy);
-        }
+        "Identity" => out[0] = Some(dy),
         "Add" | "Sub" => {
             for k in 0..2 {
                 if want(k) {

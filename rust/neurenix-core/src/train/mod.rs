@@ -18,6 +18,7 @@ pub mod autodiff;
 mod batch_norm;
 pub mod build;
 mod conv_grad;
+mod dropout;
 pub mod optim;
 mod transformer_grad;
 
@@ -29,6 +30,10 @@ use crate::ir::{Dim, Model, State, ValueId};
 
 use build::Builder;
 pub use optim::{Optimizer, OptimizerKind};
+
+/// The attribute marking the nodes a training graph runs in training mode
+/// (Dropout), so that no pass removes them as inference would.
+pub const TRAINING_ATTR: &str = "neurenix.training";
 
 /// The loss a training step minimises.
 #[derive(Debug, Clone, PartialEq)]
@@ -201,6 +206,13 @@ pub fn prepare_training(
     // The casts first: everything reads them.
     casts.append(&mut g.nodes);
     g.nodes = casts;
+    // Dropout drops in training (dropout.rs): keep it through the passes.
+    for n in &mut g.nodes {
+        if n.op_type == "Dropout" {
+            n.attrs
+                .insert(TRAINING_ATTR.to_string(), crate::ir::Attr::Int(1));
+        }
+    }
     // BatchNormalization's running statistics become state before the passes
     // (so that no pass folds the layer away as inference would), updated by
     // every step (batch_norm.rs).
@@ -296,9 +308,8 @@ pub fn add_training(
 ) -> Result<()> {
     let loss = builtin_loss(m, opts)?;
     let buffers = batch_norm::to_training_mode(m, weights)?;
-    if !buffers.is_empty() {
-        m.graph.toposort()?;
-    }
+    dropout::to_training_mode(m)?;
+    m.graph.toposort()?;
     info.buffers = buffers
         .iter()
         .map(|&v| m.graph.value(v).name.clone())

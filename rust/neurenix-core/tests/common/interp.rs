@@ -10,7 +10,7 @@ use super::check::{numel, r16, r32, rbf16, rf8};
 use super::reference::erf_ref;
 
 /// Every expression operation, in code order.
-pub const ALL_EXPR_OPS: [ExprOp; 57] = {
+pub const ALL_EXPR_OPS: [ExprOp; 58] = {
     use ExprOp::*;
     [
         Input,
@@ -70,6 +70,7 @@ pub const ALL_EXPR_OPS: [ExprOp; 57] = {
         RoundBf16,
         RoundF8,
         DivPow2,
+        RandomUniform,
     ]
 };
 
@@ -290,7 +291,7 @@ pub fn eval_postfix(
         };
         let rh = |v: f64| if ins.half { r16(v) } else { v };
         let arity = match op {
-            Input | ConstF | ConstI => 0,
+            Input | ConstF | ConstI | RandomUniform => 0,
             Add | Sub | Mul | Div | DivPow2 | Pow | Min | Max | Mod | Fmod | Eq | Lt | Le | Gt
             | Ge | And | Or | Xor => 2,
             Select => 3,
@@ -325,6 +326,8 @@ pub fn eval_postfix(
                 }
             }
             ConstF => Val::F(vec![rh(r32(ins.imm)); n]),
+            RandomUniform if ins.imm == ins.imm2 => Val::F(vec![r32(ins.imm); n]),
+            RandomUniform => return fail("the interpreter draws no random numbers"),
             ConstI => Val::I(vec![wrap32(ins.imm as i64); n]),
             CastF32 | CastF16 => {
                 let v: Vec<f64> = match args.pop().unwrap() {
