@@ -19,6 +19,7 @@ mod batch_norm;
 pub mod build;
 mod conv_grad;
 mod dropout;
+mod lookup;
 pub mod optim;
 mod transformer_grad;
 
@@ -309,6 +310,7 @@ pub fn add_training(
     let loss = builtin_loss(m, opts)?;
     let buffers = batch_norm::to_training_mode(m, weights)?;
     dropout::to_training_mode(m)?;
+    lookup::to_products(m, weights)?;
     m.graph.toposort()?;
     info.buffers = buffers
         .iter()
