@@ -628,3 +628,61 @@ def test_random_uniform_like_draws_uniformly_on_the_device():
     assert abs(u.mean() - 1.0) < 0.06 and abs(u.var() - 16 / 12) < 0.1
     assert abs(np.mean(u < 0.0) - 0.25) < 0.03 and abs(np.mean(u < 2.0) - 0.75) < 0.03
     assert not np.array_equal(u, u2)  # the generators carry their state from run to run
+
+
+@pytest.mark.parametrize("g", [1, 2])
+def test_replicas_all_reduce_their_gradients_and_keep_identical_weights(g):
+    # Two replicas (one IPU each) with micro-batches of 2, accumulating g: the weights of
+    # one replica training on the whole batch of 2 * 2 * g.
+    params = initial_params()
+    opt = optim.SGD(lr=0.1, momentum=0.9)
+    mb = 2
+    two = IPUModel(num_ipus=2, tiles_per_ipu=4)
+    with GraphCoreManager(num_ipus=2, replication_factor=2, gradient_accumulation=g, precision="float32",
+                          ipu_model=two) as ipu:
+        x0, y0 = batch(0)
+        t = ipu.compile_model(mlp_model_batch(params, mb), {"x": x0[:mb], "labels": y0[:mb]},
+                              loss=losses.CrossEntropy("logits"), optimizer=opt)
+        assert t.replicas == 2 and t.inputs[0].shape == (mb * 2 * g, D)
+        got_losses = []
+        for s in range(4):
+            x, y = batch(s)
+            (loss,) = ipu.execute_model(t, {"x": x[:mb * 2 * g], "labels": y[:mb * 2 * g]})
+            got_losses.append(float(loss))
+        report = ipu.last_execution_report
+        got = t.get_weights()
+        # Both replicas hold the same weights.
+        other = {n: np.frombuffer(bytes(t._executable.read_state(n)), np.float32) for n in t.weights}
+    assert report.exchange_cycles > 0 and report.batch_size == mb * 2 * g
+    ref = Reference(opt, params)
+    for s in range(4):
+        x, y = batch(s)
+        n = mb * 2 * g
+        # The reference's mean over the whole batch (the MLP's loss is a mean over N rows).
+        want = ref_step_on(ref, x[:n], y[:n])
+        assert abs(got_losses[s] - want) < 1e-5 * max(1.0, abs(want)), (s, got_losses[s], want)
+    for k, w in ref.p.items():
+        np.testing.assert_allclose(got[k], w, rtol=1e-4, atol=1e-5, err_msg=k)
+        np.testing.assert_array_equal(other[k], got[k].reshape(-1))
+
+
+def ref_step_on(ref, x, y):
+    """The Reference's step on a batch of any size."""
+    def grads(p, xx, yy):
+        n = len(yy)
+        h1 = xx @ p["W1"] + p["b1"]
+        h = np.tanh(h1)
+        z = h @ p["W2"].T + p["b2"]
+        z = z - z.max(1, keepdims=True)
+        e = np.exp(z)
+        prob = e / e.sum(1, keepdims=True)
+        loss = -np.mean(np.log(prob[np.arange(n), yy]))
+        dz = prob.copy()
+        dz[np.arange(n), yy] -= 1
+        dz /= n
+        gr = {"W2": dz.T @ h, "b2": dz.sum(0)}
+        dh1 = (dz @ p["W2"]) * (1 - h * h)
+        gr["W1"] = xx.T @ dh1
+        gr["b1"] = dh1.sum(0)
+        return loss, gr
+    return ref.step(x, y, grads)

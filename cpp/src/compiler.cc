@@ -127,9 +127,12 @@ uint64_t Executable::cycles_per_run() const {
 std::unique_ptr<Executable> compile(std::unique_ptr<Graph> gp) {
   Graph& g = *gp;
   const TargetSpec& t = g.target();
-  // Outputs stream back at the end of the program.
+  // Outputs stream back at the end of the program (of its first segment
+  // when it has two).
   std::vector<Step> program = g.program();
-  for (uint32_t i = 0; i < g.outputs().size(); ++i) program.push_back(Step{StepKind::kDeviceToHost, i});
+  const size_t out_at = g.segment_start() < 0 ? program.size() : static_cast<size_t>(g.segment_start());
+  for (uint32_t i = 0; i < g.outputs().size(); ++i)
+    program.insert(program.begin() + static_cast<std::ptrdiff_t>(out_at + i), Step{StepKind::kDeviceToHost, i});
   for (size_t v = 0; v < g.num_vars(); ++v) g.ensure_mapped(static_cast<VarId>(v));
 
   // Liveness per variable, in program steps.
@@ -510,6 +513,8 @@ std::unique_ptr<Executable> compile(std::unique_ptr<Graph> gp) {
     }
     exe->step_costs_.push_back(std::move(c));
   }
+  exe->segment_starts_ = {0};
+  if (g.segment_start() >= 0) exe->segment_starts_.push_back(out_at + g.outputs().size());
   exe->program_ = std::move(program);
   exe->graph_ = std::move(gp);
   return exe;

@@ -340,10 +340,20 @@ void Engine::read_output(uint32_t i, uint8_t* data, size_t bytes) const {
   if (bytes) std::memcpy(data, out_buf_[i].data(), bytes);  // an empty output has no buffer to copy from
 }
 
-void Engine::run() {
+void Engine::run() { run_steps(0, exe_->program().size()); }
+
+void Engine::run_segment(uint32_t segment) {
+  if (segment >= exe_->num_segments())
+    fail(ErrorCode::kInvalidArgument, "the program has " + std::to_string(exe_->num_segments()) + " segment(s), not " +
+                                          std::to_string(segment + 1));
+  run_steps(exe_->segment_begin(segment), exe_->segment_begin(segment + 1));
+}
+
+void Engine::run_steps(size_t first, size_t last) {
   const Graph& g = exe_->graph();
-  for (size_t i = 0; i < in_set_.size(); ++i)
-    if (!in_set_[i]) fail(ErrorCode::kInvalidState, "input '" + g.inputs()[i].name + "' was not written before run()");
+  if (first == 0)
+    for (size_t i = 0; i < in_set_.size(); ++i)
+      if (!in_set_[i]) fail(ErrorCode::kInvalidState, "input '" + g.inputs()[i].name + "' was not written before run()");
   auto t0 = std::chrono::steady_clock::now();
   RunStats st;
   const auto& program = exe_->program();
@@ -351,7 +361,7 @@ void Engine::run() {
   auto since = [](std::chrono::steady_clock::time_point a) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - a).count();
   };
-  for (size_t s = 0; s < program.size(); ++s) {
+  for (size_t s = first; s < last; ++s) {
     const Step& step = program[s];
     const auto step_start = std::chrono::steady_clock::now();
     switch (step.kind) {

@@ -272,6 +272,11 @@ uint32_t Graph::add_exchange(const std::string& name) {
   return static_cast<uint32_t>(exchanges_.size() - 1);
 }
 
+void Graph::begin_segment() {
+  NX_CHECK(segment_start_ < 0, "a program has at most two segments");
+  segment_start_ = static_cast<int64_t>(program_.size());
+}
+
 void Graph::execute(uint32_t cs) {
   if (!compute_sets_.at(cs).vertices.empty()) program_.push_back(Step{StepKind::kCompute, cs});
 }

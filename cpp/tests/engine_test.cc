@@ -286,3 +286,37 @@ TEST(Engine, ManyTilesRunInParallelCorrectly) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(Engine, SegmentsRunSeparatelyAndStreamOutputsAtTheBoundary) {
+  // Segment 0: y = 2x (streamed out); segment 1: the constant `acc` += y.
+  auto g = std::make_unique<Graph>(tiny(2), 1);
+  Tensor x = g->add_variable("x", kF32, {4}, VarKind::kInput, 0);
+  g->add_input_stream("x", x);
+  std::vector<float> zeros(4, 0.0f);
+  Tensor acc = g->add_constant("acc", kF32, {4}, 0, shared_bytes(zeros));
+  Tensor y = ops::map(*g, {in(0), in(0), op(E::kAdd)}, {x}, kF32, {4}, 0, "double");
+  g->add_output_stream("y", y);
+  g->begin_segment();
+  Tensor s = ops::map(*g, {in(0), in(1), op(E::kAdd)}, {acc, y}, kF32, {4}, 0, "add");
+  ops::assign(*g, acc, s, "acc/assign");
+  std::shared_ptr<Executable> exe = compile(std::move(g));
+  ASSERT_EQ(exe->num_segments(), 2u);
+  Engine e(exe, 1);
+  const std::vector<float> in{1, 2, 3, 4};
+  e.write_input(0, reinterpret_cast<const uint8_t*>(in.data()), 16);
+  std::vector<float> out(4), a(4);
+  e.run_segment(0);  // the output, and nothing added yet
+  e.read_output(0, reinterpret_cast<uint8_t*>(out.data()), 16);
+  EXPECT_EQ(out, (std::vector<float>{2, 4, 6, 8}));
+  e.read_constant("acc", reinterpret_cast<uint8_t*>(a.data()), 16);
+  EXPECT_EQ(a, zeros);
+  e.run_segment(1);
+  e.run_segment(1);  // the second segment alone, again
+  e.read_constant("acc", reinterpret_cast<uint8_t*>(a.data()), 16);
+  EXPECT_EQ(a, (std::vector<float>{4, 8, 12, 16}));
+  EXPECT_NX_ERROR(kInvalidArgument, e.run_segment(2), "2 segment(s)");
+}
+
+}  // namespace

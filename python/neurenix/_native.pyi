@@ -540,6 +540,11 @@ class Executable:
     def last_run(self) -> Optional[RunStats]: ...
     def read_state(self, name: str) -> bytes:
         """A state tensor's bytes (training's weights and optimizer state) in its device type."""
+    def run_replicated(
+        self, inputs: List[List[bytes]], apply: bool, accumulators: List[str]
+    ) -> Tuple[List[List[bytes]], RunStats]:
+        """One training micro-batch on every replica; when ``apply``, the accumulators are all-reduced and the
+        update runs."""
     def write_state(self, name: str, data: bytes) -> None:
         """Overwrites a state tensor (bytes in its device type) in every replica."""
 
@@ -560,6 +565,7 @@ def compile_training(
     gradient_outputs: List[str] = ...,
     fp8_format: str = "e4m3",
     accumulate: bool = False,
+    replicas: int = 1,
 ) -> Tuple[Executable, TrainingInfo]:
     """Compiles one training step of ``model`` on one IPU of ``system`` (docs/training.md)."""
 

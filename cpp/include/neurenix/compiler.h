@@ -75,6 +75,10 @@ class Executable {
   // is aligned with it.
   const std::vector<Step>& program() const { return program_; }
   const std::vector<StepCost>& step_costs() const { return step_costs_; }
+  // Segments of the program (Graph::begin_segment): 1 or 2; segment k's
+  // steps are [segment_begin(k), segment_begin(k + 1)).
+  size_t num_segments() const { return segment_starts_.size(); }
+  size_t segment_begin(size_t k) const { return k < segment_starts_.size() ? segment_starts_[k] : program_.size(); }
   uint64_t cycles_per_run() const;
 
   // Arena layout: bytes of variables per tile (index: global tile).
@@ -118,6 +122,7 @@ class Executable {
   std::vector<TileOverflow> overflows_;
   std::vector<TileMemory> tile_memory_;  // tiles that hold anything
   std::vector<Step> program_;
+  std::vector<size_t> segment_starts_;
   std::vector<StepCost> step_costs_;
   std::vector<uint64_t> arena_bytes_;
   std::vector<std::vector<uint64_t>> var_offsets_;

@@ -85,6 +85,10 @@ class Engine {
   // Host data in the device element type of the stream.
   void write_input(uint32_t i, const uint8_t* data, size_t bytes);
   void run();
+  // Runs one segment of the program (Executable::num_segments): the inputs
+  // are needed for segment 0, whose end streams the outputs. last_run()
+  // then describes that segment.
+  void run_segment(uint32_t segment);
   void read_output(uint32_t i, uint8_t* data, size_t bytes) const;
   // The bytes of constant `name` (state such as trained weights: what the
   // last run left there), and overwriting them; `bytes` must be the whole
@@ -100,6 +104,7 @@ class Engine {
   bool checked() const { return checked_; }
 
  private:
+  void run_steps(size_t first, size_t last);
   void scatter(const Tensor& t, const uint8_t* data);
   void gather(const Tensor& t, uint8_t* data) const;
 

@@ -245,6 +245,13 @@ class Graph {
   // Appends a step to the program. Empty compute sets and exchanges are skipped.
   void execute(uint32_t cs);
   void execute_exchange(uint32_t ex);
+  // Starts the program's second segment here: an engine can run the steps
+  // before (with the output streams, which then come at this point) and
+  // after separately (a training step's gradients, then its update). At
+  // most one boundary.
+  void begin_segment();
+  // Where the second segment starts in program(), if it does.
+  int64_t segment_start() const { return segment_start_; }
 
   // Host streams: inputs are written at the start of every run, outputs read
   // at its end.
@@ -299,6 +306,7 @@ class Graph {
   std::vector<ComputeSet> compute_sets_;
   std::vector<Exchange> exchanges_;
   std::vector<Step> program_;
+  int64_t segment_start_ = -1;
   std::vector<HostStream> inputs_;
   std::vector<HostStream> outputs_;
   std::vector<uint32_t> next_tile_;  // per IPU, for map_linearly's rotation

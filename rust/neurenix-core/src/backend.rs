@@ -206,6 +206,12 @@ pub trait Backend {
     fn place_like(&mut self, _x: TensorId, _like: TensorId) -> Result<()> {
         Ok(())
     }
+    /// Starts the program's second segment: what is built from now on runs
+    /// only when the engine runs segment 1 (a training step's update, after
+    /// its gradients were all-reduced over the replicas).
+    fn begin_segment(&mut self) -> Result<()> {
+        Err(not_implemented("begin_segment"))
+    }
     /// What is built from now on lowers model node `node` ("" for none:
     /// model inputs, outputs and carried tensors), for reports.
     fn begin_node(&mut self, _node: &str) {}
@@ -264,6 +270,13 @@ pub trait DeviceEngine: Send {
     fn run(&mut self, inputs: &[Vec<u8>]) -> Result<Vec<Vec<u8>>>;
     /// Statistics of the last run (None before the first).
     fn last_run(&self) -> Option<RunStats>;
+    /// Runs one segment of the program (`Backend::begin_segment`); inputs are
+    /// written for segment 0, whose end streams the outputs (returned).
+    fn run_segment(&mut self, segment: u32, _inputs: &[Vec<u8>]) -> Result<Vec<Vec<u8>>> {
+        Err(crate::error::Error::Internal(format!(
+            "this device cannot run segment {segment} alone"
+        )))
+    }
     /// The bytes of state tensor (constant) `name`, in its device type, as
     /// the last run left them.
     fn read_state(&self, name: &str) -> Result<Vec<u8>> {

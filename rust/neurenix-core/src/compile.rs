@@ -178,12 +178,18 @@ pub fn compile_training(
     train: &crate::train::TrainOptions,
     new_backend: NewBackend<'_>,
 ) -> Result<(Executable, crate::train::TrainingInfo)> {
-    if opts.replication_factor > 1 || opts.ipus_per_replica() > 1 || opts.device_iterations > 1 {
+    if opts.ipus_per_replica() > 1 || opts.device_iterations > 1 {
         return Err(Error::InvalidArgument(format!(
-            "training runs on one IPU with one step per call for now: got num_ipus={}, replication_factor={}, \
-             device_iterations={}",
+            "training runs each replica on one IPU, one micro-batch per run, for now: got num_ipus={}, \
+             replication_factor={}, device_iterations={}",
             opts.num_ipus, opts.replication_factor, opts.device_iterations
         )));
+    }
+    if (opts.replication_factor > 1) != train.optimizer.all_reduce {
+        return Err(Error::InvalidArgument(
+            "replicated training needs the optimizer's all-reduce program (Optimizer::all_reduce)"
+                .into(),
+        ));
     }
     let mut m = model.clone();
     let (weights, mut info) = crate::train::prepare_training(&mut m, train)?;

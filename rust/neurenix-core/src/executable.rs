@@ -385,6 +385,136 @@ impl Executable {
     /// Statistics of the last run: the estimate of the whole call, the
     /// simulation's host time, and the programs' figures (device cycles of
     /// one replica, bytes and host time of all).
+    /// One training micro-batch on every replica (a program in two segments,
+    /// `Backend::begin_segment`): segment 0 (forward, backward, gradients
+    /// added to the accumulators) with each replica's inputs (host bytes in
+    /// the declared types, in input order); then, when `apply`, the
+    /// accumulators named are summed over the replicas (the all-reduce of
+    /// the IPU-Links, ring-style) and segment 1 (the update) runs on every
+    /// replica. Returns each replica's outputs (declared types) and the
+    /// statistics of the step: replicas run side by side, so the cycles are
+    /// the slowest replica's per segment plus the all-reduce's.
+    pub fn run_replicated(
+        &mut self,
+        inputs: &[Vec<&[u8]>],
+        apply: bool,
+        accumulators: &[String],
+    ) -> Result<(Vec<Vec<Vec<u8>>>, RunStats)> {
+        let replicas = self.options.replication_factor as usize;
+        if inputs.len() != replicas {
+            return Err(Error::InputMismatch {
+                input: String::new(),
+                message: format!(
+                    "{replicas} replica(s) need their inputs, got {}",
+                    inputs.len()
+                ),
+            });
+        }
+        if self.stages.len() != 1 {
+            return Err(Error::Internal(
+                "a replicated step runs one stage per replica".into(),
+            ));
+        }
+        let mut device: Vec<Vec<Vec<u8>>> = Vec::with_capacity(replicas);
+        for rin in inputs {
+            if rin.len() != self.lowered.inputs.len() {
+                return Err(Error::InputMismatch {
+                    input: String::new(),
+                    message: format!(
+                        "the program takes {} input(s), got {}",
+                        self.lowered.inputs.len(),
+                        rin.len()
+                    ),
+                });
+            }
+            let mut one = Vec::with_capacity(rin.len());
+            for (st, data) in self.lowered.inputs.iter().zip(rin) {
+                if data.len() != st.host_bytes() {
+                    return Err(Error::InputMismatch {
+                        input: st.name.clone(),
+                        message: format!(
+                            "input '{}' needs {} bytes for one replica's micro-batch, got {}",
+                            st.name,
+                            st.host_bytes(),
+                            data.len()
+                        ),
+                    });
+                }
+                let converted = host_to_device(st.dtype, data, st.device_type, &st.name)?;
+                if self.floating_point.exceptions {
+                    check_input_overflow(st, data, &converted, 0)?;
+                }
+                one.push(converted);
+            }
+            device.push(one);
+        }
+        if self.engines.is_empty() {
+            self.load(0, self.floating_point)?;
+        }
+        let t0 = Instant::now();
+        let mut total = RunStats::default();
+        let mut outs = Vec::with_capacity(replicas);
+        let mut seg_cycles = 0u64;
+        for (r, din) in device.iter().enumerate() {
+            let engine = &mut self.engines[r][0];
+            let raw = engine.run_segment(0, din)?;
+            let st = engine.last_run().unwrap_or_default();
+            seg_cycles = seg_cycles.max(st.cycles);
+            add_stats(&mut total, &st);
+            let mut o = Vec::with_capacity(raw.len());
+            for (s, b) in self.lowered.outputs.iter().zip(&raw) {
+                o.push(device_to_host(s.device_type, b, s.dtype)?);
+            }
+            outs.push(o);
+        }
+        let mut cycles = seg_cycles;
+        if apply {
+            // The all-reduce: every accumulator summed over the replicas.
+            let mut bytes = 0u64;
+            for name in accumulators {
+                let parts: Vec<Vec<u8>> = self
+                    .engines
+                    .iter()
+                    .map(|rep| rep[0].read_state(name))
+                    .collect::<Result<_>>()?;
+                let n = parts[0].len() / 4;
+                let mut sum = vec![0f32; n];
+                for p in &parts {
+                    for (k, c) in p.chunks_exact(4).enumerate() {
+                        sum[k] += f32::from_le_bytes(c.try_into().expect("4 bytes"));
+                    }
+                }
+                let data: Vec<u8> = sum.iter().flat_map(|v| v.to_le_bytes()).collect();
+                for rep in self.engines.iter_mut() {
+                    rep[0].write_state(name, &data)?;
+                }
+                bytes += parts[0].len() as u64;
+            }
+            let sys = &self.report.system;
+            let allreduce = if replicas > 1 {
+                let per_cycle = sys.ipu_link_bytes_per_sec / sys.clock_hz;
+                let moved = 2.0 * (replicas as f64 - 1.0) / replicas as f64 * bytes as f64;
+                (moved / per_cycle.max(1e-9)) as u64 + 2 * u64::from(sys.cross_ipu_sync_cycles)
+            } else {
+                0
+            };
+            total.exchange_cycles += allreduce;
+            total.exchanged_bytes += (2 * (replicas as u64).saturating_sub(1)) * bytes;
+            let mut seg1 = 0u64;
+            for rep in self.engines.iter_mut() {
+                rep[0].run_segment(1, &[])?;
+                let st = rep[0].last_run().unwrap_or_default();
+                seg1 = seg1.max(st.cycles);
+                add_stats(&mut total, &st);
+            }
+            cycles += allreduce + seg1;
+        }
+        total.cycles = cycles;
+        total.wall_seconds = t0.elapsed().as_secs_f64();
+        self.last = Some(total.clone());
+        Ok((outs, total))
+    }
+
     /// The bytes of state tensor `name` (a trained weight, an optimizer's
     /// moment) in its device type, as the last run left them.
     pub fn read_state(&self, name: &str) -> Result<Vec<u8>> {
@@ -531,4 +661,20 @@ fn run_replica(
         o?;
     }
     Ok(())
+}
+
+/// Adds a program run's statistics to `total` (cycles are combined by the
+/// caller).
+fn add_stats(total: &mut RunStats, st: &RunStats) {
+    total.compute_cycles += st.compute_cycles;
+    total.exchange_cycles += st.exchange_cycles;
+    total.host_cycles += st.host_cycles;
+    total.steps += st.steps;
+    total.exchanged_bytes += st.exchanged_bytes;
+    total.host_bytes += st.host_bytes;
+    total.compute_seconds += st.compute_seconds;
+    total.exchange_seconds += st.exchange_seconds;
+    total.host_io_seconds += st.host_io_seconds;
+    total.host_memory_bytes += st.host_memory_bytes;
+    total.checked |= st.checked;
 }

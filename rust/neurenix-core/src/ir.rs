@@ -140,6 +140,12 @@ pub struct State {
     /// Laid out on the tiles like this value (an optimizer's moments like
     /// their weight), so that the update is tile-local.
     pub layout_like: Option<ValueId>,
+    /// In a program of two segments (training with replicas): written back
+    /// at the end of segment 0 (gradient accumulators, running statistics)
+    /// rather than of segment 1 (weights, optimizer state).
+    pub in_first_segment: bool,
+    /// Cleared (zeros) at the end of the program, after its update.
+    pub cleared_after_update: bool,
 }
 
 /// A model: a graph plus the operator-set version of the default domain.

@@ -231,13 +231,42 @@ pub fn compile_stages(
             let hs = cx.bind_carried(carries[c].value, carries[c].device_type, 0)?;
             inputs.push((hs, Source::Carried(c)));
         }
-        let placement = cx.lower_nodes(&nodes, s)?;
-        for st in &g.state {
-            cx.assign_state(st)?;
-        }
-        crate::progress::report("allocation", u64::from(s), u64::from(stages));
         let out_values: Vec<ValueId> = outs.iter().map(|&k| g.outputs[k]).collect();
-        let host_out = cx.finish_outputs(&out_values)?;
+        let second: Vec<usize> = nodes
+            .iter()
+            .copied()
+            .filter(|&i| g.nodes[i].attrs.contains_key(crate::train::SEGMENT_ATTR))
+            .collect();
+        let (placement, host_out) = if second.is_empty() {
+            let placement = cx.lower_nodes(&nodes, s)?;
+            for st in &g.state {
+                cx.assign_state(st)?;
+            }
+            (placement, cx.finish_outputs(&out_values)?)
+        } else {
+            // Two segments (training with replicas): gradients, outputs and
+            // the accumulators first; the update after.
+            let first: Vec<usize> = nodes
+                .iter()
+                .copied()
+                .filter(|i| !second.contains(i))
+                .collect();
+            let mut placement = cx.lower_nodes(&first, s)?;
+            let host_out = cx.finish_outputs(&out_values)?;
+            for st in g.state.iter().filter(|st| st.in_first_segment) {
+                cx.assign_state(st)?;
+            }
+            cx.backend.begin_segment()?;
+            placement.extend(cx.lower_nodes(&second, s)?);
+            for st in g.state.iter().filter(|st| !st.in_first_segment) {
+                cx.assign_state(st)?;
+            }
+            for st in g.state.iter().filter(|st| st.cleared_after_update) {
+                cx.clear_state(st)?;
+            }
+            (placement, host_out)
+        };
+        crate::progress::report("allocation", u64::from(s), u64::from(stages));
         let carry_values: Vec<ValueId> = carried_out.iter().map(|&c| carries[c].value).collect();
         let sent = cx.finish_carried(&carry_values)?;
         drop(cx);

@@ -335,6 +335,35 @@ impl PyExecutable {
         })
     }
 
+    /// One training micro-batch on every replica: `inputs[r]` are replica r's
+    /// inputs (host bytes in the declared types); when `apply`, the
+    /// accumulators named are all-reduced and the update runs. Returns each
+    /// replica's outputs and the step's statistics.
+    fn run_replicated<'py>(
+        &self,
+        py: Python<'py>,
+        inputs: Vec<Vec<Vec<u8>>>,
+        apply: bool,
+        accumulators: Vec<String>,
+    ) -> PyResult<(Vec<Vec<Bound<'py, PyBytes>>>, RunStats)> {
+        guarded(|| {
+            let (outs, stats) = py
+                .detach(|| {
+                    let views: Vec<Vec<&[u8]>> = inputs
+                        .iter()
+                        .map(|r| r.iter().map(Vec::as_slice).collect())
+                        .collect();
+                    lock(&self.exe).run_replicated(&views, apply, &accumulators)
+                })
+                .py()?;
+            let outs = outs
+                .iter()
+                .map(|r| r.iter().map(|o| PyBytes::new(py, o)).collect())
+                .collect();
+            Ok((outs, stats.into()))
+        })
+    }
+
     /// Overwrites state tensor `name` (bytes in its device type).
     fn write_state(&self, name: &str, data: Vec<u8>) -> PyResult<()> {
         guarded(|| lock(&self.exe).write_state(name, &data).py())

@@ -23,13 +23,14 @@ use crate::records::{TensorSpec, TrainingInfo};
 /// ("cross_entropy", logits, labels) or ("mse", output, target).
 /// `optimizer`: "sgd", "sgd_momentum", "sgd_nesterov", "adam", "adamw" or
 /// "lamb". `accumulate`: gradient accumulation (the update applies in runs
-/// whose `optimizer/apply` input is 1). Returns the executable and what
-/// training added.
+/// whose `optimizer/apply` input is 1). `replicas` > 1: one IPU per replica,
+/// a program in two segments (`Executable.run_replicated`). Returns the
+/// executable and what training added.
 #[pyfunction]
 #[pyo3(signature = (model, inputs, system, precision, memory_proportion, enable_half_partials, loss, optimizer,
                     trainable = None, frozen = Vec::new(), loss_scaling = 1.0, clip_norm = false,
                     state_dtype = "float32", gradient_outputs = Vec::new(), fp8_format = "e4m3",
-                    accumulate = false))]
+                    accumulate = false, replicas = 1))]
 #[allow(clippy::too_many_arguments)]
 pub fn compile_training(
     py: Python<'_>,
@@ -49,6 +50,7 @@ pub fn compile_training(
     gradient_outputs: Vec<String>,
     fp8_format: &str,
     accumulate: bool,
+    replicas: u32,
 ) -> PyResult<(PyExecutable, TrainingInfo)> {
     guarded(|| {
         let specs = tensor_specs(&inputs).py()?;
@@ -56,8 +58,8 @@ pub fn compile_training(
             precision: Precision::parse(precision).py()?,
             memory_proportion,
             enable_half_partials,
-            num_ipus: 1,
-            replication_factor: 1,
+            num_ipus: replicas.max(1),
+            replication_factor: replicas.max(1),
             device_iterations: 1,
             sharding: Sharding::Auto,
             execution: None,
@@ -122,7 +124,8 @@ pub fn compile_training(
                 loss_scaling,
                 clip_norm,
                 state_dtype,
-                accumulate,
+                accumulate: accumulate && replicas <= 1,
+                all_reduce: replicas > 1,
             },
             gradient_outputs,
         };

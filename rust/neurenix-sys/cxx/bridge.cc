@@ -195,6 +195,8 @@ uint32_t GraphBuilder::conv(uint32_t x, uint32_t w, rust::Slice<const uint32_t> 
 
 void GraphBuilder::spread(uint32_t x) { graph().ensure_mapped(tensor(x).var); }
 
+void GraphBuilder::begin_segment() { graph().begin_segment(); }
+
 void GraphBuilder::place_like(uint32_t x, uint32_t like) {
   const VarId dst = tensor(x).var, src = tensor(like).var;
   if (graph().var(dst).mapped || dst == src) return;
@@ -317,6 +319,7 @@ void Engine::write_input(uint32_t index, rust::Slice<const uint8_t> data) {
   engine_.write_input(index, data.data(), data.size());
 }
 void Engine::run() { engine_.run(); }
+void Engine::run_segment(uint32_t segment) { engine_.run_segment(segment); }
 uint64_t Engine::constant_bytes(rust::Str name) const { return engine_.constant_bytes(std::string(name)); }
 void Engine::read_constant(rust::Str name, rust::Slice<uint8_t> out) const {
   engine_.read_constant(std::string(name), out.data(), out.size());

@@ -100,6 +100,7 @@ class GraphBuilder {
   void assign(uint32_t dst, uint32_t src, rust::Str name);
   void spread(uint32_t x);
   void place_like(uint32_t x, uint32_t like);
+  void begin_segment();
   std::unique_ptr<Executable> compile();
 
  private:
@@ -137,6 +138,7 @@ class Engine {
       : engine_(std::move(exe), options) {}
   void write_input(uint32_t index, rust::Slice<const uint8_t> data);
   void run();
+  void run_segment(uint32_t segment);
   uint32_t num_outputs() const;
   uint64_t output_bytes(uint32_t index) const;
   void read_output(uint32_t index, rust::Slice<uint8_t> out) const;

@@ -415,6 +415,8 @@ pub mod ffi {
         fn spread(self: Pin<&mut GraphBuilder>, x: u32) -> Result<()>;
         /// Lays `x` out like `like`, unless it is placed already.
         fn place_like(self: Pin<&mut GraphBuilder>, x: u32, like: u32) -> Result<()>;
+        /// Starts the program's second segment (at most one boundary).
+        fn begin_segment(self: Pin<&mut GraphBuilder>) -> Result<()>;
         /// Compiles the graph built so far; the builder is left empty.
         fn compile(self: Pin<&mut GraphBuilder>) -> Result<UniquePtr<Executable>>;
 
@@ -432,6 +434,7 @@ pub mod ffi {
 
         fn write_input(self: Pin<&mut Engine>, index: u32, data: &[u8]) -> Result<()>;
         fn run(self: Pin<&mut Engine>) -> Result<()>;
+        fn run_segment(self: Pin<&mut Engine>, segment: u32) -> Result<()>;
         fn num_outputs(self: &Engine) -> u32;
         fn output_bytes(self: &Engine, index: u32) -> Result<u64>;
         fn read_output(self: &Engine, index: u32, out: &mut [u8]) -> Result<()>;

@@ -180,6 +180,29 @@ impl DeviceEngine for Engine {
             .collect()
     }
 
+    fn run_segment(&mut self, segment: u32, inputs: &[Vec<u8>]) -> Result<Vec<Vec<u8>>> {
+        if segment == 0 {
+            for (i, data) in inputs.iter().enumerate() {
+                self.inner
+                    .pin_mut()
+                    .write_input(i as u32, data)
+                    .map_err(from_cxx)?;
+            }
+        }
+        self.inner
+            .pin_mut()
+            .run_segment(segment)
+            .map_err(from_cxx)?;
+        (0..self.inner.num_outputs())
+            .map(|i| {
+                let n = self.inner.output_bytes(i).map_err(from_cxx)?;
+                let mut buf = vec![0u8; n as usize];
+                self.inner.read_output(i, &mut buf).map_err(from_cxx)?;
+                Ok(buf)
+            })
+            .collect()
+    }
+
     fn read_state(&self, name: &str) -> Result<Vec<u8>> {
         let n = self.inner.constant_bytes(name).map_err(from_cxx)?;
         let mut buf = vec![0u8; n as usize];

@@ -286,6 +286,9 @@ impl Backend for GraphBuilder {
     fn place_like(&mut self, x: TensorId, like: TensorId) -> Result<()> {
         self.b().place_like(x, like).map_err(from_cxx)
     }
+    fn begin_segment(&mut self) -> Result<()> {
+        self.b().begin_segment().map_err(from_cxx)
+    }
     fn ipu_memory_bytes(&self) -> u64 {
         u64::from(self.system.tiles_per_ipu).saturating_mul(self.system.bytes_per_tile)
     }

@@ -424,10 +424,11 @@ class GraphCoreManager:
         for what, names in (("trainable", trainable), ("frozen", frozen), ("gradient_outputs", gradient_outputs)):
             if names is not None and (isinstance(names, str) or not all(isinstance(n, str) for n in names)):
                 raise InvalidOptionTypeError(f"{what} must be a list of initializer names, got {names!r}", what)
-        if self.num_ipus != 1 or self.replication_factor != 1:
+        if self.num_ipus != self.replication_factor:
             raise InvalidOptionError(
-                "training runs on one IPU for now (no replication or pipelining yet): this manager has num_ipus="
-                f"{self.num_ipus}, replication_factor={self.replication_factor}", "num_ipus")
+                "training runs each replica on one IPU for now (no pipelining yet): num_ipus must equal "
+                f"replication_factor, got num_ipus={self.num_ipus}, replication_factor={self.replication_factor}",
+                "num_ipus")
         with CompileProgress(_model_label(model)) as progress:
             progress("import", 0, 1)
             proto = onnx_import.load(model)
@@ -452,6 +453,7 @@ class GraphCoreManager:
                     gradient_outputs=list(gradient_outputs or []),
                     fp8_format=self.fp8_format,
                     accumulate=self.gradient_accumulation > 1,
+                    replicas=self.replication_factor,
                 )
             except IPUOutOfMemoryError as e:
                 trained = list(trainable) if trainable is not None else [

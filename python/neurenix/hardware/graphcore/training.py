@@ -36,7 +36,10 @@ class TrainingModel(CompiledModel):
         self.gradient_accumulation = gradient_accumulation
         self.device_iterations = device_iterations
         self.output_mode = output_mode
-        self.micro_batches = gradient_accumulation * device_iterations
+        #: Replicas, one IPU each, with identical weights; their gradients
+        #: are all-reduced before every update.
+        self.replicas = executable.replication_factor
+        self.micro_batches = gradient_accumulation * device_iterations * self.replicas
         self._info = info
         self._proto = proto
         self.optimizer = optimizer
@@ -95,7 +98,7 @@ class TrainingModel(CompiledModel):
         except Exception:
             # A failed run leaves a partial step: clear its accumulated
             # gradients so that the next step starts clean.
-            if g > 1 and self.loaded:
+            if (g > 1 or self.replicas > 1) and self.loaded:
                 for n, spec in self._state.items():
                     if n.endswith("/accumulator"):
                         self._executable.write_state(n, bytes(4 * int(np.prod(spec.shape))))
@@ -115,6 +118,8 @@ class TrainingModel(CompiledModel):
         """Runs every micro-batch of a call in turn; appends each step's mean
         loss and each run's report; returns the last run's outputs."""
         g = self.gradient_accumulation
+        if self.replicas > 1:
+            return self._replicated(parts, loss_dtype, step_losses, runs)
         acc = 0.0
         outs: List[bytes] = []
         for i in range(self.micro_batches):
@@ -132,6 +137,36 @@ class TrainingModel(CompiledModel):
                 step_losses.append(acc / g)
                 acc = 0.0
                 self.step += 1
+        return outs
+
+    def _replicated(self, parts: Dict[str, List[bytes]], loss_dtype: Any, step_losses: List[float],
+                    runs: List[ExecutionReport]) -> List[bytes]:
+        """The micro-batches of a call over the replicas: micro-batch
+        ``(step * G + a) * R + r`` runs on replica r as the a-th of its step;
+        the step's last ones all-reduce the gradients and update."""
+        g, r_count = self.gradient_accumulation, self.replicas
+        accumulators = [n for n in self._state if n.endswith("/accumulator")]
+        outs: List[bytes] = []
+        m = 0
+        for _ in range(self.device_iterations):
+            acc = 0.0
+            for a in range(g):
+                values = self.optimizer.hyperparameters(self.step + 1)
+                values["optimizer/accumulation_scale"] = 1.0 / (g * r_count)
+                inputs = []
+                for _r in range(r_count):
+                    inputs.append([parts[n][m] if n in parts else np.float32(values[n]).tobytes()
+                                   for n in self._all_inputs])
+                    m += 1
+                per_replica, stats = self._executable.run_replicated(inputs, a == g - 1, accumulators)
+                report = ExecutionReport.from_run_stats(stats, self.report.clock_hz,
+                                                        self.report.micro_batch_size * r_count)
+                self.last_execution = report
+                runs.append(report)
+                acc += sum(float(np.frombuffer(o[0], loss_dtype)[0]) for o in per_replica) / r_count
+                outs = [bytes(b) for b in per_replica[-1]]
+            step_losses.append(acc / g)
+            self.step += 1
         return outs
 
     def load(self, threads: int = 0, stochastic_rounding: bool = False, seed: int = 0,

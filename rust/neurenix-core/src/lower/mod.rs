@@ -193,6 +193,25 @@ impl<'a> LowerCx<'a> {
         self.backend.assign(dst.id, src.id, &name)
     }
 
+    /// Sets state tensor `s` to zeros (an accumulator, once the update has
+    /// read it).
+    pub(crate) fn clear_state(&mut self, s: &crate::ir::State) -> Result<()> {
+        let dst = match self.slots.get(&s.value) {
+            Some(Slot::Tensor(t)) => t.clone(),
+            _ => {
+                return Err(Error::Internal(format!(
+                    "state '{}' was never placed",
+                    self.graph.value(s.value).name
+                )))
+            }
+        };
+        let name = format!("{}/clear", self.graph.value(s.value).name);
+        let zeros = self
+            .backend
+            .fill(dst.dtype, &dst.shape, 0.0, dst.ipu, &name)?;
+        self.backend.assign(dst.id, zeros, &name)
+    }
+
     /// Receives carried tensor `v` (produced by an earlier pipeline stage)
     /// on `ipu`, in the device type its producer gave it.
     pub(crate) fn bind_carried(

@@ -89,6 +89,7 @@ pub fn to_training_mode(m: &mut Model, weights: &[ValueId]) -> Result<Vec<ValueI
             let fresh = b.scale(flat, 1.0 - momentum)?;
             let update = b.add(kept, fresh)?;
             b.m.graph.state[k].update = Some(update);
+            b.m.graph.state[k].in_first_segment = true;
             buffers.push(stat);
         }
     }

@@ -20,6 +20,9 @@ pub struct Builder<'a> {
     /// Nodes added from now on compute in float32 whatever the precision
     /// (the optimizer's updates of master weights).
     pub master: bool,
+    /// Nodes added from now on belong to the program's second segment (the
+    /// update, after the replicas' gradients are all-reduced).
+    pub second_segment: bool,
 }
 
 impl<'a> Builder<'a> {
@@ -28,6 +31,7 @@ impl<'a> Builder<'a> {
             m,
             prefix: prefix.to_string(),
             master: false,
+            second_segment: false,
         }
     }
 
@@ -79,6 +83,9 @@ impl<'a> Builder<'a> {
             attrs.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
         if self.master {
             a.insert(MASTER_ATTR.to_string(), Attr::Int(1));
+        }
+        if self.second_segment {
+            a.insert(super::SEGMENT_ATTR.to_string(), Attr::Int(1));
         }
         let name = self.m.graph.value(out).name.clone();
         self.m.graph.nodes.push(Node {

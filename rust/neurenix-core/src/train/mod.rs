@@ -32,6 +32,10 @@ use crate::ir::{Dim, Model, State, ValueId};
 use build::Builder;
 pub use optim::{Optimizer, OptimizerKind};
 
+/// The attribute marking the nodes of a training program's second segment
+/// (the update that follows the replicas' all-reduce).
+pub const SEGMENT_ATTR: &str = "neurenix.segment";
+
 /// The attribute marking the nodes a training graph runs in training mode
 /// (Dropout), so that no pass removes them as inference would.
 pub const TRAINING_ATTR: &str = "neurenix.training";
@@ -201,6 +205,8 @@ pub fn prepare_training(
             init,
             update: None,
             layout_like: None,
+            in_first_segment: false,
+            cleared_after_update: false,
         });
         weights.push(v);
     }
@@ -247,6 +253,8 @@ pub fn prepare_training(
             init,
             update: None,
             layout_like: None,
+            in_first_segment: false,
+            cleared_after_update: false,
         });
     }
     info.weights = names;

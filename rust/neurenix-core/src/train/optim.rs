@@ -46,6 +46,12 @@ pub struct Optimizer {
     /// streamed scale) is applied, and the accumulators cleared, only in
     /// runs where the streamed `optimizer/apply` is 1.
     pub accumulate: bool,
+    /// Replicas: the program has two segments; the first adds every run's
+    /// gradients to the accumulators, which the host then sums over the
+    /// replicas (the all-reduce), and the second updates from them (times
+    /// the streamed `optimizer/accumulation_scale`) and clears them. Every
+    /// run executes the first, the step's last one the second too.
+    pub all_reduce: bool,
 }
 
 impl Optimizer {
@@ -81,7 +87,9 @@ impl Optimizer {
         if self.clip_norm {
             h.push("optimizer/max_grad_norm");
         }
-        if self.accumulate {
+        if self.all_reduce {
+            h.push("optimizer/accumulation_scale");
+        } else if self.accumulate {
             h.push("optimizer/apply");
             h.push("optimizer/accumulation_scale");
         }
@@ -123,6 +131,8 @@ fn zeros_state(
         init: Arc::new(HostTensor::float(dtype, ArrayD::zeros(IxDyn(like)))),
         update: None,
         layout_like: Some(w),
+        in_first_segment: false,
+        cleared_after_update: false,
     });
     v
 }
@@ -171,7 +181,32 @@ pub fn add_updates(
     }
     // Gradient accumulation: the step's gradient is the accumulator plus this
     // run's, scaled; the accumulator keeps the sum until the step applies.
-    let apply = if opt.accumulate {
+    if opt.all_reduce {
+        for (k, g) in gs.iter_mut().enumerate() {
+            let w = weights[k];
+            let shape = b.shape(w)?;
+            let acc = zeros_state(
+                &mut b,
+                &format!("{}/accumulator", info.weights[k]),
+                &shape,
+                ElemType::F32,
+                w,
+            );
+            let total = b.add(acc, *g)?;
+            set_update(b.m, acc, total);
+            if let Some(s) = b.m.graph.state.iter_mut().find(|s| s.value == acc) {
+                s.in_first_segment = true;
+                s.cleared_after_update = true;
+            }
+            *g = acc;
+        }
+        // The rest reads the accumulators once they hold every replica's sum.
+        b.second_segment = true;
+        for g in gs.iter_mut() {
+            *g = b.mul(*g, h("accumulation_scale"))?;
+        }
+    }
+    let apply = if opt.accumulate && !opt.all_reduce {
         let half = b.constant(0.5, ElemType::F32, &[]);
         let apply = b.node("Greater", &[h("apply"), half], vec![], ElemType::Bool, &[]);
         let zero = b.constant(0.0, ElemType::F32, &[]);
