@@ -310,8 +310,8 @@ def test_embedding_gather_adds_the_rows_that_read_each_entry(v, d, idx_shape, se
 
 def test_an_operator_without_a_gradient_is_named():
     x = np.random.default_rng(0).standard_normal((1, 1, 4, 4))
-    with pytest.raises(UnsupportedOperatorError, match=r"MaxPool \(node 'op'\) has no gradient \(only windows"):
-        device_gradients("MaxPool", [("X", x)], [1, 1, 2, 2], dict(kernel_shape=[3, 3], strides=[1, 1]))
+    with pytest.raises(UnsupportedOperatorError, match=r"MaxPool \(node 'op'\) has no gradient \(ceil_mode"):
+        device_gradients("MaxPool", [("X", x)], [1, 1, 2, 2], dict(kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1))
     with pytest.raises(UnsupportedOperatorError, match=r"Sin \(node 'op'\) has no gradient"):
         device_gradients("Sin", [("X", x)], [1, 1, 4, 4], {})
 
@@ -350,3 +350,23 @@ def test_pow_by_zero_and_a_1d_convolution():
     x = np.random.default_rng(1).standard_normal((1, 1, 5))
     with pytest.raises(UnsupportedOperatorError, match="only 2-D convolutions"):
         device_gradients("Conv", [("X", x), ("W", np.ones((1, 1, 3)))], [1, 1, 3], dict(kernel_shape=[3]))
+
+
+@settings(max_examples=30, deadline=None)
+@given(op=st.sampled_from(["MaxPool", "AveragePool"]), k=st.sampled_from([2, 3]), s=st.sampled_from([1, 2]),
+       pad=st.integers(0, 1), d=st.sampled_from([1, 2]), include=st.booleans(), hw=st.integers(4, 7),
+       seed=st.integers(0, 999))
+def test_pools_with_overlapping_padded_and_dilated_windows(op, k, s, pad, d, include, hw, seed):
+    if op == "AveragePool" and d > 1:
+        d = 1  # AveragePool has dilations from opset 19 only
+    eff = (k - 1) * d + 1
+    if pad >= k or hw + 2 * pad < eff:
+        return
+    out = (hw + 2 * pad - eff) // s + 1
+    attrs = dict(kernel_shape=[k, k], strides=[s, s], pads=[pad] * 4)
+    if d > 1:
+        attrs["dilations"] = [d, d]
+    if op == "AveragePool":
+        attrs["count_include_pad"] = int(include)
+    x = np.random.default_rng(seed).standard_normal((1, 2, hw, hw))
+    check(op, [("X", x)], [1, 2, out, out], attrs)

@@ -266,7 +266,7 @@ def test_bad_training_input_gets_clear_errors_and_the_manager_stays_usable():
     # An operator with no gradient on the path, by name.
     pool = helper.make_graph(
         [helper.make_node("Conv", ["x", "W"], ["c"], name="conv"),
-         helper.make_node("MaxPool", ["c"], ["p"], name="pool", kernel_shape=[2, 2]),
+         helper.make_node("MaxPool", ["c"], ["p"], name="pool", kernel_shape=[2, 2], ceil_mode=1),
          helper.make_node("ReduceSum", ["p"], ["s"], keepdims=0)],
         "pool", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 4, 4])],
         [helper.make_tensor_value_info("s", TensorProto.FLOAT, [])],

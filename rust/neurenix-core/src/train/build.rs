@@ -329,6 +329,11 @@ impl<'a> Builder<'a> {
     /// Pads (or, with negative pads, crops) `x` with zeros: `pads` as ONNX
     /// orders them (all begins, then all ends).
     pub fn pad(&mut self, x: ValueId, pads: &[i64]) -> Result<ValueId> {
+        self.pad_with(x, pads, 0.0)
+    }
+
+    /// [`Builder::pad`] with `value` in the new elements.
+    pub fn pad_with(&mut self, x: ValueId, pads: &[i64], value: f64) -> Result<ValueId> {
         let (t, s) = self.like(x)?;
         if pads.iter().all(|&p| p == 0) {
             return Ok(x);
@@ -339,12 +344,20 @@ impl<'a> Builder<'a> {
             .collect();
         if self.opset() >= 11 {
             let pv = self.ints(pads);
-            Ok(self.node("Pad", &[x, pv], vec![], t, &shape))
+            if value == 0.0 {
+                Ok(self.node("Pad", &[x, pv], vec![], t, &shape))
+            } else {
+                let cv = self.constant(value, t, &[]);
+                Ok(self.node("Pad", &[x, pv, cv], vec![], t, &shape))
+            }
         } else {
             Ok(self.node(
                 "Pad",
                 &[x],
-                vec![("pads", Attr::Ints(pads.to_vec()))],
+                vec![
+                    ("pads", Attr::Ints(pads.to_vec())),
+                    ("value", Attr::Float(value as f32)),
+                ],
                 t,
                 &shape,
             ))

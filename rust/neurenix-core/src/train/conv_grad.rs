@@ -180,16 +180,14 @@ pub fn pool(b: &mut Builder, node: &Node, dy: ValueId, y: ValueId) -> Result<Vec
     let opset = b.opset();
     let x = node.input(0).expect("a pool has an input");
     let win = window(b, node, x, None)?;
-    if win.kernel != win.strides
-        || win.pads != [0; 4]
-        || win.dilations != [1, 1]
-        || node.attr_i("ceil_mode", 0)? != 0
-    {
-        return Err(no_gradient(
-            node,
-            opset,
-            "only windows that tile the input (kernel_shape = strides, no pads, dilations or ceil_mode)",
-        ));
+    if node.attr_i("ceil_mode", 0)? != 0 {
+        return Err(no_gradient(node, opset, "ceil_mode"));
+    }
+    if win.kernel != win.strides || win.pads != [0; 4] || win.dilations != [1, 1] {
+        if node.outputs.len() > 1 {
+            return Err(no_gradient(node, opset, "MaxPool's indices output"));
+        }
+        return pool_windows(b, node, dy, y, &win);
     }
     if node.outputs.len() > 1 {
         return Err(no_gradient(node, opset, "MaxPool's indices output"));
@@ -219,6 +217,124 @@ pub fn pool(b: &mut Builder, node: &Node, dy: ValueId, y: ValueId) -> Result<Vec
     let dx = b.pad(
         dxc,
         &[0, 0, 0, 0, 0, 0, (xs[2] - hc) as i64, (xs[3] - wc) as i64],
+    )?;
+    Ok(vec![Some(dx)])
+}
+
+/// Pooling with any windows (overlapping, padded, dilated): the gradient
+/// of every window tap, spread back where the tap reads the input and
+/// summed. MaxPool's goes to the inputs equal to their window's maximum
+/// (padding compares as the lowest float; tied maxima all receive it);
+/// AveragePool's is divided by each window's count (with or without the
+/// padding, `count_include_pad`).
+fn pool_windows(
+    b: &mut Builder,
+    node: &Node,
+    dy: ValueId,
+    y: ValueId,
+    win: &Window,
+) -> Result<Vec<Option<ValueId>>> {
+    let x = node.input(0).expect("a pool has an input");
+    let xs = b.shape(x)?;
+    let ys = b.shape(y)?;
+    let t = b.dtype(x)?;
+    let (n, c, h, w) = (xs[0], xs[1], xs[2], xs[3]);
+    let (ho, wo) = (ys[2], ys[3]);
+    let [kh, kw] = win.kernel;
+    let [sh, sw] = win.strides;
+    let [dh, dw] = win.dilations;
+    let [pt, pl, pb, pr] = win.pads;
+    let (hp, wp) = (h + pt + pb, w + pl + pr);
+    let max = node.op_type == "MaxPool";
+    let pads = [0, 0, pt as i64, pl as i64, 0, 0, pb as i64, pr as i64];
+    let xp = if max {
+        b.pad_with(x, &pads, f64::from(f32::MIN))?
+    } else {
+        x
+    };
+    let zero = b.constant(0.0, t, &[]);
+    let (len_h, len_w) = ((ho - 1) * sh + 1, (wo - 1) * sw + 1);
+    // AveragePool's divisor per output position.
+    let per_window = if max {
+        None
+    } else {
+        let include = node.attr_i("count_include_pad", 0)? != 0;
+        let count = |o: usize, k: usize, s: usize, d: usize, p: usize, len: usize| -> usize {
+            (0..k)
+                .filter(|&a| {
+                    let i = (o * s + a * d) as i64 - p as i64;
+                    include || (i >= 0 && i < len as i64)
+                })
+                .count()
+        };
+        let cnt = b.value("window_counts", t, &[1, 1, ho, wo]);
+        let arr = ndarray::ArrayD::from_shape_fn(ndarray::IxDyn(&[1, 1, ho, wo]), |i| {
+            1.0 / (count(i[2], kh, sh, dh, pt, h) * count(i[3], kw, sw, dw, pl, w)).max(1) as f64
+        });
+        b.m.graph
+            .set_constant(cnt, crate::tensor::HostTensor::float(t, arr));
+        Some(b.mul(dy, cnt)?)
+    };
+    let mut acc: Option<ValueId> = None;
+    for a in 0..kh {
+        for bb in 0..kw {
+            let (r0, c0) = ((a * dh) as i64, (bb * dw) as i64);
+            let part = if max {
+                let tap = b.slice(
+                    xp,
+                    &[r0, c0],
+                    &[r0 + len_h as i64, c0 + len_w as i64],
+                    &[2, 3],
+                    &[sh as i64, sw as i64],
+                )?;
+                let eq = b.node("Equal", &[tap, y], vec![], ElemType::Bool, &ys);
+                b.node("Where", &[eq, dy, zero], vec![], t, &ys)
+            } else {
+                per_window.expect("an average pool's divisor")
+            };
+            // Back where the tap reads: dilated by the strides, shifted by the tap.
+            let mut d = part;
+            if sh > 1 || sw > 1 {
+                let r = b.reshape(part, &[n, c, ho, 1, wo, 1])?;
+                let p = b.pad(
+                    r,
+                    &[0, 0, 0, 0, 0, 0, 0, 0, 0, sh as i64 - 1, 0, sw as i64 - 1],
+                )?;
+                let r = b.reshape(p, &[n, c, ho * sh, wo * sw])?;
+                d = b.slice(r, &[0, 0], &[len_h as i64, len_w as i64], &[2, 3], &[1, 1])?;
+            }
+            let placed = b.pad(
+                d,
+                &[
+                    0,
+                    0,
+                    r0,
+                    c0,
+                    0,
+                    0,
+                    hp as i64 - r0 - len_h as i64,
+                    wp as i64 - c0 - len_w as i64,
+                ],
+            )?;
+            acc = Some(match acc {
+                None => placed,
+                Some(s) => b.add(s, placed)?,
+            });
+        }
+    }
+    let acc = acc.expect("a window has taps");
+    let dx = b.pad(
+        acc,
+        &[
+            0,
+            0,
+            -(pt as i64),
+            -(pl as i64),
+            0,
+            0,
+            -(pb as i64),
+            -(pr as i64),
+        ],
     )?;
     Ok(vec![Some(dx)])
 }
