@@ -245,6 +245,10 @@ def test_bad_training_input_gets_clear_errors_and_the_manager_stays_usable():
             ipu.compile_model(model, {"x": x, "labels": y.astype(np.float32)}, loss=ce, optimizer=optim.SGD(lr=0.1))
         with pytest.raises(InputMismatchError, match="labels"):
             ipu.compile_model(model, {"x": x}, loss=ce, optimizer=optim.SGD(lr=0.1))
+        t = ipu.compile_model(model, {"x": x, "labels": y}, loss=ce, optimizer=optim.SGD(lr=0.1))
+        with pytest.raises(InputMismatchError, match=r"class indices in \[0, 3\); element 2 is 7"):
+            ipu.execute_model(t, {"x": x, "labels": np.array([0, 1, 7, 0, 0, 0, 0, 0])})
+        assert t.step == 0
         with pytest.raises(InvalidOptionError, match="not an initializer"):
             ipu.compile_model(model, {"x": x, "labels": y}, loss=ce, optimizer=optim.SGD(lr=0.1), frozen=["W9"])
         with pytest.raises(InvalidOptionError, match="lr"):

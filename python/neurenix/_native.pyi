@@ -214,6 +214,7 @@ class TrainingInfo:
     hyperparameters: List[str]
     loss: str
     label_input: Optional[str]
+    label_classes: Optional[int]  # a built-in cross entropy's classes: labels lie in [0, label_classes)
     buffers: List[str]  # running statistics of BatchNormalization, updated by every step
     state: List[StateSpec]
     def __new__(
@@ -223,6 +224,7 @@ class TrainingInfo:
         hyperparameters: List[str],
         loss: str,
         label_input: Optional[str],
+        label_classes: Optional[int],
         buffers: List[str],
         state: List[StateSpec],
     ) -> "TrainingInfo": ...

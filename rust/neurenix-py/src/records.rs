@@ -58,7 +58,8 @@ record! {
     /// What compiling a training step added (`neurenix_core::train::TrainingInfo`).
     "TrainingInfo" TrainingInfo {
         weights: Vec<String>, optimizer_state: Vec<String>, hyperparameters: Vec<String>, loss: String,
-        label_input: Option<String>, buffers: Vec<String>, state: Vec<StateSpec>,
+        label_input: Option<String>, label_classes: Option<usize>, buffers: Vec<String>,
+        state: Vec<StateSpec>,
     }
 }
 
@@ -70,6 +71,7 @@ impl From<neurenix_core::train::TrainingInfo> for TrainingInfo {
             hyperparameters: t.hyperparameters,
             loss: t.loss,
             label_input: t.label_input,
+            label_classes: t.label_classes,
             buffers: t.buffers,
             state: t
                 .state

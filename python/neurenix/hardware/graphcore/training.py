@@ -88,6 +88,7 @@ class TrainingModel(CompiledModel):
         mean of its micro-batches') and the last run's other outputs."""
         k = self.micro_batches
         names = [s.name for s in self.inputs]
+        self._check_labels(dict(zip(names, inputs)))
         parts = {n: [b[i * len(b) // k:(i + 1) * len(b) // k] for i in range(k)] for n, b in zip(names, inputs)}
         g = self.gradient_accumulation
         loss_dtype = np.dtype(self.micro_batch_outputs[0].dtype).newbyteorder("<")
@@ -112,6 +113,19 @@ class TrainingModel(CompiledModel):
         else:
             loss = np.asarray(step_losses[-1], loss_dtype)
         return [loss.tobytes()] + list(outs[1:])
+
+    def _check_labels(self, given: Dict[str, bytes]) -> None:
+        """A built-in cross entropy's labels must name classes."""
+        name, classes = self._info.label_input, self._info.label_classes
+        if name is None or classes is None or name not in given:
+            return
+        spec = next(s for s in self.inputs if s.name == name)
+        labels = np.frombuffer(given[name], np.dtype(spec.dtype).newbyteorder("<"))
+        bad = (labels < 0) | (labels >= classes)
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise InputMismatchError(
+                f"labels '{name}' must be class indices in [0, {classes}); element {i} is {int(labels[i])}", name)
 
     def _micro_batches(self, parts: Dict[str, List[bytes]], loss_dtype: Any, step_losses: List[float],
                        runs: List[ExecutionReport]) -> List[bytes]:

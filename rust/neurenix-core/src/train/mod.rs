@@ -83,6 +83,9 @@ pub struct TrainingInfo {
     /// State that is not trained but updated by every step: the running
     /// statistics of BatchNormalization in training mode.
     pub buffers: Vec<String>,
+    /// A built-in cross entropy's number of classes: its labels must lie in
+    /// [0, classes).
+    pub label_classes: Option<usize>,
     /// Every state tensor (weights first): name, shape and device type.
     pub state: Vec<(String, Vec<usize>, crate::dtype::DeviceType)>,
 }
@@ -316,6 +319,13 @@ pub fn add_training(
     info: &mut TrainingInfo,
 ) -> Result<()> {
     let loss = builtin_loss(m, opts)?;
+    if let Loss::CrossEntropy { logits, .. } = &opts.loss {
+        info.label_classes = m
+            .graph
+            .find(logits)
+            .and_then(|v| m.graph.shape_of(v))
+            .and_then(|s| s.get(1).copied());
+    }
     let buffers = batch_norm::to_training_mode(m, weights)?;
     dropout::to_training_mode(m)?;
     lookup::to_products(m, weights)?;
