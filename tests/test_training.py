@@ -690,3 +690,27 @@ def ref_step_on(ref, x, y):
         gr["b1"] = dh1.sum(0)
         return loss, gr
     return ref.step(x, y, grads)
+
+
+def test_a_non_finite_loss_is_returned_or_stops_the_step_with_fp_exceptions():
+    # loss = sum(log(W * x)): a negative product gives NaN.
+    w = np.array([1.0, 2.0], np.float32)
+    nodes = [helper.make_node("Mul", ["x", "W"], ["p"]), helper.make_node("Log", ["p"], ["l"]),
+             helper.make_node("ReduceSum", ["l"], ["loss"], keepdims=0)]
+    g = helper.make_graph(nodes, "nan", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                          [helper.make_tensor_value_info("loss", TensorProto.FLOAT, [])],
+                          [numpy_helper.from_array(w, "W")])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    good, bad = np.array([1.0, 1.0], np.float32), np.array([1.0, -1.0], np.float32)
+    from neurenix.hardware.graphcore.errors import IPUFloatingPointError
+
+    with GraphCoreManager(precision="float32", ipu_model=TINY) as ipu:
+        t = ipu.compile_model(model, {"x": good}, loss="loss", optimizer=optim.SGD(lr=0.1))
+        (loss,) = ipu.execute_model(t, {"x": bad})
+        assert np.isnan(loss)
+    with GraphCoreManager(precision="float32", ipu_model=TINY, fp_exceptions=True) as ipu:
+        t = ipu.compile_model(model, {"x": good}, loss="loss", optimizer=optim.SGD(lr=0.1))
+        with pytest.raises(IPUFloatingPointError, match="invalid"):
+            ipu.execute_model(t, {"x": bad})
+        (loss,) = ipu.execute_model(t, {"x": good})  # the manager and the model stay usable
+        assert np.isfinite(loss)
