@@ -20,6 +20,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+from machine_bound import bound_seconds, measure_machine, model_flops  # noqa: E402
 from models import MODELS  # noqa: E402
 
 
@@ -32,7 +33,7 @@ def _timed(fn):
     return time.perf_counter() - t0, out
 
 
-def bench(name, build, threads, repeat, precision, system):
+def bench(name, build, threads, repeat, precision, system, machine):
     import onnxruntime as ort
 
     from neurenix.hardware.graphcore import GraphCoreManager, IPUModel
@@ -72,6 +73,8 @@ def bench(name, build, threads, repeat, precision, system):
         rep = compiled.report
         run = compiled.last_execution
     err = max(float(np.max(np.abs(g.astype(np.float64) - e))) for g, e in zip(got, expected))
+    flops = model_flops(model, feeds)
+    bound = bound_seconds(machine, run.exchanged_bytes, flops)
     return {
         "model": name,
         "precision": precision,
@@ -87,6 +90,10 @@ def bench(name, build, threads, repeat, precision, system):
         "sim_compute_ms": statistics.median(compute) * 1e3,
         "sim_exchange_ms": statistics.median(exchange) * 1e3,
         "exchanged_mib": run.exchanged_bytes / 2**20,
+        "gflop": flops / 1e9,
+        "bound_ms": bound * 1e3,
+        "bound_ratio": t_sim / bound,
+        "host_memory_ratio": run.host_memory_bytes / rep.total_memory,
     }
 
 
@@ -98,17 +105,21 @@ def main(argv=None):
     p.add_argument("--system", default="version=ipu2,num_ipus=1")
     p.add_argument("--models", nargs="*", default=list(MODELS))
     a = p.parse_args(argv)
-    rows = [bench(m, MODELS[m], a.threads, a.repeat, a.precision, a.system) for m in a.models]
-    print(f"threads={a.threads} repeat={a.repeat} system={a.system}")
+    machine = measure_machine(a.threads)
+    rows = [bench(m, MODELS[m], a.threads, a.repeat, a.precision, a.system, machine) for m in a.models]
+    print(f"threads={a.threads} repeat={a.repeat} system={a.system}: copy {machine['copy_bytes_per_s'] / 1e9:.1f} GB/s, "
+          f"float32 GEMM {machine['gemm_flops_per_s'] / 1e9:.0f} GFLOP/s")
     print("| model | precision | compile (s) | simulated run (ms) | of which compute / exchange (ms) | "
-          "onnxruntime (ms) | sim / ORT | est. device time (us) | est. throughput (samples/s) | "
-          "busiest tile (KiB) | exchanged (MiB) | max abs err vs ORT |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "onnxruntime (ms) | sim / ORT | machine bound (ms) | sim / bound | est. device time (us) | "
+          "est. throughput (samples/s) | busiest tile (KiB) | exchanged (MiB) | GFLOP | host memory / placed | "
+          "max abs err vs ORT |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['model']} | {r['precision']} | {r['compile_s']:.2f} | {r['sim_ms']:.1f} | "
               f"{r['sim_compute_ms']:.0f} / {r['sim_exchange_ms']:.0f} | {r['ort_ms']:.2f} | "
-              f"{r['ratio']:.1f}x | {r['device_us']:.1f} | {r['throughput']:,.0f} | {r['max_tile_kib']:.1f} | "
-              f"{r['exchanged_mib']:,.0f} | {r['max_abs_err']:.1e} |")
+              f"{r['ratio']:.1f}x | {r['bound_ms']:.1f} | {r['bound_ratio']:.1f}x | {r['device_us']:.1f} | "
+              f"{r['throughput']:,.0f} | {r['max_tile_kib']:.1f} | {r['exchanged_mib']:,.0f} | {r['gflop']:.2f} | "
+              f"{r['host_memory_ratio']:.2f} | {r['max_abs_err']:.1e} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -284,4 +284,7 @@ MODELS = {
     "bert-base-like b8": lambda: bert_encoder(8, 128, **BERT_BENCH),
     "resnet50-light b1": lambda: light_model("light_resnet50", 1),
     "resnet50-light b8": lambda: light_model("light_resnet50", 8),
+    "squeezenet-light b1": lambda: light_model("light_squeezenet", 1),
+    "inception-v1-light b1": lambda: light_model("light_inception_v1", 1),
+    "densenet121-light b1": lambda: light_model("light_densenet121", 1),
 }

@@ -1,6 +1,10 @@
 #include "neurenix/compiler.h"
 
 #include <algorithm>
+#include <atomic>
+#include <exception>
+#include <mutex>
+#include <thread>
 #include <map>
 #include <set>
 #include <tuple>
@@ -304,45 +308,100 @@ std::unique_ptr<Executable> compile(std::unique_ptr<Graph> gp) {
     exe->tile_memory_.push_back(std::move(m));
   }
 
-  // Resolve addresses.
-  VarId last_var = UINT32_MAX;
-  uint32_t last_tile = UINT32_MAX;
-  uint64_t last_base = 0;
-  auto tile_base = [&](VarId v, uint32_t tile) -> uint64_t {
-    if (v == last_var && tile == last_tile) return last_base;
-    const Variable& var = g.var(v);
-    const TileShare* s = var.share(tile);
-    NX_CHECK(s, "address of '" + var.name + "' on a tile that does not hold it");
-    last_var = v;
-    last_tile = tile;
-    last_base = exe->var_offsets_[v][static_cast<size_t>(s - var.tiles.data())];
-    return last_base;
+  // Resolve addresses. A variable's base on a tile is looked up once per
+  // run of lookups of that variable (sources and destinations each keep
+  // their own table: copies alternate between source tiles of one variable).
+  struct BaseTable {
+    VarId var = UINT32_MAX;
+    uint32_t generation = 0;
+    std::vector<uint32_t> stamp;
+    std::vector<uint64_t> base;
   };
+  auto tile_base = [&](BaseTable& tb, VarId v, uint32_t tile) -> uint64_t {
+    if (tb.stamp.empty()) {
+      tb.stamp.assign(ntiles, 0);
+      tb.base.assign(ntiles, 0);
+    }
+    if (v != tb.var) {
+      tb.var = v;
+      if (++tb.generation == 0) {
+        std::fill(tb.stamp.begin(), tb.stamp.end(), 0);
+        tb.generation = 1;
+      }
+    }
+    if (tb.stamp[tile] != tb.generation) {
+      const Variable& var = g.var(v);
+      const TileShare* s = var.share(tile);
+      NX_CHECK(s, "address of '" + var.name + "' on a tile that does not hold it");
+      tb.base[tile] = exe->var_offsets_[v][static_cast<size_t>(s - var.tiles.data())];
+      tb.stamp[tile] = tb.generation;
+    }
+    return tb.base[tile];
+  };
+  BaseTable field_bases, src_bases, dst_bases;
   for (auto& cs : g.compute_sets())
     for (auto& v : cs.vertices)
       for (Field* f : v->all_fields()) {
         if (f->count == 0) continue;
-        f->byte_offset = tile_base(f->var, f->tile) + f->local * device_type_size(g.var(f->var).dtype);
+        f->byte_offset = tile_base(field_bases, f->var, f->tile) + f->local * device_type_size(g.var(f->var).dtype);
       }
   for (auto& ex : g.exchanges())
     for (Copy& c : ex.copies) {
       size_t es = device_type_size(g.var(c.src).dtype);
-      c.src_byte = tile_base(c.src, c.src_tile) + c.src_local * es;
-      c.dst_byte = tile_base(c.dst, c.dst_tile) + c.dst_local * es;
+      c.src_byte = tile_base(src_bases, c.src, c.src_tile) + c.src_local * es;
+      c.dst_byte = tile_base(dst_bases, c.dst, c.dst_tile) + c.dst_local * es;
     }
 
-  // Execution schedule and static step costs.
+  // Execution schedule and static step costs. Vertices and copies are
+  // grouped by tile, ascending, each tile's in program order (a stable
+  // counting sort: there are millions of copies).
+  std::vector<uint32_t> tile_count(ntiles, 0), tile_start(ntiles, 0);
+  std::vector<uint32_t> touched;
+  auto group_by_tile = [&](size_t n, auto tile_of, auto emit) {
+    touched.clear();
+    for (size_t i = 0; i < n; ++i) {
+      const uint32_t tile = tile_of(i);
+      if (tile_count[tile]++ == 0) touched.push_back(tile);
+    }
+    std::sort(touched.begin(), touched.end());
+    uint32_t at = 0;
+    for (uint32_t tile : touched) {
+      tile_start[tile] = at;
+      at += tile_count[tile];
+    }
+    std::vector<uint32_t> order(n);
+    for (size_t i = 0; i < n; ++i) order[tile_start[tile_of(i)]++] = static_cast<uint32_t>(i);
+    uint32_t begin = 0;
+    for (uint32_t tile : touched) {
+      const uint32_t end = begin + tile_count[tile];
+      emit(tile, order.data() + begin, order.data() + end);
+      tile_count[tile] = 0;
+      begin = end;
+    }
+  };
   exe->compute_schedule_.resize(g.compute_sets().size());
   for (size_t ci = 0; ci < g.compute_sets().size(); ++ci) {
-    std::map<uint32_t, std::vector<const Vertex*>> by_tile;
-    for (const auto& v : g.compute_sets()[ci].vertices) by_tile[v->tile].push_back(v.get());
-    for (auto& [tile, vs] : by_tile) exe->compute_schedule_[ci].push_back(Executable::TileVertices{tile, std::move(vs)});
+    const auto& vs = g.compute_sets()[ci].vertices;
+    group_by_tile(
+        vs.size(), [&](size_t i) { return vs[i]->tile; },
+        [&](uint32_t tile, const uint32_t* b, const uint32_t* e) {
+          Executable::TileVertices tv{tile, {}};
+          tv.vertices.reserve(static_cast<size_t>(e - b));
+          for (; b != e; ++b) tv.vertices.push_back(vs[*b].get());
+          exe->compute_schedule_[ci].push_back(std::move(tv));
+        });
   }
   exe->exchange_schedule_.resize(g.exchanges().size());
   for (size_t ei = 0; ei < g.exchanges().size(); ++ei) {
-    std::map<uint32_t, std::vector<const Copy*>> by_tile;
-    for (const Copy& c : g.exchanges()[ei].copies) by_tile[c.dst_tile].push_back(&c);
-    for (auto& [tile, cs] : by_tile) exe->exchange_schedule_[ei].push_back(Executable::TileCopies{tile, std::move(cs)});
+    const auto& cps = g.exchanges()[ei].copies;
+    group_by_tile(
+        cps.size(), [&](size_t i) { return cps[i].dst_tile; },
+        [&](uint32_t tile, const uint32_t* b, const uint32_t* e) {
+          Executable::TileCopies tc{tile, {}};
+          tc.copies.reserve(static_cast<size_t>(e - b));
+          for (; b != e; ++b) tc.copies.push_back(&cps[*b]);
+          exe->exchange_schedule_[ei].push_back(std::move(tc));
+        });
   }
   exe->staged_.assign(g.exchanges().size(), false);
   for (uint32_t ei : staged_exchanges) exe->staged_[ei] = true;
@@ -371,16 +430,36 @@ std::unique_ptr<Executable> compile(std::unique_ptr<Graph> gp) {
     live_delta[live[v].first] += static_cast<int64_t>(bytes);
     live_delta[std::min<int64_t>(live[v].last, nsteps - 1) + 1] -= static_cast<int64_t>(bytes);
   }
-  int64_t live_now = 0;
+  std::vector<int64_t> live_at(nsteps, 0);
+  for (int64_t s = 0, live_now = 0; s < nsteps; ++s) live_at[s] = live_now += live_delta[s];
 
   const double host_bytes_per_cycle = t.host_link_bytes_per_sec / t.clock_hz;
   const double link_bytes_per_cycle = t.ipu_link_bytes_per_sec * t.ipu_links / t.clock_hz;
   auto fmt_bytes = [](uint64_t b) { return std::to_string(b) + " B"; };
-  for (int64_t s = 0; s < nsteps; ++s) {
+  // Steps are costed independently, on several host threads (an exchange
+  // of a big model has a million copies to tally); each thread keeps its
+  // own per-tile tallies.
+  struct Tallies {
+    std::vector<uint64_t> in, out, desc;
+    std::vector<uint8_t> seen;
+    std::vector<uint32_t> touched;
+  };
+  exe->step_costs_.resize(static_cast<size_t>(nsteps));
+  auto cost_step = [&](int64_t s, Tallies& tl) {
+    auto& tile_in = tl.in;
+    auto& tile_out = tl.out;
+    auto& tile_desc = tl.desc;
+    auto& tile_seen = tl.seen;
+    auto& touched = tl.touched;
+    if (tile_seen.empty()) {
+      tile_in.assign(ntiles, 0);
+      tile_out.assign(ntiles, 0);
+      tile_desc.assign(ntiles, 0);
+      tile_seen.assign(ntiles, 0);
+    }
     const Step& st = program[s];
     StepCost c{st.kind, st.index, step_name(g, st), 0, 0, 0, "", -1, 0, {}};
-    live_now += live_delta[s];
-    c.live_bytes = static_cast<uint64_t>(live_now);
+    c.live_bytes = static_cast<uint64_t>(live_at[s]);
     switch (st.kind) {
       case StepKind::kCompute: {
         // The slowest tile sets the cost: its vertices run one after another
@@ -419,7 +498,17 @@ std::unique_ptr<Executable> compile(std::unique_ptr<Graph> gp) {
       case StepKind::kExchange: {
         const Exchange& ex = g.exchanges()[st.index];
         c.node = ex.node;
-        std::unordered_map<uint32_t, uint64_t> in, out, desc, cross;  // cross: bytes leaving each IPU
+        // Per-tile tallies in flat arrays (reset through `touched` afterwards);
+        // cross: bytes leaving each IPU.
+        touched.clear();
+        auto touch = [&](uint32_t tile) {
+          if (!tile_seen[tile]) {
+            tile_seen[tile] = 1;
+            touched.push_back(tile);
+          }
+        };
+        std::vector<uint64_t> cross(g.num_ipus(), 0);
+        bool any_cross = false;
         // The exchange fabric multicasts: data sent once can be received by
         // any number of tiles, so a sender pays for each distinct run once.
         struct Sent {
@@ -442,29 +531,37 @@ std::unique_ptr<Executable> compile(std::unique_ptr<Graph> gp) {
         for (const Copy& cp : ex.copies) {
           uint64_t bytes = cp.count * cp.outer * device_type_size(g.var(cp.src).dtype);
           c.bytes += bytes;
-          desc[cp.dst_tile] += 1;
+          touch(cp.dst_tile);
+          tile_desc[cp.dst_tile] += 1;
           if (cp.src_tile == cp.dst_tile) {
-            in[cp.dst_tile] += bytes / 2;  // on-tile copy: memory bandwidth, not exchange
+            tile_in[cp.dst_tile] += bytes / 2;  // on-tile copy: memory bandwidth, not exchange
             continue;
           }
           uint32_t si = g.ipu_of_tile(cp.src_tile), di = g.ipu_of_tile(cp.dst_tile);
-          if (si != di) cross[si] += bytes;
-          in[cp.dst_tile] += bytes;
+          if (si != di) {
+            cross[si] += bytes;
+            any_cross = true;
+          }
+          tile_in[cp.dst_tile] += bytes;
           sent.push_back(Sent{cp.src_tile, cp.src_byte, cp.count, cp.outer, cp.src_stride, cp.src_outer, bytes});
         }
         std::sort(sent.begin(), sent.end());
         for (size_t i = 0; i < sent.size(); ++i)
           if (i == 0 || !(sent[i] == sent[i - 1])) {
-            out[sent[i].tile] += sent[i].bytes;
-            desc[sent[i].tile] += 1;
+            touch(sent[i].tile);
+            tile_out[sent[i].tile] += sent[i].bytes;
+            tile_desc[sent[i].tile] += 1;
           }
         // Each tile moves its larger direction at the exchange rate and runs
-        // its descriptors; the busiest tile sets the cost.
+        // its descriptors; the busiest tile sets the cost (the lowest such
+        // tile on a tie).
         uint64_t worst = 0, worst_bytes = 0, worst_desc = 0;
         bool worst_sends = false;
         uint32_t worst_tile = UINT32_MAX;
-        for (auto& [tile, n] : desc) {
-          const uint64_t bi = in.count(tile) ? in[tile] : 0, bo = out.count(tile) ? out[tile] : 0;
+        for (uint32_t tile : touched) {
+          const uint64_t n = tile_desc[tile], bi = tile_in[tile], bo = tile_out[tile];
+          tile_desc[tile] = tile_in[tile] = tile_out[tile] = 0;
+          tile_seen[tile] = 0;
           const uint64_t b = std::max(bi, bo);
           const uint64_t cost = b / t.exchange_bytes_per_cycle + n * t.exchange_descriptor_cycles;
           if (worst_tile == UINT32_MAX || cost > worst || (cost == worst && tile < worst_tile)) {
@@ -479,9 +576,9 @@ std::unique_ptr<Executable> compile(std::unique_ptr<Graph> gp) {
         const uint64_t move = worst_bytes / t.exchange_bytes_per_cycle;
         const uint64_t on_chip = move + worst_desc * t.exchange_descriptor_cycles + t.sync_cycles;
         uint64_t cross_worst = 0;
-        for (auto& [ipu, b] : cross) cross_worst = std::max(cross_worst, b);
+        for (uint64_t b : cross) cross_worst = std::max(cross_worst, b);
         const uint64_t link = static_cast<uint64_t>(cross_worst / link_bytes_per_cycle);
-        if (cross.empty() || on_chip >= link) {
+        if (!any_cross || on_chip >= link) {
           c.terms.push_back(CostTerm{"exchange", std::string(worst_sends ? "send " : "receive ") + fmt_bytes(worst_bytes) + " at " +
                                          std::to_string(t.exchange_bytes_per_cycle) + " B/cycle",
                                      move});
@@ -494,7 +591,7 @@ std::unique_ptr<Executable> compile(std::unique_ptr<Graph> gp) {
           c.terms.push_back(CostTerm{"ipu_link", fmt_bytes(cross_worst) + " over the IPU-Links", link});
           c.cycles = link;
         }
-        if (!cross.empty()) {
+        if (any_cross) {
           c.terms.push_back(CostTerm{"sync", "cross-IPU sync", t.cross_ipu_sync_cycles});
           c.cycles += t.cross_ipu_sync_cycles;
         }
@@ -511,7 +608,31 @@ std::unique_ptr<Executable> compile(std::unique_ptr<Graph> gp) {
         break;
       }
     }
-    exe->step_costs_.push_back(std::move(c));
+    exe->step_costs_[static_cast<size_t>(s)] = std::move(c);
+  };
+  {
+    const unsigned hc = std::thread::hardware_concurrency();
+    const unsigned nthreads = static_cast<unsigned>(std::clamp<int64_t>(std::min<int64_t>(hc ? hc : 1, 8), 1, std::max<int64_t>(nsteps, 1)));
+    std::atomic<int64_t> next{0};
+    std::exception_ptr error;
+    std::mutex error_mu;
+    auto worker = [&] {
+      Tallies tl;
+      for (int64_t s; (s = next.fetch_add(1, std::memory_order_relaxed)) < nsteps;) {
+        try {
+          cost_step(s, tl);
+        } catch (...) {
+          std::lock_guard<std::mutex> l(error_mu);
+          if (!error) error = std::current_exception();
+          next.store(nsteps);
+        }
+      }
+    };
+    std::vector<std::thread> threads;
+    for (unsigned i = 1; i < nthreads; ++i) threads.emplace_back(worker);
+    worker();
+    for (auto& th : threads) th.join();
+    if (error) std::rethrow_exception(error);
   }
   exe->segment_starts_ = {0};
   if (g.segment_start() >= 0) exe->segment_starts_.push_back(out_at + g.outputs().size());
