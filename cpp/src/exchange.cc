@@ -60,8 +60,11 @@ void copy_view(Graph& g, uint32_t ex, const View& src_in, const View& dst_in) {
   // alternate between a few source tiles (rows of an image spread over
   // tiles); the least recently extended one is closed when a new one opens.
   constexpr size_t kOpen = 8;
-  std::vector<Copy> open;
-  open.reserve(kOpen);
+  // The open copies live in fixed slots; `order` lists their slots from least
+  // to most recently extended, so reordering moves bytes, not copies.
+  Copy slots[kOpen];
+  uint8_t order[kOpen];
+  size_t n_open = 0;
   auto extend = [&](Copy& cur, uint64_t sl, int64_t stride, uint64_t dl, uint64_t count) {
     if (cur.outer == 1 && dl == cur.dst_local + cur.count) {
       // Continues the row.
@@ -96,19 +99,23 @@ void copy_view(Graph& g, uint32_t ex, const View& src_in, const View& dst_in) {
   };
   auto emit = [&](uint32_t st, uint64_t sl, int64_t stride, uint32_t dt, uint64_t dl, uint64_t count) {
     // Most recently extended last.
-    for (size_t i = open.size(); i-- > 0;) {
-      Copy& cur = open[i];
+    for (size_t i = n_open; i-- > 0;) {
+      Copy& cur = slots[order[i]];
       if (cur.src_tile != st || cur.dst_tile != dt) continue;
       if (!extend(cur, sl, stride, dl, count)) continue;
-      if (i + 1 != open.size()) std::rotate(open.begin() + static_cast<std::ptrdiff_t>(i),
-                                            open.begin() + static_cast<std::ptrdiff_t>(i) + 1, open.end());
+      if (i + 1 != n_open) std::rotate(order + i, order + i + 1, order + n_open);
       return;
     }
-    if (open.size() == kOpen) {
-      out.push_back(open.front());
-      open.erase(open.begin());
+    uint8_t slot;
+    if (n_open == kOpen) {
+      slot = order[0];
+      out.push_back(slots[slot]);
+      std::rotate(order, order + 1, order + n_open);
+    } else {
+      slot = static_cast<uint8_t>(n_open++);
     }
-    open.push_back(Copy{src.var, st, sl, count == 1 ? 1 : stride, dst.var, dt, dl, count});
+    order[n_open - 1] = slot;
+    slots[slot] = Copy{src.var, st, sl, count == 1 ? 1 : stride, dst.var, dt, dl, count};
   };
   for (uint64_t r = 0; r < rows; ++r) {
     uint64_t i = 0;
@@ -143,7 +150,7 @@ void copy_view(Graph& g, uint32_t ex, const View& src_in, const View& dst_in) {
       idx[d] = 0;
     }
   }
-  out.insert(out.end(), open.begin(), open.end());
+  for (size_t i = 0; i < n_open; ++i) out.push_back(slots[order[i]]);
 }
 
 View broadcast_view(const Tensor& t, const Shape& shape) {

@@ -202,7 +202,11 @@ impl HostTensor {
     /// Values as f64 in row-major order.
     pub fn to_f64_vec(&self) -> Vec<f64> {
         match &self.data {
-            Data::Float(a) => a.iter().copied().collect(),
+            // A contiguous array copies as one slice (weights are millions of values).
+            Data::Float(a) => match a.as_slice() {
+                Some(s) => s.to_vec(),
+                None => a.iter().copied().collect(),
+            },
             Data::Int(a) => a.iter().map(|&v| v as f64).collect(),
             Data::Bool(a) => a.iter().map(|&v| if v { 1.0 } else { 0.0 }).collect(),
         }
@@ -388,16 +392,27 @@ impl HostTensor {
     }
 
     /// Encodes for tile memory of type `dev`; integers outside int32 are an error.
+    /// The values as floats in row-major order, borrowed when they already
+    /// are (weights: no copy of millions of values).
+    fn float_values(&self) -> std::borrow::Cow<'_, [f64]> {
+        match &self.data {
+            Data::Float(a) => match a.as_slice() {
+                Some(s) => std::borrow::Cow::Borrowed(s),
+                None => std::borrow::Cow::Owned(a.iter().copied().collect()),
+            },
+            _ => std::borrow::Cow::Owned(self.to_f64_vec()),
+        }
+    }
     pub fn to_device_bytes(&self, dev: DeviceType, what: &str) -> Result<Vec<u8>> {
         let mut out = Vec::with_capacity(self.numel() * dev.size());
         match dev {
             DeviceType::F32 => {
-                for v in self.as_float().iter() {
+                for v in self.float_values().iter() {
                     out.extend_from_slice(&(*v as f32).to_le_bytes());
                 }
             }
             DeviceType::F16 => {
-                for v in self.as_float().iter() {
+                for v in self.float_values().iter() {
                     out.extend_from_slice(&f64_to_f16(*v).to_le_bytes());
                 }
             }
