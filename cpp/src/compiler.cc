@@ -5,6 +5,7 @@
 #include <exception>
 #include <mutex>
 #include <thread>
+#include <type_traits>
 #include <map>
 #include <set>
 #include <tuple>
@@ -391,34 +392,39 @@ std::unique_ptr<Executable> compile(std::unique_ptr<Graph> gp) {
           exe->compute_schedule_[ci].push_back(std::move(tv));
         });
   }
-  exe->exchange_schedule_.resize(g.exchanges().size());
-  for (size_t ei = 0; ei < g.exchanges().size(); ++ei) {
-    const auto& cps = g.exchanges()[ei].copies;
-    group_by_tile(
-        cps.size(), [&](size_t i) { return cps[i].dst_tile; },
-        [&](uint32_t tile, const uint32_t* b, const uint32_t* e) {
-          Executable::TileCopies tc{tile, {}};
-          tc.copies.reserve(static_cast<size_t>(e - b));
-          for (; b != e; ++b) tc.copies.push_back(&cps[*b]);
-          exe->exchange_schedule_[ei].push_back(std::move(tc));
-        });
-  }
   exe->staged_.assign(g.exchanges().size(), false);
   for (uint32_t ei : staged_exchanges) exe->staged_[ei] = true;
   exe->byte_schedule_.resize(g.exchanges().size());
   exe->byte_copies_.resize(g.exchanges().size());
+  exe->copy_order_.resize(g.exchanges().size());
+  auto narrow = [&](auto v, const Copy& c, size_t ei) {
+    using T = std::conditional_t<std::is_signed_v<decltype(v)>, int32_t, uint32_t>;
+    NX_CHECK(v == static_cast<decltype(v)>(static_cast<T>(v)),
+             "a copy of exchange '" + g.exchanges()[ei].name + "' to tile " + std::to_string(c.dst_tile) +
+                 " spans more than 4 GiB of tile memory");
+    return static_cast<T>(v);
+  };
   for (size_t ei = 0; ei < g.exchanges().size(); ++ei) {
+    const auto& cps = g.exchanges()[ei].copies;
     auto& bc = exe->byte_copies_[ei];
-    bc.reserve(g.exchanges()[ei].copies.size());
-    for (const auto& tc : exe->exchange_schedule_[ei]) {
-      const uint32_t begin = static_cast<uint32_t>(bc.size());
-      for (const Copy* c : tc.copies) {
-        const int64_t es = static_cast<int64_t>(device_type_size(g.var(c->src).dtype));
-        bc.push_back(Executable::ByteCopy{c->src_tile, static_cast<uint32_t>(es), c->src_byte, c->dst_byte, c->count,
-                                          c->outer, c->src_stride * es, c->src_outer * es, c->dst_outer * es});
-      }
-      exe->byte_schedule_[ei].push_back(Executable::TileByteCopies{tc.dst_tile, begin, static_cast<uint32_t>(bc.size())});
-    }
+    auto& order = exe->copy_order_[ei];
+    bc.reserve(cps.size());
+    order.reserve(cps.size());
+    group_by_tile(
+        cps.size(), [&](size_t i) { return cps[i].dst_tile; },
+        [&](uint32_t tile, const uint32_t* b, const uint32_t* e) {
+          const uint32_t begin = static_cast<uint32_t>(bc.size());
+          for (; b != e; ++b) {
+            const Copy& c = cps[*b];
+            const int64_t es = static_cast<int64_t>(device_type_size(g.var(c.src).dtype));
+            bc.push_back(Executable::ByteCopy{c.src_tile, narrow(c.src_byte, c, ei), narrow(c.dst_byte, c, ei),
+                                              narrow(c.count, c, ei), narrow(c.outer, c, ei),
+                                              narrow(c.src_stride * es, c, ei), narrow(c.src_outer * es, c, ei),
+                                              narrow(c.dst_outer * es, c, ei), static_cast<uint32_t>(es)});
+            order.push_back(*b);
+          }
+          exe->byte_schedule_[ei].push_back(Executable::TileByteCopies{tile, begin, static_cast<uint32_t>(bc.size())});
+        });
   }
   // Bytes of variables live at each step (constants all along).
   std::vector<int64_t> live_delta(nsteps + 1, 0);

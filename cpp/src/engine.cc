@@ -414,15 +414,16 @@ void Engine::run_steps(size_t first, size_t last) {
             const Executable::ByteCopy& c = copies[ci];
             if (!stage_at.empty()) {
               const uint8_t* sp = stage.data() + stage_at[ci];
-              for (uint64_t o = 0; o < c.outer; ++o, sp += c.count * c.elem)
-                std::memcpy(dst + c.dst_byte + static_cast<int64_t>(o) * c.dst_outer, sp, c.count * c.elem);
+              const uint64_t row = static_cast<uint64_t>(c.count) * c.elem;
+              for (uint64_t o = 0; o < c.outer; ++o, sp += row)
+                std::memcpy(dst + c.dst_byte + static_cast<int64_t>(o) * c.dst_outer, sp, row);
               continue;
             }
             const uint8_t* src = arenas_[c.src_tile] + c.src_byte;
             uint8_t* d = dst + c.dst_byte;
-            const uint64_t row = c.count * c.elem;
+            const uint64_t row = static_cast<uint64_t>(c.count) * c.elem;
             for (uint64_t o = 0; o < c.outer; ++o, src += c.src_outer, d += c.dst_outer) {
-              if (c.count == 1 || c.src_stride == static_cast<int64_t>(c.elem)) {
+              if (c.count == 1 || c.src_stride == static_cast<int32_t>(c.elem)) {
                 std::memmove(d, src, row);
               } else if (c.src_stride == 0) {
                 // One element repeated: double the filled prefix.

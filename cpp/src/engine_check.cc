@@ -125,22 +125,27 @@ class Checker {
     }
     for (size_t ei = 0; ei < g_.exchanges().size(); ++ei) {
       const auto ex = [&] { return "exchange '" + g_.exchanges()[ei].name + "'"; };
-      const auto& tiles = exe_.exchange_schedule()[ei];
+      const auto& graph_copies = g_.exchanges()[ei].copies;
+      const auto& order = exe_.copy_order()[ei];
       const auto& bytes = exe_.byte_schedule()[ei];
       const auto& copies = exe_.byte_copies()[ei];
-      if (tiles.size() != bytes.size()) violation(ex() + " is resolved for other tiles than it serves");
-      for (size_t i = 0; i < tiles.size(); ++i) {
-        const auto& tc = tiles[i];
-        const auto& tb = bytes[i];
-        if (tb.dst_tile != tc.dst_tile || tb.end < tb.begin || tb.end - tb.begin != tc.copies.size() || tb.end > copies.size())
-          violation(ex() + ": the resolved copies to " + where(tc.dst_tile) + " are not its copies");
-        for (size_t k = 0; k < tc.copies.size(); ++k) {
-          const Copy& c = *tc.copies[k];
+      if (order.size() != copies.size() || copies.size() != graph_copies.size())
+        violation(ex() + " is resolved to " + std::to_string(copies.size()) + " byte copies for its " +
+                  std::to_string(graph_copies.size()) + " copies");
+      std::vector<bool> resolved(graph_copies.size(), false);
+      for (const auto& tb : bytes) {
+        if (tb.end < tb.begin || tb.end > copies.size())
+          violation(ex() + ": the resolved copies to " + where(tb.dst_tile) + " are not its copies");
+        for (uint32_t k = tb.begin; k < tb.end; ++k) {
+          if (order[k] >= graph_copies.size() || resolved[order[k]])
+            violation(ex() + ": byte copy " + std::to_string(k) + " resolves no copy of its own");
+          resolved[order[k]] = true;
+          const Copy& c = graph_copies[order[k]];
           const auto who = [&] {
-            return "copy " + std::to_string(&c - g_.exchanges()[ei].copies.data()) + " of " + ex() + " from " +
-                   where(c.src_tile) + " to " + where(c.dst_tile);
+            return "copy " + std::to_string(order[k]) + " of " + ex() + " from " + where(c.src_tile) + " to " +
+                   where(c.dst_tile);
           };
-          copy(c, copies[tb.begin + k], tb.dst_tile, who);
+          copy(c, copies[k], tb.dst_tile, who);
         }
       }
     }

@@ -200,9 +200,16 @@ TEST(Compiler, AllocationInvariantsOnRealGraphs) {
     }
     for (size_t ei = 0; ei < cg.exchanges().size(); ++ei) {
       size_t count = 0;
-      for (const auto& tc : exe->exchange_schedule()[ei]) {
-        for (const Copy* c : tc.copies) EXPECT_EQ(c->dst_tile, tc.dst_tile);
-        count += tc.copies.size();
+      std::set<uint32_t> tiles, resolved;
+      for (const auto& tb : exe->byte_schedule()[ei]) {
+        EXPECT_TRUE(tiles.insert(tb.dst_tile).second);
+        for (uint32_t k = tb.begin; k < tb.end; ++k) {
+          const Copy& c = cg.exchanges()[ei].copies.at(exe->copy_order()[ei][k]);
+          EXPECT_EQ(c.dst_tile, tb.dst_tile);
+          EXPECT_EQ(exe->byte_copies()[ei][k].src_tile, c.src_tile);
+          EXPECT_TRUE(resolved.insert(exe->copy_order()[ei][k]).second);
+        }
+        count += tb.end - tb.begin;
       }
       EXPECT_EQ(count, cg.exchanges()[ei].copies.size());
     }

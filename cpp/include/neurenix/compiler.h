@@ -92,20 +92,18 @@ class Executable {
     std::vector<const Vertex*> vertices;
   };
   const std::vector<std::vector<TileVertices>>& compute_schedule() const { return compute_schedule_; }
-  struct TileCopies {
-    uint32_t dst_tile;
-    std::vector<const Copy*> copies;
-  };
-  const std::vector<std::vector<TileCopies>>& exchange_schedule() const { return exchange_schedule_; }
-  // The same copies resolved to bytes, packed per destination tile for the
-  // engine's inner loop: byte_schedule()[e][i] serves the tile of
-  // exchange_schedule()[e][i], and its byte copies are that entry's copies, in
-  // the same order.
+  // The copies of each exchange resolved to bytes, grouped by destination
+  // tile (ascending) and packed for the engine's inner loop:
+  // byte_schedule()[e][i] serves one tile with byte_copies()[e][begin, end),
+  // and byte copy k of exchange e resolves the graph's copy
+  // exchanges()[e].copies[copy_order()[e][k]]. Offsets, counts and strides
+  // are those of one tile's memory, so they fit 32 bits (the compile checks):
+  // the engine reads the whole table every run.
   struct ByteCopy {
     uint32_t src_tile;
-    uint32_t elem;  // element size
-    uint64_t src_byte, dst_byte, count, outer;
-    int64_t src_stride, src_outer, dst_outer;  // in bytes
+    uint32_t src_byte, dst_byte, count, outer;
+    int32_t src_stride, src_outer, dst_outer;  // in bytes
+    uint32_t elem;                             // element size
   };
   struct TileByteCopies {
     uint32_t dst_tile;
@@ -113,6 +111,7 @@ class Executable {
   };
   const std::vector<std::vector<TileByteCopies>>& byte_schedule() const { return byte_schedule_; }
   const std::vector<std::vector<ByteCopy>>& byte_copies() const { return byte_copies_; }
+  const std::vector<std::vector<uint32_t>>& copy_order() const { return copy_order_; }
   // Exchanges that read a variable they also write: their sources are staged.
   bool staged(uint32_t exchange) const { return staged_[exchange]; }
 
@@ -127,7 +126,7 @@ class Executable {
   std::vector<uint64_t> arena_bytes_;
   std::vector<std::vector<uint64_t>> var_offsets_;
   std::vector<std::vector<TileVertices>> compute_schedule_;
-  std::vector<std::vector<TileCopies>> exchange_schedule_;
+  std::vector<std::vector<uint32_t>> copy_order_;
   std::vector<std::vector<TileByteCopies>> byte_schedule_;
   std::vector<std::vector<ByteCopy>> byte_copies_;
   std::vector<bool> staged_;
