@@ -554,6 +554,103 @@ def test_conv_whose_rows_read_only_padding(engine, precision):
     assert_bits(y, np.zeros((1, 1, 1, 3), F32), "padding-only conv")
 
 
+# -- pooling ---------------------------------------------------------------------------------
+
+
+def pool_emulation(x, op, k, s, pads, d, include_pad, out_hw):
+    """Max and average pooling as documented: each window's cells in row-major
+    order, padding skipped; max keeps the first of equal values (so the sign
+    of a zero is the first zero's) and the last NaN; average sums in float32
+    in that order and divides by the cells inside the image, or (with
+    count_include_pad) by those inside the padded extent."""
+    n, c, hh, ww = x.shape
+    ph, pw = hh + pads[0] + pads[2], ww + pads[1] + pads[3]
+    out = np.zeros((n, c) + tuple(out_hw), F32)
+    for i in np.ndindex(n, c):
+        for ho in range(out_hw[0]):
+            for wo in range(out_hw[1]):
+                acc = F32(-np.inf) if op == "MaxPool" else F32(0)
+                count = padded = 0
+                for a in range(k[0]):
+                    hi = ho * s[0] - pads[0] + a * d[0]
+                    for b in range(k[1]):
+                        wi = wo * s[1] - pads[1] + b * d[1]
+                        if 0 <= hi + pads[0] < ph and 0 <= wi + pads[1] < pw:
+                            padded += 1
+                        if not (0 <= hi < hh and 0 <= wi < ww):
+                            continue
+                        v = x[i + (hi, wi)]
+                        count += 1
+                        if op == "MaxPool":
+                            if v > acc or v != v:
+                                acc = v
+                        else:
+                            acc = F32(acc + v)
+                if op == "AveragePool":
+                    den = padded if include_pad else count
+                    acc = F32(acc / F32(den)) if den else F32(0)
+                out[i + (ho, wo)] = acc
+    return out
+
+
+@st.composite
+def pool_cases(draw):
+    op = draw(st.sampled_from(["MaxPool", "AveragePool"]))
+    k = [draw(st.integers(1, 3)), draw(st.integers(1, 3))]
+    s = [draw(st.integers(1, 3)), draw(st.integers(1, 3))]
+    d = [draw(st.integers(1, 2)), draw(st.integers(1, 2))] if op == "MaxPool" else [1, 1]
+    pads = [draw(st.integers(0, k[i % 2] - 1)) for i in range(4)]
+    hw = [draw(st.integers(max(1, (k[i] - 1) * d[i] + 1 - pads[i] - pads[i + 2]), 12)) for i in range(2)]
+    c = draw(st.integers(1, 3))
+    return dict(op=op, k=k, s=s, d=d, pads=pads, hw=hw, c=c, ceil=draw(st.booleans()),
+                include_pad=op == "AveragePool" and draw(st.booleans()))
+
+
+@pytest.mark.parametrize("precision", ["float32", "float16"])
+@example(p=dict(op="MaxPool", k=[3, 3], s=[1, 1], d=[1, 1], pads=[1, 1, 1, 1], hw=[9, 12], c=2, ceil=False,
+                include_pad=False), vals=(3, "normal", 1.0), specials=0.3)
+@example(p=dict(op="AveragePool", k=[3, 3], s=[2, 2], d=[1, 1], pads=[1, 1, 1, 1], hw=[12, 12], c=1, ceil=True,
+                include_pad=True), vals=(4, "normal", 1.0), specials=0.0)
+@given(p=pool_cases(), vals=values_kind, specials=st.sampled_from([0.0, 0.1, 0.3]))
+def test_pooling_as_documented(engine, precision, p, vals, specials):
+    """Bit for bit against the emulation, with NaNs, signed zeros and ties in
+    the windows, on windows that cross the padding and windows inside the
+    image (computed on the device a row at a time)."""
+    import onnxruntime as ort
+
+    seed, kind, scale = vals
+    x = random_values(seed, (1, p["c"]) + tuple(p["hw"]), kind, scale)
+    rng = np.random.default_rng(seed)
+    pick = rng.random(x.shape)
+    x[pick < specials / 3] = np.nan
+    x[(pick >= specials / 3) & (pick < 2 * specials / 3)] = -0.0
+    x[(pick >= 2 * specials / 3) & (pick < specials)] = 0.0
+    attrs = dict(kernel_shape=p["k"], strides=p["s"], pads=p["pads"], ceil_mode=int(p["ceil"]))
+    if p["op"] == "MaxPool":
+        attrs["dilations"] = p["d"]
+    else:
+        attrs["count_include_pad"] = int(p["include_pad"])
+    node = helper.make_node(p["op"], ["x"], ["y"], **attrs)
+    # The output shape as onnxruntime computes it (ceil mode drops a last
+    # window that would start in the right padding, as PyTorch does).
+    shape_model = helper.make_model(
+        helper.make_graph([node], "pool", [value("x", x.shape)], [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)]),
+        opset_imports=[helper.make_opsetid("", 19)])
+    shape_model.ir_version = 9
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    (reference,) = ort.InferenceSession(shape_model.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(
+        None, {"x": x})
+    out_shape = reference.shape
+    model = make_model([node], [value("x", x.shape)], [value("y", out_shape)], opset=19)
+    (y,), _ = engine.run(model, {"x": x}, precision)
+    expected = pool_emulation(device_values(x, precision), p["op"], p["k"], p["s"], p["pads"], p["d"],
+                              p["include_pad"], out_shape[2:])
+    if precision != "float32":
+        expected = h(expected)
+    assert_bits(y, expected, f"{p} ({kind} x{scale}, specials {specials})")
+
+
 # -- reductions ------------------------------------------------------------------------------
 
 

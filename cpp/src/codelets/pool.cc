@@ -53,11 +53,72 @@ void PoolVertex::compute(uint8_t* mem) const {
   const size_t es = device_type_size(dtype_);
   const int32_t padded_h = static_cast<int32_t>(s.in_h + s.pad_top + s.pad_bottom);
   const int32_t padded_w = static_cast<int32_t>(s.in_w + s.pad_left + s.pad_right);
+  // Output columns whose whole window lies inside the image's columns (and
+  // the window's): [c_in0, c_in1). There every cell of a real row counts, so
+  // those columns are computed tap by tap across the row, each column seeing
+  // its cells in the same order as the general loop below (bit for bit the
+  // same result, NaNs and signed zeros included), in loops the compiler
+  // vectorises.
+  uint32_t c_in0 = s.out_cols, c_in1 = s.out_cols;
+  {
+    const int64_t span = static_cast<int64_t>(s.kw - 1) * s.dw;
+    const int64_t lo = std::max<int64_t>(0, s.wi0);
+    const int64_t hi = std::min<int64_t>(s.in_w, static_cast<int64_t>(s.wi0) + s.in_cols);  // exclusive
+    auto first_col = [&](uint32_t c) { return static_cast<int64_t>(s.wo0 + c) * s.sw - s.pad_left; };
+    uint32_t c0 = 0;
+    while (c0 < s.out_cols && first_col(c0) < lo) ++c0;
+    uint32_t c1 = c0;
+    while (c1 < s.out_cols && first_col(c1) + span < hi) ++c1;
+    if (c1 > c0) {
+      c_in0 = c0;
+      c_in1 = c1;
+    }
+  }
   for (uint32_t pl = 0; pl < s.planes; ++pl) {
     const float* plane = win.data() + static_cast<size_t>(pl) * nrows * s.in_cols;
     for (uint32_t r = 0; r < s.out_rows; ++r) {
       const int32_t h0 = static_cast<int32_t>((s.ho0 + r) * s.sh) - s.pad_top;
+      if (c_in1 > c_in0) {
+        float* out_row = res.data() + static_cast<size_t>(r) * s.out_cols;
+        const float init = mode_ == PoolMode::kMax ? -std::numeric_limits<float>::infinity() : 0.0f;
+        std::fill(out_row + c_in0, out_row + c_in1, init);
+        uint32_t real_rows = 0, padded_rows = 0;
+        for (uint32_t a = 0; a < s.kh; ++a) {
+          const int32_t hi = h0 + static_cast<int32_t>(a * s.dh);
+          if (hi + s.pad_top >= 0 && hi + s.pad_top < padded_h) ++padded_rows;
+          if (hi < 0 || hi >= static_cast<int32_t>(s.in_h)) continue;
+          const int32_t idx = (hi >= r_lo && hi - r_lo < static_cast<int32_t>(row_of.size())) ? row_of[hi - r_lo] : -1;
+          NX_CHECK(idx >= 0, "pool window misses an input row");
+          ++real_rows;
+          const float* row = plane + static_cast<size_t>(idx) * s.in_cols;
+          for (uint32_t b = 0; b < s.kw; ++b) {
+            // Cell (a, b) of column c: row[(wo0 + c) * sw - pad_left + b * dw - wi0].
+            const float* src = row + (static_cast<int64_t>(s.wo0 + c_in0) * s.sw - s.pad_left +
+                                      static_cast<int64_t>(b) * s.dw - s.wi0);
+            float* o = out_row + c_in0;
+            const uint32_t n = c_in1 - c_in0, sw = s.sw;
+            if (mode_ == PoolMode::kMax) {
+              for (uint32_t i = 0; i < n; ++i) {
+                const float v = src[static_cast<size_t>(i) * sw];
+                o[i] = (v > o[i] || v != v) ? v : o[i];
+              }
+            } else {
+              for (uint32_t i = 0; i < n; ++i) o[i] += src[static_cast<size_t>(i) * sw];
+            }
+          }
+        }
+        const uint32_t count = real_rows * s.kw, padded_count = padded_rows * s.kw;
+        if (mode_ == PoolMode::kAverage)
+          for (uint32_t c = c_in0; c < c_in1; ++c) out_row[c] = count ? out_row[c] / static_cast<float>(count) : 0.0f;
+        if (mode_ == PoolMode::kAverageIncludePad)
+          for (uint32_t c = c_in0; c < c_in1; ++c)
+            out_row[c] = padded_count ? out_row[c] / static_cast<float>(padded_count) : 0.0f;
+      }
       for (uint32_t c = 0; c < s.out_cols; ++c) {
+        if (c == c_in0) {
+          c = c_in1 - 1;
+          continue;
+        }
         const int32_t w0 = static_cast<int32_t>((s.wo0 + c) * s.sw) - s.pad_left;
         float acc = mode_ == PoolMode::kMax ? -std::numeric_limits<float>::infinity() : 0.0f;
         uint32_t count = 0, padded_count = 0;
