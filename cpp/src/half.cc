@@ -45,4 +45,31 @@ void round_to_half_n(float* x, size_t n) {
   for (; i < n; ++i) x[i] = round_to_half(x[i]);
 }
 
+void add_rounded_to_half(float* acc, float* part, size_t n, float scale) {
+  if (active_rounding_rng()) {
+    if (scale != 1.0f)
+      for (size_t i = 0; i < n; ++i) part[i] *= scale;
+    round_to_half_n(part, n);
+    for (size_t i = 0; i < n; ++i) acc[i] += part[i];
+    round_to_half_n(acc, n);
+    return;
+  }
+  size_t i = 0;
+#if defined(__F16C__) && defined(__AVX__)
+  const __m256 sv = _mm256_set1_ps(scale);
+  const bool scaled = scale != 1.0f;
+  for (; i + 8 <= n; i += 8) {
+    __m256 t = _mm256_loadu_ps(part + i);
+    if (scaled) t = _mm256_mul_ps(t, sv);
+    t = _mm256_cvtph_ps(_mm256_cvtps_ph(t, _MM_FROUND_TO_NEAREST_INT));
+    const __m256 a = _mm256_add_ps(_mm256_loadu_ps(acc + i), t);
+    _mm256_storeu_ps(acc + i, _mm256_cvtph_ps(_mm256_cvtps_ph(a, _MM_FROUND_TO_NEAREST_INT)));
+  }
+#endif
+  for (; i < n; ++i) {
+    const float t = round_to_half(scale != 1.0f ? part[i] * scale : part[i]);
+    acc[i] = round_to_half(acc[i] + t);
+  }
+}
+
 }  // namespace neurenix

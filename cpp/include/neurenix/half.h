@@ -91,5 +91,11 @@ void half_to_float_n(const half_bits* src, float* dst, size_t n);
 void float_to_half_n(const float* src, half_bits* dst, size_t n);
 // Rounds every float of x[0, n) to the nearest binary16 value, in place.
 void round_to_half_n(float* x, size_t n);
+// One chunk of half partials: acc[i] = half(acc[i] + half(part[i] * scale))
+// (the product with `scale` only when it is not 1), in one pass. With a
+// stochastic-rounding generator active, `part` is rounded whole before `acc`,
+// the order in which the generator's draws are documented; `part` is
+// overwritten then.
+void add_rounded_to_half(float* acc, float* part, size_t n, float scale);
 
 }  // namespace neurenix

@@ -23,11 +23,7 @@ void sum_in_half_partials(std::vector<float>& acc, std::vector<float>& tmp, uint
   for (uint32_t k0 = 0; k0 < k; k0 += depth) {
     const uint32_t kc = std::min(depth, k - k0);
     product(k0, kc, tmp.data());
-    if (scale != 1.0f)
-      for (float& v : tmp) v *= scale;
-    round_to_half_n(tmp.data(), tmp.size());
-    for (size_t i = 0; i < acc.size(); ++i) acc[i] += tmp[i];
-    round_to_half_n(acc.data(), acc.size());
+    add_rounded_to_half(acc.data(), tmp.data(), acc.size(), scale);
   }
 }
 

@@ -106,7 +106,12 @@ void ConvVertex::compute(uint8_t* mem) const {
   // with that view, accumulated over taps; columns wo >= out_w of each row are
   // computed and dropped.
   // (Few input channels make each tap's product too thin: im2col then.)
-  if (partials_ == DeviceType::kFloat32 && (s.cin >= 8 || s.kh * s.kw == 1)) {
+  // With half partials the sum runs over k = (ci, a, b) in chunks of the AMP
+  // depth: each row of that product is again a shifted view of a phase
+  // plane, read through a table of row pointers (the same sums, in the same
+  // order, as a product with im2col's packed panels).
+  const bool half_rows = partials_ == DeviceType::kFloat16;
+  if (half_rows || (partials_ == DeviceType::kFloat32 && (s.cin >= 8 || s.kh * s.kw == 1))) {
     const uint32_t wq = s.out_w + (s.kw - 1) * s.dw / s.sw + 1;  // phase row width
     const uint32_t rq = s.rows + (s.kh - 1) * s.dh / s.sh + 1;   // phase rows
     const uint32_t plane = rq * wq;
@@ -118,8 +123,8 @@ void ConvVertex::compute(uint8_t* mem) const {
     const int32_t first_row = static_cast<int32_t>(s.ho0 * s.sh) - s.pad_top;
     const int32_t first_col = -s.pad_left;
     // A 1x1 stride-1 window without padding is its own (only) phase plane.
-    const bool in_place = phases == 1 && s.kh == 1 && s.kw == 1 && first_row == s.hi0 && s.in_rows == s.rows &&
-                          s.out_w == s.in_w && first_col == 0 && in_dtype_ == DeviceType::kFloat32;
+    const bool in_place = !half_rows && phases == 1 && s.kh == 1 && s.kw == 1 && first_row == s.hi0 &&
+                          s.in_rows == s.rows && s.out_w == s.in_w && first_col == 0 && in_dtype_ == DeviceType::kFloat32;
     const uint32_t in_plane = in_place ? s.in_rows * s.in_w : plane;
     if (!in_place) {
       ph.resize(static_cast<size_t>(phases) * s.cin * plane + slack);
@@ -175,6 +180,26 @@ void ConvVertex::compute(uint8_t* mem) const {
     }
     acc.resize(static_cast<size_t>(s.cout) * n);
     const uint32_t khw = s.kh * s.kw;
+    if (half_rows) {
+      thread_local std::vector<const float*> rows;
+      rows.resize(k);
+      for (uint32_t ci = 0; ci < s.cin; ++ci)
+        for (uint32_t a = 0; a < s.kh; ++a)
+          for (uint32_t bb = 0; bb < s.kw; ++bb) {
+            const uint32_t ra = a * s.dh, cb = bb * s.dw;
+            rows[(ci * s.kh + a) * s.kw + bb] =
+                ph.data() + (static_cast<size_t>((ra % s.sh) * s.sw + cb % s.sw) * s.cin + ci) * plane +
+                static_cast<size_t>(ra / s.sh) * wq + cb / s.sw;
+          }
+      NX_CHECK(has_scale_ || !is_float8(in_dtype_), "float8 conv vertex without its scale");
+      const float scale =
+          has_scale_ ? static_cast<float>(load_element(mem + scale_a_.byte_offset, DeviceType::kFloat32, 0)) *
+                           static_cast<float>(load_element(mem + scale_b_.byte_offset, DeviceType::kFloat32, 0))
+                     : 1.0f;
+      sum_in_half_partials(acc, tmp, k, amp_depth(in_dtype_), scale, [&](uint32_t k0, uint32_t kc, float* out) {
+        gemm_f32_rows(w_f + k0, ldw, rows.data() + k0, out, s.cout, n, kc, n);
+      });
+    } else {
     for (uint32_t a = 0; a < s.kh; ++a)
       for (uint32_t bb = 0; bb < s.kw; ++bb) {
         const uint32_t tap = a * s.kw + bb;
@@ -184,6 +209,7 @@ void ConvVertex::compute(uint8_t* mem) const {
                                            static_cast<size_t>(ra / s.sh) * wq + cb / s.sw;
         gemm_f32_strided(w_f + tap, ldw, khw, base, in_plane, acc.data(), s.cout, n, s.cin, n, tap > 0, !in_place);
       }
+    }
     // Valid columns are acc[co][r * row_w + wo], wo < out_w.
     acc_co = n;
     acc_row = row_w;

@@ -78,6 +78,69 @@ void micro(const float* __restrict a, uint32_t lda, uint32_t ak_arg, const float
   }
 }
 
+// C[MR x NR] = A[MR x kc] . B with B's row kk at rows[kk] + j0 (rows
+// anywhere in memory: a convolution's taps read shifted views of its input
+// planes). The same accumulation, element by element, as `micro`.
+template <typename V, uint32_t MR>
+void micro_rows(const float* __restrict a, uint32_t lda, const float* const* __restrict rows, uint32_t j0, uint32_t kc,
+                float* __restrict c, uint32_t ldc, uint32_t nr) {
+  constexpr uint32_t VW = sizeof(V) / sizeof(float), NR = 2 * VW;
+  V acc0[MR], acc1[MR];
+  for (uint32_t r = 0; r < MR; ++r) {
+    acc0[r] = V{};
+    acc1[r] = V{};
+  }
+  for (uint32_t kk = 0; kk < kc; ++kk) {
+    const float* pk = rows[kk] + j0;
+    const V b0 = loadv<V>(pk), b1 = loadv<V>(pk + VW);
+    for (uint32_t r = 0; r < MR; ++r) {
+      const float x = a[r * static_cast<size_t>(lda) + kk];
+      acc0[r] += b0 * x;
+      acc1[r] += b1 * x;
+    }
+  }
+  for (uint32_t r = 0; r < MR; ++r) {
+    float* cr = c + r * static_cast<size_t>(ldc);
+    if (nr == NR) {
+      storev(cr, acc0[r]);
+      storev(cr + VW, acc1[r]);
+    } else {
+      float tmp[NR];
+      storev(tmp, acc0[r]);
+      storev(tmp + VW, acc1[r]);
+      for (uint32_t j = 0; j < nr; ++j) cr[j] = tmp[j];
+    }
+  }
+}
+
+using MicroRowsFn = void (*)(const float*, uint32_t, const float* const*, uint32_t, uint32_t, float*, uint32_t, uint32_t);
+
+template <typename V>
+constexpr MicroRowsFn micro_rows_for(uint32_t mr) {
+  constexpr MicroRowsFn table[9] = {nullptr,
+                                    micro_rows<V, 1>,
+                                    micro_rows<V, 2>,
+                                    micro_rows<V, 3>,
+                                    micro_rows<V, 4>,
+                                    micro_rows<V, 5>,
+                                    micro_rows<V, 6>,
+                                    micro_rows<V, 7>,
+                                    micro_rows<V, 8>};
+  return table[mr];
+}
+
+template <typename V>
+void run_rows(const float* a, uint32_t lda, const float* const* rows, float* c, uint32_t m, uint32_t n, uint32_t k,
+              uint32_t ldc) {
+  constexpr uint32_t NR = 2 * sizeof(V) / sizeof(float);
+  for (uint32_t i0 = 0; i0 < m; i0 += kMR) {
+    const uint32_t mr = std::min(kMR, m - i0);
+    for (uint32_t j0 = 0; j0 < n; j0 += NR)
+      micro_rows_for<V>(mr)(a + static_cast<size_t>(i0) * lda, lda, rows, j0, k,
+                            c + static_cast<size_t>(i0) * ldc + j0, ldc, std::min(NR, n - j0));
+  }
+}
+
 using MicroFn = void (*)(const float*, uint32_t, uint32_t, const float*, uint32_t, uint32_t, float*, uint32_t, uint32_t,
                          bool);
 
@@ -196,6 +259,22 @@ void gemm_f32_strided(const float* a, uint32_t lda, uint32_t a_kstride, const fl
   }
 #endif
   run_strided<v8>(a, lda, a_kstride, b, ldb, c, m, n, k, ldc, accumulate, readable_tail);
+}
+
+void gemm_f32_rows(const float* a, uint32_t lda, const float* const* rows, float* c, uint32_t m, uint32_t n, uint32_t k,
+                   uint32_t ldc) {
+  if (m == 0 || n == 0) return;
+  if (k == 0) {
+    for (uint32_t i = 0; i < m; ++i) std::fill(c + static_cast<size_t>(i) * ldc, c + static_cast<size_t>(i) * ldc + n, 0.0f);
+    return;
+  }
+#if defined(__AVX512F__)
+  if (gemm_panel(n) == 32) {
+    run_rows<v16>(a, lda, rows, c, m, n, k, ldc);
+    return;
+  }
+#endif
+  run_rows<v8>(a, lda, rows, c, m, n, k, ldc);
 }
 
 void gemm_f32(const float* a, const float* b, float* c, uint32_t m, uint32_t n, uint32_t k, uint32_t lda, uint32_t ldb,
