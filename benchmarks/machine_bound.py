@@ -6,7 +6,11 @@ A simulated run cannot be faster than copying the bytes it moves between tile
 memories at the host's copy bandwidth plus doing the model's matrix-product
 flops at the rate of the host's BLAS on the same threads:
 
-    bound = exchanged bytes / copy bandwidth + flops / GEMM rate
+    bound = copied bytes / copy bandwidth + flops / GEMM rate
+
+where the copied bytes are those the device exchanges less what the
+simulator's vertices read where it was sent from (receive aliases; the run's
+`copied_bytes`). With every exchange copied, it is the exchanged bytes.
 
 (element-wise work, reductions and the onnxruntime-style fusion it would allow
 are left out, so the bound is a floor, not an estimate).
@@ -114,8 +118,8 @@ def model_flops(model, feeds) -> float:
     return float(flops)
 
 
-def bound_seconds(machine: dict, exchanged_bytes: float, flops: float) -> float:
-    return exchanged_bytes / machine["copy_bytes_per_s"] + flops / machine["gemm_flops_per_s"]
+def bound_seconds(machine: dict, copied_bytes: float, flops: float) -> float:
+    return copied_bytes / machine["copy_bytes_per_s"] + flops / machine["gemm_flops_per_s"]
 
 
 def main(argv=None):

@@ -345,6 +345,9 @@ std::unique_ptr<Executable> compile(std::unique_ptr<Graph> gp) {
       for (Field* f : v->all_fields()) {
         if (f->count == 0) continue;
         f->byte_offset = tile_base(field_bases, f->var, f->tile) + f->local * device_type_size(g.var(f->var).dtype);
+        f->address = static_cast<int64_t>(f->byte_offset);
+        f->alias_tile = UINT32_MAX;
+        f->pieces.clear();
       }
   for (auto& ex : g.exchanges())
     for (Copy& c : ex.copies) {
@@ -644,6 +647,45 @@ std::unique_ptr<Executable> compile(std::unique_ptr<Graph> gp) {
   if (g.segment_start() >= 0) exe->segment_starts_.push_back(out_at + g.outputs().size());
   exe->program_ = std::move(program);
   exe->graph_ = std::move(gp);
+
+  // One host block holds every tile's arena, back to back.
+  exe->arena_offsets_.assign(ntiles, 0);
+  for (uint32_t tile = 0; tile < ntiles; ++tile) {
+    exe->arena_offsets_[tile] = exe->block_bytes_;
+    exe->block_bytes_ += exe->arena_bytes_[tile];  // a multiple of kAlign
+  }
+  // Receive aliases: the host skips the copies nobody needs performed.
+  exe->aliased_copies_.assign(g.exchanges().size(), {});
+  exe->copied_bytes_.assign(g.exchanges().size(), 0);
+  if (exe->fits()) {
+    const auto skip = alias_receives(*exe, &exe->aliased_fields_);
+    for (size_t ei = 0; ei < g.exchanges().size(); ++ei) {
+      auto& bc = exe->byte_copies_[ei];
+      auto& order = exe->copy_order_[ei];
+      auto& aliased = exe->aliased_copies_[ei];
+      uint32_t n = 0;
+      for (auto& tb : exe->byte_schedule_[ei]) {
+        const uint32_t begin = n;
+        for (uint32_t k = tb.begin; k < tb.end; ++k) {
+          if (skip[ei][k]) {
+            aliased.push_back(order[k]);
+            exe->aliased_bytes_ += static_cast<uint64_t>(bc[k].count) * bc[k].outer * bc[k].elem;
+            continue;
+          }
+          bc[n] = bc[k];
+          order[n++] = order[k];
+        }
+        tb.begin = begin;
+        tb.end = n;
+      }
+      bc.resize(n);
+      order.resize(n);
+      std::sort(aliased.begin(), aliased.end());
+      for (const auto& b : bc) exe->copied_bytes_[ei] += static_cast<uint64_t>(b.count) * b.outer * b.elem;
+      auto& sched = exe->byte_schedule_[ei];
+      sched.erase(std::remove_if(sched.begin(), sched.end(), [](const auto& tb) { return tb.begin == tb.end; }), sched.end());
+    }
+  }
   return exe;
 }
 

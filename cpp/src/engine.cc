@@ -160,12 +160,18 @@ std::string floating_point_exception(const Graph& g, const Vertex& v, const uint
   for (const Field* f : v.fields()) {
     if (f->access == Access::kRead || f->count == 0) continue;
     const Variable& var = g.var(f->var);
-    const int64_t at = first_non_finite(mem + f->byte_offset, var.dtype, f->count);
+    const int64_t at = first_non_finite(mem + f->address, var.dtype, f->count);
     if (at < 0) continue;
-    for (const Field* r : v.fields())
-      if (r->access == Access::kRead && first_non_finite(mem + r->byte_offset, g.var(r->var).dtype, r->count) >= 0)
-        return "";
-    double value = load_element(mem + f->byte_offset, var.dtype, static_cast<uint64_t>(at));
+    for (const Field* r : v.fields()) {
+      if (r->access != Access::kRead) continue;
+      const DeviceType dt = g.var(r->var).dtype;
+      if (r->pieces.empty() && first_non_finite(mem + r->address, dt, r->count) >= 0) return "";
+      for (size_t i = 0; i < r->pieces.size(); ++i) {
+        const uint64_t end = i + 1 < r->pieces.size() ? r->pieces[i + 1].begin : r->count;
+        if (first_non_finite(mem + r->pieces[i].address, dt, end - r->pieces[i].begin) >= 0) return "";
+      }
+    }
+    double value = load_element(mem + f->address, var.dtype, static_cast<uint64_t>(at));
     const char* what = std::isnan(value) ? "invalid operation" : divided_by_zero ? "division by zero" : "overflow";
     return std::string(what) + " (" + (std::isnan(value) ? "NaN" : value > 0 ? "+inf" : "-inf") + " written to '" +
            var.name + "' by a " + v.name() + " vertex)";
@@ -188,19 +194,16 @@ Engine::Engine(std::shared_ptr<const Executable> exe, const EngineOptions& optio
     fail(ErrorCode::kInvalidState, "this executable does not fit in tile memory and cannot be loaded");
   if (checked_) verify_memory_bounds(*exe_);
   pool_ = std::make_unique<ThreadPool>(options.threads ? options.threads : default_threads());
+  // One block for all arenas: a receive alias addresses its sender's arena
+  // relative to its own (Executable::aliased_copies).
   const auto& sizes = exe_->arena_bytes();
+  block_ = static_cast<uint8_t*>(std::calloc(std::max<uint64_t>(exe_->block_bytes(), 1), 1));
+  if (!block_)
+    fail(ErrorCode::kOutOfMemory, "the host cannot hold the simulated tile memory (" +
+                                      std::to_string(exe_->block_bytes()) + " bytes for all tiles)");
   arenas_.assign(sizes.size(), nullptr);
-  for (size_t t = 0; t < sizes.size(); ++t) {
-    if (!sizes[t]) continue;
-    arenas_[t] = static_cast<uint8_t*>(std::calloc(sizes[t], 1));
-    if (!arenas_[t]) {
-      for (uint8_t* a : arenas_) std::free(a);
-      arenas_.clear();
-      fail(ErrorCode::kOutOfMemory, "the host cannot hold the simulated tile memory (" + std::to_string(sizes[t]) +
-                                        " bytes for one tile)");
-    }
-    arena_total_ += sizes[t];
-  }
+  for (uint32_t t = 0; t < sizes.size(); ++t) arenas_[t] = block_ + exe_->arena_offset(t);
+  arena_total_ = exe_->block_bytes();
   const Graph& g = exe_->graph();
   // Constants are loaded once, like the weights in a loaded executable.
   for (size_t v = 0; v < g.num_vars(); ++v) {
@@ -233,9 +236,7 @@ Engine::Engine(std::shared_ptr<const Executable> exe, const EngineOptions& optio
   for (size_t i = 0; i < g.outputs().size(); ++i) out_buf_[i].assign(output_bytes(static_cast<uint32_t>(i)), 0);
 }
 
-Engine::~Engine() {
-  for (uint8_t* a : arenas_) std::free(a);
-}
+Engine::~Engine() { std::free(block_); }
 
 size_t Engine::num_inputs() const { return exe_->graph().inputs().size(); }
 size_t Engine::num_outputs() const { return exe_->graph().outputs().size(); }
@@ -443,6 +444,7 @@ void Engine::run_steps(size_t first, size_t last) {
         });
         st.exchange_cycles += costs[s].cycles;
         st.exchanged_bytes += costs[s].bytes;
+        st.copied_bytes += exe_->copied_bytes(step.index);
         st.exchange_seconds += since(step_start);
         break;
       }

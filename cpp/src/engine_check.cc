@@ -79,6 +79,44 @@ class Checker {
     if (bytes.begin != elems.begin || !bytes.inside(s))
       violation(who() + ": '" + v.name + "' " + range() + " belong at " + str(elems) + " but the field points at " + str(bytes) +
                 " (the slice is " + str(s) + ")");
+    if (f.pieces.empty()) {
+      aliased(who, f, 0, f.count, f.address, f.alias_tile, f.alias_var, es);
+      return;
+    }
+    if (!f.piecewise) violation(who() + " is in pieces but its vertex does not read it so");
+    for (size_t i = 0; i < f.pieces.size(); ++i) {
+      const Field::Piece& p = f.pieces[i];
+      const uint64_t end = i + 1 < f.pieces.size() ? f.pieces[i + 1].begin : f.count;
+      if ((i == 0 && p.begin != 0) || end <= p.begin || end > f.count)
+        violation(who() + ": its pieces do not cover elements [0, " + str(f.count) + ") in order");
+      aliased(who, f, p.begin, end, p.address, p.tile, p.var, es);
+    }
+  }
+
+  // Elements [first, end) of field `f`, read at `address`: its own bytes
+  // there, or, for a receive alias from `tile`, bytes inside the sender's
+  // slice of `var` there.
+  template <typename Who>
+  void aliased(const Who& who, const Field& f, uint64_t first, uint64_t end, int64_t address, uint32_t tile, VarId var,
+               Wide es) const {
+    if (tile == UINT32_MAX) {
+      if (address != static_cast<int64_t>(f.byte_offset + first * es))
+        violation(who() + ": its elements [" + str(first) + ", " + str(end) + ") are at " + str(f.byte_offset + first * es) +
+                  " but the vertex reads them at " + std::to_string(address));
+      return;
+    }
+    if (f.access != Access::kRead) violation(who() + " writes through a receive alias");
+    if (tile >= exe_.arena_bytes().size() || var >= g_.num_vars())
+      violation(who() + " aliases a tile or variable that does not exist");
+    const Bytes sender = slice(var, tile, who);
+    if (device_type_size(g_.var(var).dtype) != es)
+      violation(who() + " aliases '" + g_.var(var).name + "', of another element size");
+    const Wide at = static_cast<Wide>(address) + static_cast<Wide>(exe_.arena_offset(f.tile)) -
+                    static_cast<Wide>(exe_.arena_offset(tile));
+    const Bytes read{at, at + static_cast<Wide>(end - first) * es};
+    if (!read.inside(sender))
+      violation(who() + " aliases " + str(read) + " of " + where(tile) + " but '" + g_.var(var).name + "' there is " +
+                str(sender));
   }
 
   template <typename Who>
@@ -129,10 +167,16 @@ class Checker {
       const auto& order = exe_.copy_order()[ei];
       const auto& bytes = exe_.byte_schedule()[ei];
       const auto& copies = exe_.byte_copies()[ei];
-      if (order.size() != copies.size() || copies.size() != graph_copies.size())
-        violation(ex() + " is resolved to " + std::to_string(copies.size()) + " byte copies for its " +
-                  std::to_string(graph_copies.size()) + " copies");
+      const auto& aliased = exe_.aliased_copies()[ei];
+      if (order.size() != copies.size() || copies.size() + aliased.size() != graph_copies.size())
+        violation(ex() + " is resolved to " + std::to_string(copies.size()) + " byte copies and " +
+                  std::to_string(aliased.size()) + " receive aliases for its " + std::to_string(graph_copies.size()) +
+                  " copies");
       std::vector<bool> resolved(graph_copies.size(), false);
+      for (uint32_t k : aliased) {
+        if (k >= graph_copies.size() || resolved[k]) violation(ex() + ": receive alias " + std::to_string(k) + " is no copy of its own");
+        resolved[k] = true;
+      }
       for (const auto& tb : bytes) {
         if (tb.end < tb.begin || tb.end > copies.size())
           violation(ex() + ": the resolved copies to " + where(tb.dst_tile) + " are not its copies");

@@ -28,6 +28,7 @@ struct TileMem {
     f.local = 0;
     f.count = count;
     f.byte_offset = carve(count * device_type_size(dt));
+    f.address = static_cast<int64_t>(f.byte_offset);
     return f;
   }
   void put(const Field& f, DeviceType dt, uint64_t i, double v) {

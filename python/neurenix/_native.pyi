@@ -473,6 +473,7 @@ class RunStats:
     host_cycles: int
     steps: int
     exchanged_bytes: int
+    copied_bytes: int  # of exchanged_bytes, what the simulator copied (the rest: receive aliases)
     host_bytes: int
     wall_seconds: float
     compute_seconds: float
@@ -488,6 +489,7 @@ class RunStats:
         host_cycles: int,
         steps: int,
         exchanged_bytes: int,
+        copied_bytes: int,
         host_bytes: int,
         wall_seconds: float,
         compute_seconds: float,

@@ -83,6 +83,11 @@ class Executable {
 
   // Arena layout: bytes of variables per tile (index: global tile).
   const std::vector<uint64_t>& arena_bytes() const { return arena_bytes_; }
+  // Where each tile's arena starts in the one host block that holds them all
+  // back to back, and the block's size: receive aliases address other tiles'
+  // arenas relative to their own.
+  uint64_t arena_offset(uint32_t tile) const { return arena_offsets_[tile]; }
+  uint64_t block_bytes() const { return block_bytes_; }
   // Byte offset of `var`'s block on the i-th tile of its share list.
   uint64_t var_offset(VarId var, size_t share_index) const { return var_offsets_[var][share_index]; }
 
@@ -115,8 +120,28 @@ class Executable {
   // Exchanges that read a variable they also write: their sources are staged.
   bool staged(uint32_t exchange) const { return staged_[exchange]; }
 
+  // Receive aliases. A copy that delivers data every reader of which is a
+  // vertex that can read it where it came from is not performed by the host:
+  // those vertices' fields address the sender's bytes (Field::address). That
+  // holds when the received bytes are only ever written by one exchange and
+  // read by vertices, the reader runs in the same segment within a few steps
+  // of the exchange, its field is one contiguous run of one sender, and
+  // nothing writes the sender's bytes from the exchange to the reader
+  // (inclusive). The device still performs the copy: the receiver's memory
+  // stays allocated and counted, and the exchange's cycles and bytes are
+  // unchanged; only the host skips the work. aliased_copies()[e] lists the
+  // graph copies of exchange e the host skips (ascending), which
+  // byte_copies()[e] does not hold; aliased_bytes() is what they would move
+  // per run.
+  const std::vector<std::vector<uint32_t>>& aliased_copies() const { return aliased_copies_; }
+  uint64_t aliased_bytes() const { return aliased_bytes_; }
+  // Bytes the host copies per run in exchange e (what byte_copies()[e] moves).
+  uint64_t copied_bytes(uint32_t exchange) const { return copied_bytes_[exchange]; }
+  uint64_t aliased_fields() const { return aliased_fields_; }
+
  private:
   friend std::unique_ptr<Executable> compile(std::unique_ptr<Graph> g);
+  friend std::vector<std::vector<uint8_t>> alias_receives(Executable& exe, uint64_t* aliased_fields);
   std::unique_ptr<Graph> graph_;
   std::vector<TileOverflow> overflows_;
   std::vector<TileMemory> tile_memory_;  // tiles that hold anything
@@ -130,7 +155,19 @@ class Executable {
   std::vector<std::vector<TileByteCopies>> byte_schedule_;
   std::vector<std::vector<ByteCopy>> byte_copies_;
   std::vector<bool> staged_;
+  std::vector<uint64_t> arena_offsets_;
+  uint64_t block_bytes_ = 0;
+  std::vector<std::vector<uint32_t>> aliased_copies_;
+  uint64_t aliased_bytes_ = 0;
+  uint64_t aliased_fields_ = 0;
+  std::vector<uint64_t> copied_bytes_;
 };
+
+// Finds the receive aliases of a compiled executable (see Executable): points
+// the aliased fields at their senders and returns, per exchange, which byte
+// copies the host can skip. Needs addresses, arena offsets, segments and the
+// schedules resolved.
+std::vector<std::vector<uint8_t>> alias_receives(Executable& exe, uint64_t* aliased_fields);
 
 // Compiles a graph. A graph that does not fit still yields an Executable, with
 // `fits()` false and every overflowing tile listed; it cannot be loaded.

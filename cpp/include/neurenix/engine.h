@@ -1,10 +1,13 @@
 // The engine: runs a compiled program on simulated tiles, BSP style.
 //
-// Each tile owns a byte arena sized to its allocation high-water mark. A
-// compute step runs every tile's vertices on host threads, each vertex seeing
-// only its own tile's arena; an exchange step performs the copies between
-// arenas; host streams move inputs in and outputs out. Cycles are accumulated
-// step by step from the executable's cost model.
+// Each tile owns a byte arena sized to its allocation high-water mark (the
+// arenas lie back to back in one host block). A compute step runs every
+// tile's vertices on host threads, each vertex seeing only its own tile's
+// arena, except that a receive alias reads what an exchange would have
+// delivered where it was sent from (Executable::aliased_copies); an exchange
+// step performs the other copies between arenas; host streams move inputs in
+// and outputs out. Cycles are accumulated step by step from the executable's
+// cost model.
 #pragma once
 
 #include <cstdint>
@@ -25,6 +28,8 @@ struct RunStats {
   uint64_t host_cycles = 0;
   uint64_t steps = 0;
   uint64_t exchanged_bytes = 0;
+  // Of those, the bytes the host copied (the rest were receive aliases).
+  uint64_t copied_bytes = 0;
   uint64_t host_bytes = 0;
   double wall_seconds = 0;  // host time the simulation took
   // ... of which in compute steps, in exchanges, and streaming to and from the host.
@@ -59,6 +64,8 @@ struct EngineOptions {
 //  - every vertex field lies inside its tile's arena and inside its
 //    variable's slice on that tile: elements [local, local + count) of the
 //    variable's share of the tile, at the byte offset the compiler assigned;
+//    and that the vertex reads it there or, for a receive alias (each piece
+//    of one), inside the sender's slice of the variable it aliases;
 //  - every exchange copy, over every row and element of its strided or 2-D
 //    pattern, reads only inside the source tile's arena and the source
 //    variable's slice there, and writes only inside the destination tile's
@@ -110,7 +117,8 @@ class Engine {
 
   std::shared_ptr<const Executable> exe_;
   std::unique_ptr<ThreadPool> pool_;
-  std::vector<uint8_t*> arenas_;
+  uint8_t* block_ = nullptr;        // every tile's arena (Executable::arena_offset)
+  std::vector<uint8_t*> arenas_;    // each tile's, inside block_
   uint64_t arena_total_ = 0;
   std::vector<std::vector<uint8_t>> in_buf_, out_buf_;
   std::vector<bool> in_set_;

@@ -99,8 +99,38 @@ struct Field {
   uint64_t local = 0;
   uint64_t count = 0;
   Access access = Access::kRead;
-  uint64_t byte_offset = 0;  // within the tile's memory; set by the compiler
+  uint64_t byte_offset = 0;  // its own bytes within the tile's memory; set by the compiler
+  // Where the vertex finds the field, relative to its tile's memory: its own
+  // bytes, or, for data received unchanged from another tile, the sender's
+  // bytes (a receive alias, see compiler.h; the tiles' memories lie in one
+  // host block, so this may point outside the tile's own). Set by the
+  // compiler; codelets read and write only here.
+  int64_t address = 0;
+  // The sender a receive alias reads (UINT32_MAX: none), for checked mode.
+  uint32_t alias_tile = UINT32_MAX;
+  VarId alias_var = 0;
+  // Set by a codelet that reads the field through field_run() and
+  // load_field_floats(): a receive alias may then give it in pieces, each
+  // received from its own sender (a window gathered from several tiles).
+  bool piecewise = false;
+  // Those pieces, by first element (ascending, the first at 0), when some
+  // but not all of the field is aliased; empty otherwise.
+  struct Piece {
+    uint64_t begin;    // first element of the field in the piece
+    int64_t address;   // where that element is, as `address`
+    uint32_t tile;     // the sender (UINT32_MAX: the field's own bytes)
+    VarId var;         // the sender's variable
+  };
+  std::vector<Piece> pieces{};
 };
+
+// Elements [first, first + n) of field `f` read at their address relative to
+// `mem`, if they lie in one piece (always, for a field not in pieces);
+// nullptr otherwise.
+const uint8_t* field_run(const uint8_t* mem, const Field& f, uint64_t first, uint64_t n, size_t elem_size);
+// Elements [first, first + n) of field `f` (of type `type`) as floats, each
+// piece read where it is.
+void load_field_floats(const uint8_t* mem, const Field& f, DeviceType type, uint64_t first, uint64_t n, float* out);
 
 class Vertex {
  public:

@@ -77,21 +77,21 @@ void ConvVertex::compute(uint8_t* mem) const {
   const size_t win_n = static_cast<size_t>(s.cin) * s.in_rows * s.in_w;
   const float* in_f;
   if (in_dtype_ == DeviceType::kFloat32) {
-    in_f = reinterpret_cast<const float*>(mem + in_.byte_offset);
+    in_f = reinterpret_cast<const float*>(mem + in_.address);
   } else {
     win.resize(win_n);
-    load_floats(mem + in_.byte_offset, in_dtype_, win.data(), win_n);
+    load_floats(mem + in_.address, in_dtype_, win.data(), win_n);
     in_f = win.data();
   }
   // Weights as float [cout][k].
   const float* w_f;
   uint32_t ldw = s.ldw;
   if (in_dtype_ == DeviceType::kFloat32) {
-    w_f = reinterpret_cast<const float*>(mem + w_.byte_offset);
+    w_f = reinterpret_cast<const float*>(mem + w_.address);
   } else {
     wts.resize(static_cast<size_t>(s.cout) * k);
     for (uint32_t co = 0; co < s.cout; ++co)
-      load_floats(mem + w_.byte_offset + static_cast<size_t>(co) * s.ldw * device_type_size(in_dtype_), in_dtype_,
+      load_floats(mem + w_.address + static_cast<size_t>(co) * s.ldw * device_type_size(in_dtype_), in_dtype_,
                   wts.data() + static_cast<size_t>(co) * k, k);
     w_f = wts.data();
     ldw = k;
@@ -168,11 +168,11 @@ void ConvVertex::compute(uint8_t* mem) const {
     const uint32_t n = s.rows * row_w;
     if (in_place && out_dtype_ == DeviceType::kFloat32) {
       // Rows hold no dropped columns: the product goes straight to the output.
-      float* out = reinterpret_cast<float*>(mem + out_.byte_offset);
+      float* out = reinterpret_cast<float*>(mem + out_.address);
       gemm_f32_strided(w_f, ldw, 1, in_f, in_plane, out, s.cout, n, s.cin, s.ld_out, false, false);
       if (has_bias_)
         for (uint32_t co = 0; co < s.cout; ++co) {
-          const float bv = static_cast<float>(load_element(mem + bias_.byte_offset, bias_dtype_, co));
+          const float bv = static_cast<float>(load_element(mem + bias_.address, bias_dtype_, co));
           float* o = out + static_cast<size_t>(co) * s.ld_out;
           for (uint32_t i = 0; i < n; ++i) o[i] += bv;
         }
@@ -193,8 +193,8 @@ void ConvVertex::compute(uint8_t* mem) const {
           }
       NX_CHECK(has_scale_ || !is_float8(in_dtype_), "float8 conv vertex without its scale");
       const float scale =
-          has_scale_ ? static_cast<float>(load_element(mem + scale_a_.byte_offset, DeviceType::kFloat32, 0)) *
-                           static_cast<float>(load_element(mem + scale_b_.byte_offset, DeviceType::kFloat32, 0))
+          has_scale_ ? static_cast<float>(load_element(mem + scale_a_.address, DeviceType::kFloat32, 0)) *
+                           static_cast<float>(load_element(mem + scale_b_.address, DeviceType::kFloat32, 0))
                      : 1.0f;
       sum_in_half_partials(acc, tmp, k, amp_depth(in_dtype_), scale, [&](uint32_t k0, uint32_t kc, float* out) {
         gemm_f32_rows(w_f + k0, ldw, rows.data() + k0, out, s.cout, n, kc, n);
@@ -269,8 +269,8 @@ void ConvVertex::compute(uint8_t* mem) const {
   } else {
     NX_CHECK(has_scale_ || !is_float8(in_dtype_), "float8 conv vertex without its scale");
     const float scale =
-        has_scale_ ? static_cast<float>(load_element(mem + scale_a_.byte_offset, DeviceType::kFloat32, 0)) *
-                         static_cast<float>(load_element(mem + scale_b_.byte_offset, DeviceType::kFloat32, 0))
+        has_scale_ ? static_cast<float>(load_element(mem + scale_a_.address, DeviceType::kFloat32, 0)) *
+                         static_cast<float>(load_element(mem + scale_b_.address, DeviceType::kFloat32, 0))
                    : 1.0f;
     sum_in_half_partials(acc, tmp, k, amp_depth(in_dtype_), scale, [&](uint32_t k0, uint32_t kc, float* out) {
       gemm_f32_packed(panel, w_f + k0, ldw, packed + static_cast<size_t>(k0) * panel, k, out, s.cout, p, kc, p, false);
@@ -279,12 +279,12 @@ void ConvVertex::compute(uint8_t* mem) const {
   }
   // Store rows of out_w valid outputs (plus the bias), converting to the
   // output type.
-  uint8_t* out = mem + out_.byte_offset;
+  uint8_t* out = mem + out_.address;
   const size_t es = device_type_size(out_dtype_);
   thread_local std::vector<float> row_buf;
   row_buf.resize(s.out_w);
   for (uint32_t co = 0; co < s.cout; ++co) {
-    const float bv = has_bias_ ? static_cast<float>(load_element(mem + bias_.byte_offset, bias_dtype_, co)) : 0.0f;
+    const float bv = has_bias_ ? static_cast<float>(load_element(mem + bias_.address, bias_dtype_, co)) : 0.0f;
     for (uint32_t r = 0; r < s.rows; ++r) {
       const float* src = acc.data() + static_cast<size_t>(co) * acc_co + static_cast<size_t>(r) * acc_row;
       uint8_t* dst = out + (static_cast<size_t>(co) * s.ld_out + static_cast<size_t>(r) * s.out_w) * es;

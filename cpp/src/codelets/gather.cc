@@ -30,9 +30,9 @@ uint64_t GatherVertex::cycles(const TargetSpec& t) const {
 }
 
 void GatherVertex::compute(uint8_t* mem) const {
-  const int32_t* idx = reinterpret_cast<const int32_t*>(mem + idx_.byte_offset);
-  const uint8_t* table = mem + table_.byte_offset;
-  uint8_t* out = mem + out_.byte_offset;
+  const int32_t* idx = reinterpret_cast<const int32_t*>(mem + idx_.address);
+  const uint8_t* table = mem + table_.address;
+  uint8_t* out = mem + out_.address;
   const size_t es = device_type_size(dtype_);
   for (uint64_t i = 0; i < idx_.count; ++i) {
     int64_t r = idx[i];

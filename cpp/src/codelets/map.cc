@@ -195,7 +195,7 @@ void MapVertex::compute(uint8_t* mem) const {
   // Per-thread scratch: one slot per stack depth.
   thread_local std::vector<Slot> slots;
   if (slots.size() < expr.size() + 1) slots.resize(expr.size() + 1);
-  uint8_t* out = mem + out_.byte_offset;
+  uint8_t* out = mem + out_.address;
   const uint64_t total = out_.count;
   for (uint64_t base = 0; base < total; base += kBlock) {
     const size_t n = static_cast<size_t>(std::min<uint64_t>(kBlock, total - base));
@@ -222,7 +222,7 @@ void MapVertex::compute(uint8_t* mem) const {
             for (size_t j = 0; j < n; ++j) s.i[j] = v;
           } else {
             const Operand& o = operands_[ins.arg];
-            const uint8_t* p = mem + o.field.byte_offset;
+            const uint8_t* p = mem + o.field.address;
             s.kind = value_kind(o.dtype);
             if (o.scalar) {
               double v = load_element(p, o.dtype, 0);
@@ -421,7 +421,7 @@ FillVertex::FillVertex(uint32_t tile_, Field out, DeviceType dtype, double value
 }
 
 void FillVertex::compute(uint8_t* mem) const {
-  uint8_t* p = mem + out_.byte_offset;
+  uint8_t* p = mem + out_.address;
   uint8_t pattern[4];
   store_element(pattern, dtype_, 0, value_);
   size_t es = device_type_size(dtype_);

@@ -87,28 +87,28 @@ void MatMulVertex::compute(uint8_t* mem) const {
   if (m == 0 || n == 0) return;
   if (in_ == DeviceType::kFloat32 && out_ == DeviceType::kFloat32) {
     // Float data is multiplied where it lies, straight into the result.
-    gemm_f32(reinterpret_cast<const float*>(mem + a_.byte_offset), reinterpret_cast<const float*>(mem + b_.byte_offset),
-             reinterpret_cast<float*>(mem + c_.byte_offset), m, n, k, s_.lda, s_.ldb, s_.ldc, false);
+    gemm_f32(reinterpret_cast<const float*>(mem + a_.address), reinterpret_cast<const float*>(mem + b_.address),
+             reinterpret_cast<float*>(mem + c_.address), m, n, k, s_.lda, s_.ldb, s_.ldc, false);
     return;
   }
   thread_local std::vector<float> abuf, bbuf, cbuf, tbuf;
   abuf.resize(static_cast<size_t>(m) * k);
   bbuf.resize(static_cast<size_t>(k) * n);
   cbuf.resize(static_cast<size_t>(m) * n);
-  load_block(mem + a_.byte_offset, in_, m, k, s_.lda, abuf.data());
-  load_block(mem + b_.byte_offset, in_, k, n, s_.ldb, bbuf.data());
+  load_block(mem + a_.address, in_, m, k, s_.lda, abuf.data());
+  load_block(mem + b_.address, in_, k, n, s_.ldb, bbuf.data());
   if (partials_ == DeviceType::kFloat32) {
     gemm_f32(abuf.data(), bbuf.data(), cbuf.data(), m, n, k, k, n, n, false);
   } else {
     NX_CHECK(has_scale_ || !is_float8(in_), "float8 matmul vertex without its scale");
-    const float scale = has_scale_ ? static_cast<float>(load_element(mem + scale_a_.byte_offset, DeviceType::kFloat32, 0)) *
-                         static_cast<float>(load_element(mem + scale_b_.byte_offset, DeviceType::kFloat32, 0))
+    const float scale = has_scale_ ? static_cast<float>(load_element(mem + scale_a_.address, DeviceType::kFloat32, 0)) *
+                         static_cast<float>(load_element(mem + scale_b_.address, DeviceType::kFloat32, 0))
                    : 1.0f;
     sum_in_half_partials(cbuf, tbuf, k, amp_depth(in_), scale, [&](uint32_t k0, uint32_t kc, float* out) {
       gemm_f32(abuf.data() + k0, bbuf.data() + static_cast<size_t>(k0) * n, out, m, n, kc, k, n, n, false);
     });
   }
-  store_block(cbuf.data(), m, n, mem + c_.byte_offset, out_, s_.ldc);
+  store_block(cbuf.data(), m, n, mem + c_.address, out_, s_.ldc);
 }
 
 SumPartialsVertex::SumPartialsVertex(uint32_t tile_, Field in, Field out, uint32_t parts, uint32_t rows, uint32_t cols,
@@ -117,6 +117,7 @@ SumPartialsVertex::SumPartialsVertex(uint32_t tile_, Field in, Field out, uint32
       out_dtype_(out_dtype) {
   tile = tile_;
   in_.access = Access::kRead;
+  in_.piecewise = true;  // the parts are received from the tiles that computed them
   out_.access = Access::kWrite;
   NX_CHECK(in_.count == static_cast<uint64_t>(parts) * rows * cols, "partials field size mismatch");
   NX_CHECK(rows == 0 || static_cast<uint64_t>(rows - 1) * ld_out + cols <= out_.count, "partials output exceeds its field");
@@ -148,20 +149,19 @@ void SumPartialsVertex::compute(uint8_t* mem) const {
   thread_local std::vector<float> acc, part;
   acc.assign(n, 0.0f);
   part.resize(n);
-  const uint8_t* in = mem + in_.byte_offset;
   for (uint32_t p = 0; p < parts_; ++p) {
-    load_floats(in + p * n * device_type_size(partials_), partials_, part.data(), n);
+    load_field_floats(mem, in_, partials_, p * n, n, part.data());
     for (uint64_t i = 0; i < n; ++i) acc[i] += part[i];
     if (partials_ == DeviceType::kFloat16) round_to_half_n(acc.data(), n);
   }
   if (has_bias_) {
     for (uint32_t r = 0; r < rows_; ++r) {
-      const float bv = static_cast<float>(load_element(mem + bias_.byte_offset, bias_dtype_, r));
+      const float bv = static_cast<float>(load_element(mem + bias_.address, bias_dtype_, r));
       for (uint32_t c = 0; c < cols_; ++c) acc[static_cast<size_t>(r) * cols_ + c] += bv;
     }
     if (partials_ == DeviceType::kFloat16 || out_dtype_ == DeviceType::kFloat16) round_to_half_n(acc.data(), n);
   }
-  store_block(acc.data(), rows_, cols_, mem + out_.byte_offset, out_dtype_, ld_out_);
+  store_block(acc.data(), rows_, cols_, mem + out_.address, out_dtype_, ld_out_);
 }
 
 }  // namespace neurenix

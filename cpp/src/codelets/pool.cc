@@ -43,7 +43,7 @@ void PoolVertex::compute(uint8_t* mem) const {
   const size_t win_n = static_cast<size_t>(s.planes) * nrows * s.in_cols;
   win.resize(win_n);
   if (win_n) {
-    load_floats(mem + in_.byte_offset, dtype_, win.data(), win_n);
+    load_floats(mem + in_.address, dtype_, win.data(), win_n);
   }
   // Input row -> window row (or -1 when the window does not hold it).
   const int32_t r_lo = nrows ? s.rows.front() : 0;
@@ -152,7 +152,7 @@ void PoolVertex::compute(uint8_t* mem) const {
         res[static_cast<size_t>(r) * s.out_cols + c] = acc;
       }
     }
-    uint8_t* dst = mem + out_.byte_offset + static_cast<size_t>(pl) * s.ld_out_plane * es;
+    uint8_t* dst = mem + out_.address + static_cast<size_t>(pl) * s.ld_out_plane * es;
     for (uint32_t r = 0; r < s.out_rows; ++r) {
       uint8_t* d = dst + static_cast<size_t>(r) * s.ld_out_row * es;
       const float* src = res.data() + static_cast<size_t>(r) * s.out_cols;

@@ -145,8 +145,8 @@ double reduce_int(ReduceOp op, uint64_t len, Load load) {
 }  // namespace
 
 void ReduceVertex::compute(uint8_t* mem) const {
-  const uint8_t* in = mem + in_.byte_offset;
-  uint8_t* out = mem + out_.byte_offset;
+  const uint8_t* in = mem + in_.address;
+  uint8_t* out = mem + out_.address;
   const ReduceOp op = effective_op(op_, combine_);
   const ReduceOp merge = effective_op(op_, true);
   const bool float_data = is_float(in_dtype_);

@@ -366,6 +366,7 @@ impl Executable {
                 s.steps += x.steps;
             }
             s.exchanged_bytes += x.exchanged_bytes;
+            s.copied_bytes += x.copied_bytes;
             s.host_bytes += x.host_bytes;
             s.compute_seconds += x.compute_seconds;
             s.exchange_seconds += x.exchange_seconds;
@@ -499,7 +500,9 @@ impl Executable {
                 0
             };
             total.exchange_cycles += allreduce;
+            // The host moves the all-reduce's bytes itself.
             total.exchanged_bytes += (2 * (replicas as u64).saturating_sub(1)) * bytes;
+            total.copied_bytes += (2 * (replicas as u64).saturating_sub(1)) * bytes;
             let mut seg1 = 0u64;
             for rep in self.engines.iter_mut() {
                 rep[0].run_segment(1, &[])?;
@@ -671,6 +674,7 @@ fn add_stats(total: &mut RunStats, st: &RunStats) {
     total.host_cycles += st.host_cycles;
     total.steps += st.steps;
     total.exchanged_bytes += st.exchanged_bytes;
+    total.copied_bytes += st.copied_bytes;
     total.host_bytes += st.host_bytes;
     total.compute_seconds += st.compute_seconds;
     total.exchange_seconds += st.exchange_seconds;

@@ -173,6 +173,9 @@ pub struct RunStats {
     pub host_cycles: u64,
     pub steps: u64,
     pub exchanged_bytes: u64,
+    /// Of `exchanged_bytes`, what the simulator copied between tile memories
+    /// (the rest its vertices read where it was sent from: receive aliases).
+    pub copied_bytes: u64,
     pub host_bytes: u64,
     /// Host time the simulation took ...
     pub wall_seconds: f64,

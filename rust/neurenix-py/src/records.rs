@@ -244,7 +244,7 @@ record! {
     /// Statistics of one run of a loaded program.
     "RunStats" RunStats {
         cycles: u64, compute_cycles: u64, exchange_cycles: u64, host_cycles: u64, steps: u64,
-        exchanged_bytes: u64, host_bytes: u64, wall_seconds: f64, compute_seconds: f64,
+        exchanged_bytes: u64, copied_bytes: u64, host_bytes: u64, wall_seconds: f64, compute_seconds: f64,
         exchange_seconds: f64, host_io_seconds: f64, host_memory_bytes: u64, checked: bool,
     }
 }
@@ -258,6 +258,7 @@ impl From<report::RunStats> for RunStats {
             host_cycles: s.host_cycles,
             steps: s.steps,
             exchanged_bytes: s.exchanged_bytes,
+            copied_bytes: s.copied_bytes,
             host_bytes: s.host_bytes,
             wall_seconds: s.wall_seconds,
             compute_seconds: s.compute_seconds,

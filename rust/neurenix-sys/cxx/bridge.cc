@@ -339,9 +339,9 @@ void Engine::read_output(uint32_t index, rust::Slice<uint8_t> out) const {
 }
 RunStats Engine::last_run() const {
   const ::neurenix::RunStats& s = engine_.last_run();
-  return RunStats{s.cycles,          s.compute_cycles,  s.exchange_cycles,  s.host_cycles,
-                  s.steps,           s.exchanged_bytes, s.host_bytes,       s.wall_seconds,
-                  s.compute_seconds, s.exchange_seconds, s.host_io_seconds};
+  return RunStats{s.cycles,       s.compute_cycles,  s.exchange_cycles,  s.host_cycles,
+                  s.steps,        s.exchanged_bytes, s.copied_bytes,     s.host_bytes,
+                  s.wall_seconds, s.compute_seconds, s.exchange_seconds, s.host_io_seconds};
 }
 
 std::unique_ptr<DeviceManager> new_device_manager(rust::Str spec, rust::Str lock_dir) {

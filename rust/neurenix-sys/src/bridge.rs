@@ -247,6 +247,7 @@ pub mod ffi {
         host_cycles: u64,
         steps: u64,
         exchanged_bytes: u64,
+        copied_bytes: u64,
         host_bytes: u64,
         wall_seconds: f64,
         compute_seconds: f64,

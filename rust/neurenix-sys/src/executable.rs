@@ -226,6 +226,7 @@ impl DeviceEngine for Engine {
             host_cycles: s.host_cycles,
             steps: s.steps,
             exchanged_bytes: s.exchanged_bytes,
+            copied_bytes: s.copied_bytes,
             host_bytes: s.host_bytes,
             wall_seconds: s.wall_seconds,
             compute_seconds: s.compute_seconds,

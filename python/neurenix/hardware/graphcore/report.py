@@ -750,6 +750,10 @@ class ExecutionReport:
     # The physical IPUs of the attached device (replica r's stage s on
     # ipus[r * num_ipus / replication_factor + s]).
     ipus: Optional[List[int]] = None
+    # Of exchanged_bytes, what the simulator itself copied between tile
+    # memories; its vertices read the rest where it was sent from (receive
+    # aliases, docs/architecture.md). Simulator work, not device traffic.
+    copied_bytes: int = 0
 
     @classmethod
     def from_run_stats(cls, s: Any, clock_hz: float, batch_size: int) -> "ExecutionReport":
@@ -770,6 +774,7 @@ class ExecutionReport:
             exchange_seconds=s.exchange_seconds,
             host_io_seconds=s.host_io_seconds,
             checked=s.checked,
+            copied_bytes=s.copied_bytes,
         )
 
     @classmethod
@@ -785,7 +790,7 @@ class ExecutionReport:
             host_memory_bytes=max(r.host_memory_bytes for r in runs), clock_hz=first.clock_hz,
             batch_size=total("batch_size"), compute_seconds=total("compute_seconds"),
             exchange_seconds=total("exchange_seconds"), host_io_seconds=total("host_io_seconds"),
-            checked=all(r.checked for r in runs), ipus=first.ipus,
+            checked=all(r.checked for r in runs), ipus=first.ipus, copied_bytes=total("copied_bytes"),
         )
 
     @property

@@ -1,0 +1,331 @@
+// Receive aliases (compiler.h, Executable::aliased_copies): which received
+// bytes vertices can read where they came from, so the host skips the copy.
+#include <algorithm>
+#include <cstdint>
+#include <unordered_map>
+#include <vector>
+
+#include "neurenix/compiler.h"
+
+namespace neurenix {
+
+namespace {
+
+// How many program steps from an exchange to the vertex reading what it
+// delivered are searched for writes to the sender's bytes: readers further
+// away keep their copy (the search would cost more than it saves).
+constexpr int64_t kMaxDistance = 8;
+
+// A received run: elements [local, local + n) of a variable's share, written
+// by byte copy `byte_copy` of `exchange`. Small: there is one per copy,
+// millions in a large model; the rest is read from the byte copy.
+struct Run {
+  uint32_t local;  // tile-local indices fit 32 bits (the compile checks byte offsets)
+  uint32_t n;
+  uint32_t exchange;
+  uint32_t byte_copy;
+  VarId src;
+};
+static_assert(sizeof(Run) == 20);
+
+struct Bytes {
+  uint64_t begin, end;
+};
+
+bool overlap(const Bytes& a, uint64_t begin, uint64_t end) { return a.begin < end && begin < a.end; }
+
+}  // namespace
+
+std::vector<std::vector<uint8_t>> alias_receives(Executable& exe, uint64_t* aliased_fields) {
+  Graph& g = exe.graph();
+  const auto& program = exe.program();
+  const size_t nvars = g.num_vars();
+  const auto& byte_copies = exe.byte_copies();
+  std::vector<std::vector<uint8_t>> skip(byte_copies.size());
+  for (size_t e = 0; e < byte_copies.size(); ++e) skip[e].assign(byte_copies[e].size(), 0);
+  *aliased_fields = 0;
+
+  // Program position of each compute set and exchange: -1 never runs, -2
+  // runs more than once.
+  std::vector<int64_t> cs_at(g.compute_sets().size(), -1), ex_at(g.exchanges().size(), -1);
+  for (size_t s = 0; s < program.size(); ++s) {
+    int64_t* at = program[s].kind == StepKind::kCompute    ? &cs_at[program[s].index]
+                  : program[s].kind == StepKind::kExchange ? &ex_at[program[s].index]
+                                                           : nullptr;
+    if (at) *at = *at == -1 ? static_cast<int64_t>(s) : -2;
+  }
+  auto segment_of = [&](int64_t s) {
+    size_t k = 0;
+    while (k + 1 < exe.num_segments() && static_cast<int64_t>(exe.segment_begin(k + 1)) <= s) ++k;
+    return k;
+  };
+
+  // Receivers that can alias: variables that only exchanges write and only
+  // vertices read (no constants, streams or copy sources).
+  std::vector<uint8_t> ok(nvars, 1);
+  for (size_t v = 0; v < nvars; ++v) {
+    const VarKind k = g.var(static_cast<VarId>(v)).kind;
+    if (k == VarKind::kConstant || k == VarKind::kInput) ok[v] = 0;
+  }
+  for (const HostStream& s : g.inputs()) ok[s.tensor.var] = 0;
+  for (const HostStream& s : g.outputs()) ok[s.tensor.var] = 0;
+  for (const Exchange& ex : g.exchanges())
+    for (const Copy& c : ex.copies) ok[c.src] = 0;
+  for (const ComputeSet& cs : g.compute_sets())
+    for (const auto& v : cs.vertices)
+      for (const Field* f : v->fields())
+        if (f->access != Access::kRead && f->count) ok[f->var] = 0;
+
+  // The runs each share of those variables receives (a share: a variable's
+  // elements on one tile), grouped by share (counting sort) and ordered by
+  // local index. Shares are numbered variable x tile when that table is
+  // not much larger than the copies, else as the variables' shares (found
+  // by binary search).
+  std::vector<uint64_t> share_base(nvars + 1, 0);
+  uint64_t copies = 0;
+  for (const auto& bc : byte_copies) copies += bc.size();
+  const uint64_t ntiles = g.num_tiles();
+  const uint64_t nok = static_cast<uint64_t>(std::count(ok.begin(), ok.end(), 1));
+  const bool dense = nok * ntiles <= 4 * copies + (1u << 20);
+  {
+    uint64_t at = 0;
+    for (size_t v = 0; v < nvars; ++v) {
+      share_base[v] = at;
+      if (ok[v]) at += dense ? ntiles : g.var(static_cast<VarId>(v)).tiles.size();
+    }
+    share_base[nvars] = at;
+  }
+  auto share_of = [&](VarId v, uint32_t tile) -> uint64_t {
+    if (dense) return share_base[v] + tile;
+    const Variable& var = g.var(v);
+    return share_base[v] + static_cast<uint64_t>(var.share(tile) - var.tiles.data());
+  };
+  std::vector<uint32_t> run_start(share_base[nvars] + 1, 0);
+  auto for_each_receive = [&](auto visit) {
+    for (size_t e = 0; e < byte_copies.size(); ++e) {
+      const auto& bc = byte_copies[e];
+      const auto& order = exe.copy_order()[e];
+      const auto& copies = g.exchanges()[e].copies;
+      for (const auto& tb : exe.byte_schedule()[e])
+        for (uint32_t k = tb.begin; k < tb.end; ++k) {
+          const Copy& c = copies[order[k]];
+          if (ok[c.dst] && c.count && c.outer) visit(e, k, tb.dst_tile, c, bc[k]);
+        }
+    }
+  };
+  for_each_receive([&](size_t, uint32_t, uint32_t tile, const Copy& c, const Executable::ByteCopy&) {
+    ++run_start[share_of(c.dst, tile) + 1];
+  });
+  for (size_t i = 1; i < run_start.size(); ++i) run_start[i] += run_start[i - 1];
+  std::vector<Run> runs(run_start.back());
+  {
+    std::vector<uint32_t> fill(run_start.begin(), run_start.end() - 1);
+    for_each_receive([&](size_t e, uint32_t k, uint32_t tile, const Copy& c, const Executable::ByteCopy&) {
+      runs[fill[share_of(c.dst, tile)]++] =
+          Run{static_cast<uint32_t>(c.dst_local), static_cast<uint32_t>(c.count * c.outer), static_cast<uint32_t>(e), k, c.src};
+      skip[e][k] = 1;  // until a reader needs it
+    });
+  }
+  auto end_of = [](const Run& r) { return uint64_t{r.local} + r.n; };
+  // What a run reads: one sender's bytes at a fixed displacement from the
+  // receiver's (in the host block), if it reads them contiguously.
+  struct Source {
+    int64_t delta;
+    uint32_t tile;
+    VarId var;
+    uint32_t exchange;
+    bool contiguous;
+    bool same(const Source& o) const {
+      return contiguous && o.contiguous && delta == o.delta && tile == o.tile && var == o.var && exchange == o.exchange;
+    }
+  };
+  auto source = [&](const Run& r, uint32_t receiver) {
+    const Executable::ByteCopy& b = byte_copies[r.exchange][r.byte_copy];
+    const uint64_t row = static_cast<uint64_t>(b.count) * b.elem;
+    const bool rows_follow =
+        b.outer == 1 || (b.src_outer == static_cast<int64_t>(row) && b.dst_outer == static_cast<int64_t>(row));
+    return Source{static_cast<int64_t>(exe.arena_offset(b.src_tile) + b.src_byte) -
+                      static_cast<int64_t>(exe.arena_offset(receiver) + b.dst_byte),
+                  b.src_tile, r.src, r.exchange,
+                  ex_at[r.exchange] >= 0 && rows_follow && (b.count == 1 || b.src_stride == static_cast<int32_t>(b.elem))};
+  };
+  for (size_t s = 0; s + 1 < run_start.size(); ++s)
+    if (run_start[s + 1] - run_start[s] > 1)
+      std::sort(runs.begin() + run_start[s], runs.begin() + run_start[s + 1],
+              [](const Run& a, const Run& b) { return a.local < b.local; });
+
+  // Whether anything writes bytes [begin, end) of `tile` in program steps
+  // [first, last] (`first` being the exchange that sent them). An
+  // exchange's writes are merged ranges per receiving tile, built when
+  // first asked for.
+  std::unordered_map<uint64_t, std::vector<Bytes>> exchange_writes;
+  auto exchange_written = [&](uint32_t e, uint32_t tile) -> const std::vector<Bytes>& {
+    auto [it, fresh] = exchange_writes.try_emplace(static_cast<uint64_t>(e) << 32 | tile);
+    if (!fresh) return it->second;
+    const auto& sched = exe.byte_schedule()[e];
+    auto tb = std::lower_bound(sched.begin(), sched.end(), tile,
+                               [](const Executable::TileByteCopies& x, uint32_t t) { return x.dst_tile < t; });
+    std::vector<Bytes>& w = it->second;
+    if (tb == sched.end() || tb->dst_tile != tile) return w;
+    for (uint32_t k = tb->begin; k < tb->end; ++k) {
+      const Executable::ByteCopy& b = byte_copies[e][k];
+      const int64_t last_row = static_cast<int64_t>(b.outer - 1) * b.dst_outer;
+      w.push_back(Bytes{b.dst_byte + static_cast<uint64_t>(std::min<int64_t>(0, last_row)),
+                        b.dst_byte + static_cast<uint64_t>(std::max<int64_t>(0, last_row)) +
+                            static_cast<uint64_t>(b.count) * b.elem});
+    }
+    std::sort(w.begin(), w.end(), [](const Bytes& a, const Bytes& b) { return a.begin < b.begin; });
+    size_t n = 0;
+    for (const Bytes& r : w) {
+      if (n && r.begin <= w[n - 1].end) w[n - 1].end = std::max(w[n - 1].end, r.end);
+      else w[n++] = r;
+    }
+    w.resize(n);
+    return w;
+  };
+  auto written = [&](uint32_t tile, uint64_t begin, uint64_t end, int64_t first, int64_t last) {
+    for (int64_t s = first; s <= last; ++s) {
+      const Step& st = program[static_cast<size_t>(s)];
+      switch (st.kind) {
+        case StepKind::kCompute: {
+          const auto& sched = exe.compute_schedule()[st.index];
+          auto tv = std::lower_bound(sched.begin(), sched.end(), tile,
+                                     [](const Executable::TileVertices& x, uint32_t t) { return x.tile < t; });
+          if (tv == sched.end() || tv->tile != tile) break;
+          for (const Vertex* v : tv->vertices)
+            for (const Field* f : v->fields())
+              if (f->access != Access::kRead && f->count &&
+                  overlap(Bytes{f->byte_offset, f->byte_offset + f->count * device_type_size(g.var(f->var).dtype)}, begin, end))
+                return true;
+          break;
+        }
+        case StepKind::kExchange: {
+          // The sending exchange reads the sender's variable, so nothing it
+          // writes shares those bytes (both are live then) unless it writes
+          // that variable itself: a staged exchange.
+          if (s == first) {
+            if (exe.staged(st.index)) return true;
+            break;
+          }
+          const auto& w = exchange_written(st.index, tile);
+          auto r = std::upper_bound(w.begin(), w.end(), begin, [](uint64_t b, const Bytes& x) { return b < x.end; });
+          if (r != w.end() && r->begin < end) return true;
+          break;
+        }
+        case StepKind::kHostToDevice: {
+          const VarId v = g.inputs()[st.index].tensor.var;
+          const Variable& var = g.var(v);
+          const TileShare* sh = var.share(tile);
+          if (!sh) break;
+          const uint64_t at = exe.var_offset(v, static_cast<size_t>(sh - var.tiles.data()));
+          if (overlap(Bytes{at, at + sh->count * device_type_size(var.dtype)}, begin, end)) return true;
+          break;
+        }
+        case StepKind::kDeviceToHost:
+          break;
+      }
+    }
+    return false;
+  };
+
+  // Each vertex field reading such a variable aliases the runs it covers, or
+  // marks them needed. The runs a field covers fall into stretches received
+  // from one sender at one displacement; a field aliases one stretch that
+  // covers it whole, or, when its codelet reads it piecewise, any of them.
+  struct Stretch {
+    uint64_t begin, end;  // elements of the share
+    Run *first, *last;    // its runs
+    Source from;
+  };
+  std::vector<Stretch> stretches;
+  for (size_t ci = 0; ci < g.compute_sets().size(); ++ci) {
+    if (cs_at[ci] == -1) continue;  // never runs: reads nothing
+    for (auto& vx : g.compute_sets()[ci].vertices)
+      for (Field* f : vx->all_fields()) {
+        if (f->access != Access::kRead || !f->count || !ok[f->var]) continue;
+        const uint64_t s = share_of(f->var, f->tile);
+        Run* last = runs.data() + run_start[s + 1];
+        const uint64_t end = f->local + f->count;
+        // Shares hold few runs: scan from the first.
+        Run* r = runs.data() + run_start[s];
+        while (r != last && end_of(*r) <= f->local) ++r;
+        stretches.clear();
+        bool disjoint = true;
+        for (Run* q = r; q != last && q->local < end; ++q) {
+          const Source from = source(*q, f->tile);
+          if (!stretches.empty()) {
+            Stretch& b = stretches.back();
+            if (from.same(b.from) && q->local <= b.end) {
+              b.end = std::max(b.end, end_of(*q));
+              b.last = q + 1;
+              continue;
+            }
+            if (q->local < b.end) disjoint = false;  // elements received twice
+          }
+          stretches.push_back(Stretch{std::max<uint64_t>(q->local, f->local), end_of(*q), q, q + 1, from});
+        }
+        const bool one = stretches.size() == 1 && stretches[0].begin == f->local && stretches[0].end >= end;
+        const uint64_t es = device_type_size(g.var(f->var).dtype);
+        const int64_t pc = cs_at[ci];
+        auto aliasable = [&](const Stretch& st) {
+          const Source& h = st.from;
+          const int64_t pe = ex_at[h.exchange];
+          if (!h.contiguous || pc < 0 || pe < 0 || pe >= pc || pc - pe > kMaxDistance || segment_of(pe) != segment_of(pc))
+            return false;
+          const uint64_t lo = st.begin, hi = std::min(st.end, end);
+          const int64_t src = static_cast<int64_t>(exe.arena_offset(f->tile) + f->byte_offset + (lo - f->local) * es) +
+                              h.delta - static_cast<int64_t>(exe.arena_offset(h.tile));
+          return src >= 0 && !written(h.tile, static_cast<uint64_t>(src), static_cast<uint64_t>(src) + (hi - lo) * es, pe, pc);
+        };
+        auto needed = [&](const Stretch& st) {
+          for (Run* q = st.first; q != st.last; ++q) skip[q->exchange][q->byte_copy] = 0;
+        };
+        if (!disjoint || (!one && !f->piecewise)) {
+          for (const Stretch& st : stretches) needed(st);
+          continue;
+        }
+        if (one) {
+          if (aliasable(stretches[0])) {
+            f->address = static_cast<int64_t>(f->byte_offset) + stretches[0].from.delta;
+            f->alias_tile = stretches[0].from.tile;
+            f->alias_var = stretches[0].from.var;
+            ++*aliased_fields;
+          } else {
+            needed(stretches[0]);
+          }
+          continue;
+        }
+        // In pieces: aliased stretches at their senders, the rest (and any
+        // elements nothing receives) in the field's own bytes.
+        std::vector<Field::Piece> pieces;
+        auto own = [&](uint64_t from) {
+          if (pieces.empty() || pieces.back().tile != UINT32_MAX)
+            pieces.push_back(Field::Piece{from - f->local,
+                                          static_cast<int64_t>(f->byte_offset + (from - f->local) * es), UINT32_MAX, 0});
+        };
+        uint64_t at = f->local;
+        bool any = false;
+        for (const Stretch& st : stretches) {
+          if (st.begin > at) own(at);
+          if (aliasable(st)) {
+            pieces.push_back(Field::Piece{st.begin - f->local,
+                                          static_cast<int64_t>(f->byte_offset + (st.begin - f->local) * es) + st.from.delta,
+                                          st.from.tile, st.from.var});
+            any = true;
+          } else {
+            needed(st);
+            own(st.begin);
+          }
+          at = std::min(st.end, end);
+        }
+        if (at < end) own(at);
+        if (any) {
+          f->pieces = std::move(pieces);
+          ++*aliased_fields;
+        }
+      }
+  }
+  return skip;
+}
+
+}  // namespace neurenix
