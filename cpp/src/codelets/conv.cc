@@ -19,6 +19,9 @@ ConvVertex::ConvVertex(uint32_t tile_, Field in, Field weights, Field out, ConvW
     : in_(in), w_(weights), out_(out), s_(shape), in_dtype_(in_dtype), partials_(partials_dtype), out_dtype_(out_dtype) {
   tile = tile_;
   in_.access = Access::kRead;
+  // A window the product reads in place may be received from several
+  // senders, each channel read where it was sent from.
+  in_.piecewise = reads_in_place();
   w_.access = Access::kRead;
   out_.access = Access::kWrite;
   const uint64_t k = static_cast<uint64_t>(s_.cin) * s_.kh * s_.kw;
@@ -58,6 +61,13 @@ void ConvVertex::list_fields(std::vector<Field*>& out) {
   }
 }
 
+bool ConvVertex::reads_in_place() const {
+  const ConvWindow& s = s_;
+  return in_dtype_ == DeviceType::kFloat32 && partials_ == DeviceType::kFloat32 && s.sh == 1 && s.sw == 1 && s.kh == 1 &&
+         s.kw == 1 && static_cast<int32_t>(s.ho0) - s.pad_top == s.hi0 && s.pad_left == 0 && s.in_rows == s.rows &&
+         s.out_w == s.in_w;
+}
+
 uint64_t ConvVertex::cycles(const TargetSpec& t) const {
   const uint64_t rate = std::max<uint32_t>(1, amp_flops_per_cycle(t, in_dtype_));
   const uint64_t depth = amp_depth(in_dtype_);
@@ -73,15 +83,30 @@ void ConvVertex::compute(uint8_t* mem) const {
   const uint32_t p = s.rows * s.out_w;
   if (s.cout == 0 || p == 0) return;
   thread_local std::vector<float> win, col, wts, acc, tmp;
-  // Input window as float.
+  // Input window as float. One received in pieces (receive aliases from
+  // several senders) that the product reads in place is read a channel at a
+  // time where each channel is, unless a channel straddles two pieces;
+  // otherwise it is gathered first.
   const size_t win_n = static_cast<size_t>(s.cin) * s.in_rows * s.in_w;
-  const float* in_f;
-  if (in_dtype_ == DeviceType::kFloat32) {
+  const bool in_place = reads_in_place();
+  thread_local std::vector<const float*> chans;
+  bool by_channel = false;
+  const float* in_f = nullptr;
+  if (in_dtype_ == DeviceType::kFloat32 && in_.pieces.empty()) {
     in_f = reinterpret_cast<const float*>(mem + in_.address);
   } else {
-    win.resize(win_n);
-    load_floats(mem + in_.address, in_dtype_, win.data(), win_n);
-    in_f = win.data();
+    if (in_place) {
+      const size_t chan = static_cast<size_t>(s.in_rows) * s.in_w;
+      chans.resize(s.cin);
+      by_channel = true;
+      for (uint32_t ci = 0; ci < s.cin && by_channel; ++ci)
+        by_channel = (chans[ci] = reinterpret_cast<const float*>(field_run(mem, in_, ci * chan, chan, 4))) != nullptr;
+    }
+    if (!by_channel) {
+      win.resize(win_n);
+      load_field_floats(mem, in_, in_dtype_, 0, win_n, win.data());
+      in_f = win.data();
+    }
   }
   // Weights as float [cout][k].
   const float* w_f;
@@ -122,9 +147,8 @@ void ConvVertex::compute(uint8_t* mem) const {
     // Input row of padded row 0, and input column of padded column 0.
     const int32_t first_row = static_cast<int32_t>(s.ho0 * s.sh) - s.pad_top;
     const int32_t first_col = -s.pad_left;
-    // A 1x1 stride-1 window without padding is its own (only) phase plane.
-    const bool in_place = !half_rows && phases == 1 && s.kh == 1 && s.kw == 1 && first_row == s.hi0 &&
-                          s.in_rows == s.rows && s.out_w == s.in_w && first_col == 0 && in_dtype_ == DeviceType::kFloat32;
+    // A 1x1 stride-1 window without padding is its own (only) phase plane
+    // (in_place, above).
     const uint32_t in_plane = in_place ? s.in_rows * s.in_w : plane;
     if (!in_place) {
       ph.resize(static_cast<size_t>(phases) * s.cin * plane + slack);
@@ -169,7 +193,10 @@ void ConvVertex::compute(uint8_t* mem) const {
     if (in_place && out_dtype_ == DeviceType::kFloat32) {
       // Rows hold no dropped columns: the product goes straight to the output.
       float* out = reinterpret_cast<float*>(mem + out_.address);
-      gemm_f32_strided(w_f, ldw, 1, in_f, in_plane, out, s.cout, n, s.cin, s.ld_out, false, false);
+      if (by_channel)
+        gemm_f32_rows(w_f, ldw, chans.data(), out, s.cout, n, s.cin, s.ld_out);
+      else
+        gemm_f32_strided(w_f, ldw, 1, in_f, in_plane, out, s.cout, n, s.cin, s.ld_out, false, false);
       if (has_bias_)
         for (uint32_t co = 0; co < s.cout; ++co) {
           const float bv = static_cast<float>(load_element(mem + bias_.address, bias_dtype_, co));
@@ -207,7 +234,10 @@ void ConvVertex::compute(uint8_t* mem) const {
         const float* base = in_place ? in_f
                                      : ph.data() + static_cast<size_t>((ra % s.sh) * s.sw + cb % s.sw) * s.cin * plane +
                                            static_cast<size_t>(ra / s.sh) * wq + cb / s.sw;
-        gemm_f32_strided(w_f + tap, ldw, khw, base, in_plane, acc.data(), s.cout, n, s.cin, n, tap > 0, !in_place);
+        if (by_channel)  // in place: the one tap
+          gemm_f32_rows(w_f, ldw, chans.data(), acc.data(), s.cout, n, s.cin, n);
+        else
+          gemm_f32_strided(w_f + tap, ldw, khw, base, in_plane, acc.data(), s.cout, n, s.cin, n, tap > 0, !in_place);
       }
     }
     // Valid columns are acc[co][r * row_w + wo], wo < out_w.

@@ -41,6 +41,9 @@ class ConvVertex : public Vertex {
   void list_fields(std::vector<Field*>& out) override;
 
  private:
+  // A 1x1, stride-1, unpadded float32 window (partials in float) whose rows
+  // are the output's: the product reads it in place.
+  bool reads_in_place() const;
   Field in_, w_, out_;
   ConvWindow s_;
   DeviceType in_dtype_, partials_, out_dtype_;
