@@ -16,17 +16,17 @@ namespace {
 // away keep their copy (the search would cost more than it saves).
 constexpr int64_t kMaxDistance = 8;
 
-// A received run: elements [local, local + n) of a variable's share, written
-// by byte copy `byte_copy` of `exchange`. Small: there is one per copy,
-// millions in a large model; the rest is read from the byte copy.
+// A received run: byte copy `byte_copy` of `exchange`, writing bytes
+// [begin, end) of the receiver's memory (for a 2-D pattern, the range its
+// rows span; tile offsets fit 32 bits, the compile checks). Small: there is
+// one per copy, millions in a large model; the rest is read from the byte
+// copy.
 struct Run {
-  uint32_t local;  // tile-local indices fit 32 bits (the compile checks byte offsets)
-  uint32_t n;
   uint32_t exchange;
   uint32_t byte_copy;
-  VarId src;
+  uint32_t begin;
+  uint32_t end;
 };
-static_assert(sizeof(Run) == 20);
 
 struct Bytes {
   uint64_t begin, end;
@@ -101,42 +101,47 @@ std::vector<std::vector<uint8_t>> alias_receives(Executable& exe, uint64_t* alia
     return share_base[v] + static_cast<uint64_t>(var.share(tile) - var.tiles.data());
   };
   std::vector<uint32_t> run_start(share_base[nvars] + 1, 0);
+  // Receives visited in each exchange's graph order (the graph's copies are
+  // read front to back), with their byte copy.
+  std::vector<uint32_t> byte_copy_of;
   auto for_each_receive = [&](auto visit) {
     for (size_t e = 0; e < byte_copies.size(); ++e) {
-      const auto& bc = byte_copies[e];
       const auto& order = exe.copy_order()[e];
       const auto& copies = g.exchanges()[e].copies;
-      for (const auto& tb : exe.byte_schedule()[e])
-        for (uint32_t k = tb.begin; k < tb.end; ++k) {
-          const Copy& c = copies[order[k]];
-          if (ok[c.dst] && c.count && c.outer) visit(e, k, tb.dst_tile, c, bc[k]);
-        }
+      byte_copy_of.resize(copies.size());
+      for (uint32_t k = 0; k < order.size(); ++k) byte_copy_of[order[k]] = k;
+      for (size_t i = 0; i < copies.size(); ++i) {
+        const Copy& c = copies[i];
+        if (ok[c.dst] && c.count && c.outer) visit(static_cast<uint32_t>(e), byte_copy_of[i], c);
+      }
     }
   };
-  for_each_receive([&](size_t, uint32_t, uint32_t tile, const Copy& c, const Executable::ByteCopy&) {
-    ++run_start[share_of(c.dst, tile) + 1];
+  for_each_receive([&](uint32_t e, uint32_t k, const Copy& c) {
+    ++run_start[share_of(c.dst, c.dst_tile) + 1];
+    skip[e][k] = 1;  // until a reader needs it
   });
   for (size_t i = 1; i < run_start.size(); ++i) run_start[i] += run_start[i - 1];
   std::vector<Run> runs(run_start.back());
   {
     std::vector<uint32_t> fill(run_start.begin(), run_start.end() - 1);
-    for_each_receive([&](size_t e, uint32_t k, uint32_t tile, const Copy& c, const Executable::ByteCopy&) {
-      runs[fill[share_of(c.dst, tile)]++] =
-          Run{static_cast<uint32_t>(c.dst_local), static_cast<uint32_t>(c.count * c.outer), static_cast<uint32_t>(e), k, c.src};
-      skip[e][k] = 1;  // until a reader needs it
+    for_each_receive([&](uint32_t e, uint32_t k, const Copy& c) {
+      const Executable::ByteCopy& b = byte_copies[e][k];
+      const int64_t last_row = static_cast<int64_t>(b.outer - 1) * b.dst_outer;
+      runs[fill[share_of(c.dst, c.dst_tile)]++] =
+          Run{e, k, static_cast<uint32_t>(b.dst_byte + std::min<int64_t>(0, last_row)),
+              static_cast<uint32_t>(b.dst_byte + std::max<int64_t>(0, last_row) + static_cast<int64_t>(b.count) * b.elem)};
     });
   }
-  auto end_of = [](const Run& r) { return uint64_t{r.local} + r.n; };
   // What a run reads: one sender's bytes at a fixed displacement from the
-  // receiver's (in the host block), if it reads them contiguously.
+  // receiver's (in the host block), if it reads and writes them
+  // contiguously.
   struct Source {
     int64_t delta;
     uint32_t tile;
-    VarId var;
     uint32_t exchange;
     bool contiguous;
     bool same(const Source& o) const {
-      return contiguous && o.contiguous && delta == o.delta && tile == o.tile && var == o.var && exchange == o.exchange;
+      return contiguous && o.contiguous && delta == o.delta && tile == o.tile && exchange == o.exchange;
     }
   };
   auto source = [&](const Run& r, uint32_t receiver) {
@@ -146,13 +151,16 @@ std::vector<std::vector<uint8_t>> alias_receives(Executable& exe, uint64_t* alia
         b.outer == 1 || (b.src_outer == static_cast<int64_t>(row) && b.dst_outer == static_cast<int64_t>(row));
     return Source{static_cast<int64_t>(exe.arena_offset(b.src_tile) + b.src_byte) -
                       static_cast<int64_t>(exe.arena_offset(receiver) + b.dst_byte),
-                  b.src_tile, r.src, r.exchange,
+                  b.src_tile, r.exchange,
                   ex_at[r.exchange] >= 0 && rows_follow && (b.count == 1 || b.src_stride == static_cast<int32_t>(b.elem))};
+  };
+  auto src_var = [&](const Run& r) {
+    return g.exchanges()[r.exchange].copies[exe.copy_order()[r.exchange][r.byte_copy]].src;
   };
   for (size_t s = 0; s + 1 < run_start.size(); ++s)
     if (run_start[s + 1] - run_start[s] > 1)
       std::sort(runs.begin() + run_start[s], runs.begin() + run_start[s + 1],
-              [](const Run& a, const Run& b) { return a.local < b.local; });
+                [](const Run& a, const Run& b) { return a.begin < b.begin; });
 
   // Whether anything writes bytes [begin, end) of `tile` in program steps
   // [first, last] (`first` being the exchange that sent them). An
@@ -233,7 +241,7 @@ std::vector<std::vector<uint8_t>> alias_receives(Executable& exe, uint64_t* alia
   // from one sender at one displacement; a field aliases one stretch that
   // covers it whole, or, when its codelet reads it piecewise, any of them.
   struct Stretch {
-    uint64_t begin, end;  // elements of the share
+    uint64_t begin, end;  // bytes of the receiver's memory
     Run *first, *last;    // its runs
     Source from;
   };
@@ -245,37 +253,40 @@ std::vector<std::vector<uint8_t>> alias_receives(Executable& exe, uint64_t* alia
         if (f->access != Access::kRead || !f->count || !ok[f->var]) continue;
         const uint64_t s = share_of(f->var, f->tile);
         Run* last = runs.data() + run_start[s + 1];
-        const uint64_t end = f->local + f->count;
+        const uint64_t es = device_type_size(g.var(f->var).dtype);
+        const uint64_t begin = f->byte_offset, end = begin + f->count * es;
         // Shares hold few runs: scan from the first.
         Run* r = runs.data() + run_start[s];
-        while (r != last && end_of(*r) <= f->local) ++r;
+        while (r != last && r->end <= begin) ++r;
         stretches.clear();
         bool disjoint = true;
-        for (Run* q = r; q != last && q->local < end; ++q) {
+        for (Run* q = r; q != last; ++q) {
+          const Bytes w{q->begin, q->end};
+          if (w.begin >= end) break;
+          if (w.end <= begin) continue;
           const Source from = source(*q, f->tile);
           if (!stretches.empty()) {
             Stretch& b = stretches.back();
-            if (from.same(b.from) && q->local <= b.end) {
-              b.end = std::max(b.end, end_of(*q));
+            if (from.same(b.from) && w.begin <= b.end && src_var(*q) == src_var(*b.first)) {
+              b.end = std::max(b.end, w.end);
               b.last = q + 1;
               continue;
             }
-            if (q->local < b.end) disjoint = false;  // elements received twice
+            if (w.begin < b.end) disjoint = false;  // bytes received twice
           }
-          stretches.push_back(Stretch{std::max<uint64_t>(q->local, f->local), end_of(*q), q, q + 1, from});
+          stretches.push_back(Stretch{std::max(w.begin, begin), w.end, q, q + 1, from});
         }
-        const bool one = stretches.size() == 1 && stretches[0].begin == f->local && stretches[0].end >= end;
-        const uint64_t es = device_type_size(g.var(f->var).dtype);
+        const bool one = stretches.size() == 1 && stretches[0].begin == begin && stretches[0].end >= end;
         const int64_t pc = cs_at[ci];
         auto aliasable = [&](const Stretch& st) {
           const Source& h = st.from;
           const int64_t pe = ex_at[h.exchange];
           if (!h.contiguous || pc < 0 || pe < 0 || pe >= pc || pc - pe > kMaxDistance || segment_of(pe) != segment_of(pc))
             return false;
-          const uint64_t lo = st.begin, hi = std::min(st.end, end);
-          const int64_t src = static_cast<int64_t>(exe.arena_offset(f->tile) + f->byte_offset + (lo - f->local) * es) +
-                              h.delta - static_cast<int64_t>(exe.arena_offset(h.tile));
-          return src >= 0 && !written(h.tile, static_cast<uint64_t>(src), static_cast<uint64_t>(src) + (hi - lo) * es, pe, pc);
+          const uint64_t hi = std::min(st.end, end);
+          const int64_t src = static_cast<int64_t>(exe.arena_offset(f->tile) + st.begin) + h.delta -
+                              static_cast<int64_t>(exe.arena_offset(h.tile));
+          return src >= 0 && !written(h.tile, static_cast<uint64_t>(src), static_cast<uint64_t>(src) + (hi - st.begin), pe, pc);
         };
         auto needed = [&](const Stretch& st) {
           for (Run* q = st.first; q != st.last; ++q) skip[q->exchange][q->byte_copy] = 0;
@@ -288,7 +299,7 @@ std::vector<std::vector<uint8_t>> alias_receives(Executable& exe, uint64_t* alia
           if (aliasable(stretches[0])) {
             f->address = static_cast<int64_t>(f->byte_offset) + stretches[0].from.delta;
             f->alias_tile = stretches[0].from.tile;
-            f->alias_var = stretches[0].from.var;
+            f->alias_var = src_var(*stretches[0].first);
             ++*aliased_fields;
           } else {
             needed(stretches[0]);
@@ -296,21 +307,19 @@ std::vector<std::vector<uint8_t>> alias_receives(Executable& exe, uint64_t* alia
           continue;
         }
         // In pieces: aliased stretches at their senders, the rest (and any
-        // elements nothing receives) in the field's own bytes.
+        // bytes nothing receives) in the field's own bytes.
         std::vector<Field::Piece> pieces;
         auto own = [&](uint64_t from) {
           if (pieces.empty() || pieces.back().tile != UINT32_MAX)
-            pieces.push_back(Field::Piece{from - f->local,
-                                          static_cast<int64_t>(f->byte_offset + (from - f->local) * es), UINT32_MAX, 0});
+            pieces.push_back(Field::Piece{(from - begin) / es, static_cast<int64_t>(from), UINT32_MAX, 0});
         };
-        uint64_t at = f->local;
+        uint64_t at = begin;
         bool any = false;
         for (const Stretch& st : stretches) {
           if (st.begin > at) own(at);
           if (aliasable(st)) {
-            pieces.push_back(Field::Piece{st.begin - f->local,
-                                          static_cast<int64_t>(f->byte_offset + (st.begin - f->local) * es) + st.from.delta,
-                                          st.from.tile, st.from.var});
+            pieces.push_back(Field::Piece{(st.begin - begin) / es, static_cast<int64_t>(st.begin) + st.from.delta,
+                                          st.from.tile, src_var(*st.first)});
             any = true;
           } else {
             needed(st);

@@ -207,4 +207,42 @@ TEST(ReceiveAlias, APiecewiseReaderAliasesEachSenderThatKeepsItsData) {
   run(whole_field);
 }
 
+// A copy in rows (a 2-D pattern) whose second row alone is read: the reader
+// cannot alias it and the copy is performed, rows and all.
+TEST(ReceiveAlias, ARowOfATwoDimensionalCopyIsDelivered) {
+  auto g = std::make_unique<Graph>(tiny(2), 1);
+  Tensor x = g->add_variable("x", kF32, {kN}, VarKind::kInput, 0);
+  g->map_to_tile(x.var, 0);
+  g->add_input_stream("x", x);
+  Tensor a = g->add_variable("a", kF32, {kN}, VarKind::kIntermediate, 0);
+  g->map_to_tile(a.var, 0);
+  Tensor b = g->add_variable("b", kF32, {2 * kN}, VarKind::kIntermediate, 0);
+  g->map_to_tile(b.var, 1);
+  Tensor c = g->add_variable("c", kF32, {kN / 2}, VarKind::kIntermediate, 0);
+  g->map_to_tile(c.var, 1);
+  const uint32_t first = g->add_compute_set("first");
+  g->add_vertex(first, std::make_unique<AddVertex>(whole(x, 0), whole(a, 0), 1.0f));
+  g->execute(first);
+  // a's two halves to b[0:4] and b[8:12].
+  const uint32_t ex = g->add_exchange("send");
+  const int64_t h = kN / 2;
+  copy_view(*g, ex, View{a.var, 0, {2, kN / 2}, {h, 1}}, View{b.var, 0, {2, kN / 2}, {static_cast<int64_t>(kN), 1}});
+  g->execute_exchange(ex);
+  const uint32_t read = g->add_compute_set("read");
+  g->add_vertex(read, std::make_unique<AddVertex>(Field{b.var, 1, kN, kN / 2}, whole(c, 1), 0.0f));
+  g->execute(read);
+  g->add_output_stream("c", c);
+  std::shared_ptr<Executable> exe = compile(std::move(g));
+  ASSERT_EQ(exe->graph().exchanges()[0].copies.size(), 1u);  // one copy, in two rows
+  EXPECT_EQ(exe->graph().exchanges()[0].copies[0].outer, 2u);
+  EXPECT_EQ(exe->aliased_bytes(), 0u);
+  Engine e(exe, 1);
+  std::vector<float> in(kN), out(kN / 2);
+  for (uint64_t i = 0; i < kN; ++i) in[i] = static_cast<float>(i);
+  e.write_input(0, reinterpret_cast<const uint8_t*>(in.data()), kN * 4);
+  e.run();
+  e.read_output(0, reinterpret_cast<uint8_t*>(out.data()), out.size() * 4);
+  for (uint64_t i = 0; i < kN / 2; ++i) EXPECT_EQ(out[i], in[kN / 2 + i] + 1.0f) << i;
+}
+
 }  // namespace
