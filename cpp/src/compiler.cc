@@ -13,6 +13,7 @@
 #include <unordered_set>
 
 #include "neurenix/error.h"
+#include "receive_alias.h"
 
 namespace neurenix {
 namespace {
@@ -407,12 +408,15 @@ std::unique_ptr<Executable> compile(std::unique_ptr<Graph> gp) {
                  " spans more than 4 GiB of tile memory");
     return static_cast<T>(v);
   };
+  // The variables of each byte copy, for the search for receive aliases.
+  std::vector<std::vector<CopyVars>> copy_vars(g.exchanges().size());
   for (size_t ei = 0; ei < g.exchanges().size(); ++ei) {
     const auto& cps = g.exchanges()[ei].copies;
     auto& bc = exe->byte_copies_[ei];
     auto& order = exe->copy_order_[ei];
     bc.reserve(cps.size());
     order.reserve(cps.size());
+    copy_vars[ei].reserve(cps.size());
     group_by_tile(
         cps.size(), [&](size_t i) { return cps[i].dst_tile; },
         [&](uint32_t tile, const uint32_t* b, const uint32_t* e) {
@@ -425,6 +429,7 @@ std::unique_ptr<Executable> compile(std::unique_ptr<Graph> gp) {
                                               narrow(c.src_stride * es, c, ei), narrow(c.src_outer * es, c, ei),
                                               narrow(c.dst_outer * es, c, ei), static_cast<uint32_t>(es)});
             order.push_back(*b);
+            copy_vars[ei].push_back(CopyVars{c.src, c.dst});
           }
           exe->byte_schedule_[ei].push_back(Executable::TileByteCopies{tile, begin, static_cast<uint32_t>(bc.size())});
         });
@@ -658,7 +663,8 @@ std::unique_ptr<Executable> compile(std::unique_ptr<Graph> gp) {
   exe->aliased_copies_.assign(g.exchanges().size(), {});
   exe->copied_bytes_.assign(g.exchanges().size(), 0);
   if (exe->fits()) {
-    const auto skip = alias_receives(*exe, &exe->aliased_fields_);
+    const auto skip = alias_receives(*exe, copy_vars, &exe->aliased_fields_);
+    copy_vars.clear();
     for (size_t ei = 0; ei < g.exchanges().size(); ++ei) {
       auto& bc = exe->byte_copies_[ei];
       auto& order = exe->copy_order_[ei];

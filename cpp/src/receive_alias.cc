@@ -5,7 +5,9 @@
 #include <unordered_map>
 #include <vector>
 
-#include "neurenix/compiler.h"
+#include <sys/mman.h>
+
+#include "receive_alias.h"
 
 namespace neurenix {
 
@@ -28,6 +30,35 @@ struct Run {
   uint32_t end;
 };
 
+// An array of trivially copyable records in fresh memory backed by huge
+// pages where the host offers them: the records are written in scattered
+// order, and with 4 KiB pages the page faults cost more than the writes.
+template <typename T>
+class FreshArray {
+ public:
+  explicit FreshArray(size_t n) : bytes_(std::max<size_t>(n * sizeof(T), 1) + kHuge) {
+    void* p = mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) throw std::bad_alloc();
+    base_ = p;
+    const uintptr_t at = (reinterpret_cast<uintptr_t>(p) + kHuge - 1) / kHuge * kHuge;
+#ifdef MADV_HUGEPAGE
+    madvise(reinterpret_cast<void*>(at), bytes_ - (at - reinterpret_cast<uintptr_t>(p)), MADV_HUGEPAGE);
+#endif
+    data_ = reinterpret_cast<T*>(at);
+  }
+  ~FreshArray() { munmap(base_, bytes_); }
+  FreshArray(const FreshArray&) = delete;
+  FreshArray& operator=(const FreshArray&) = delete;
+  T* data() { return data_; }
+  T& operator[](size_t i) { return data_[i]; }
+
+ private:
+  static constexpr size_t kHuge = size_t{2} << 20;
+  size_t bytes_;
+  void* base_;
+  T* data_;
+};
+
 struct Bytes {
   uint64_t begin, end;
 };
@@ -36,7 +67,8 @@ bool overlap(const Bytes& a, uint64_t begin, uint64_t end) { return a.begin < en
 
 }  // namespace
 
-std::vector<std::vector<uint8_t>> alias_receives(Executable& exe, uint64_t* aliased_fields) {
+std::vector<std::vector<uint8_t>> alias_receives(Executable& exe, const std::vector<std::vector<CopyVars>>& vars,
+                                                 uint64_t* aliased_fields) {
   Graph& g = exe.graph();
   const auto& program = exe.program();
   const size_t nvars = g.num_vars();
@@ -69,8 +101,8 @@ std::vector<std::vector<uint8_t>> alias_receives(Executable& exe, uint64_t* alia
   }
   for (const HostStream& s : g.inputs()) ok[s.tensor.var] = 0;
   for (const HostStream& s : g.outputs()) ok[s.tensor.var] = 0;
-  for (const Exchange& ex : g.exchanges())
-    for (const Copy& c : ex.copies) ok[c.src] = 0;
+  for (const auto& ev : vars)
+    for (const CopyVars& c : ev) ok[c.src] = 0;
   for (const ComputeSet& cs : g.compute_sets())
     for (const auto& v : cs.vertices)
       for (const Field* f : v->fields())
@@ -101,33 +133,26 @@ std::vector<std::vector<uint8_t>> alias_receives(Executable& exe, uint64_t* alia
     return share_base[v] + static_cast<uint64_t>(var.share(tile) - var.tiles.data());
   };
   std::vector<uint32_t> run_start(share_base[nvars] + 1, 0);
-  // Receives visited in each exchange's graph order (the graph's copies are
-  // read front to back), with their byte copy.
-  std::vector<uint32_t> byte_copy_of;
+  // Receives, by exchange and receiving tile.
   auto for_each_receive = [&](auto visit) {
-    for (size_t e = 0; e < byte_copies.size(); ++e) {
-      const auto& order = exe.copy_order()[e];
-      const auto& copies = g.exchanges()[e].copies;
-      byte_copy_of.resize(copies.size());
-      for (uint32_t k = 0; k < order.size(); ++k) byte_copy_of[order[k]] = k;
-      for (size_t i = 0; i < copies.size(); ++i) {
-        const Copy& c = copies[i];
-        if (ok[c.dst] && c.count && c.outer) visit(static_cast<uint32_t>(e), byte_copy_of[i], c);
-      }
-    }
+    for (uint32_t e = 0; e < byte_copies.size(); ++e)
+      for (const auto& tb : exe.byte_schedule()[e])
+        for (uint32_t k = tb.begin; k < tb.end; ++k) {
+          const Executable::ByteCopy& b = byte_copies[e][k];
+          if (ok[vars[e][k].dst] && b.count && b.outer) visit(e, k, tb.dst_tile, b);
+        }
   };
-  for_each_receive([&](uint32_t e, uint32_t k, const Copy& c) {
-    ++run_start[share_of(c.dst, c.dst_tile) + 1];
+  for_each_receive([&](uint32_t e, uint32_t k, uint32_t tile, const Executable::ByteCopy&) {
+    ++run_start[share_of(vars[e][k].dst, tile) + 1];
     skip[e][k] = 1;  // until a reader needs it
   });
   for (size_t i = 1; i < run_start.size(); ++i) run_start[i] += run_start[i - 1];
-  std::vector<Run> runs(run_start.back());
+  FreshArray<Run> runs(run_start.back());
   {
     std::vector<uint32_t> fill(run_start.begin(), run_start.end() - 1);
-    for_each_receive([&](uint32_t e, uint32_t k, const Copy& c) {
-      const Executable::ByteCopy& b = byte_copies[e][k];
+    for_each_receive([&](uint32_t e, uint32_t k, uint32_t tile, const Executable::ByteCopy& b) {
       const int64_t last_row = static_cast<int64_t>(b.outer - 1) * b.dst_outer;
-      runs[fill[share_of(c.dst, c.dst_tile)]++] =
+      runs[fill[share_of(vars[e][k].dst, tile)]++] =
           Run{e, k, static_cast<uint32_t>(b.dst_byte + std::min<int64_t>(0, last_row)),
               static_cast<uint32_t>(b.dst_byte + std::max<int64_t>(0, last_row) + static_cast<int64_t>(b.count) * b.elem)};
     });
@@ -154,12 +179,10 @@ std::vector<std::vector<uint8_t>> alias_receives(Executable& exe, uint64_t* alia
                   b.src_tile, r.exchange,
                   ex_at[r.exchange] >= 0 && rows_follow && (b.count == 1 || b.src_stride == static_cast<int32_t>(b.elem))};
   };
-  auto src_var = [&](const Run& r) {
-    return g.exchanges()[r.exchange].copies[exe.copy_order()[r.exchange][r.byte_copy]].src;
-  };
+  auto src_var = [&](const Run& r) { return vars[r.exchange][r.byte_copy].src; };
   for (size_t s = 0; s + 1 < run_start.size(); ++s)
     if (run_start[s + 1] - run_start[s] > 1)
-      std::sort(runs.begin() + run_start[s], runs.begin() + run_start[s + 1],
+      std::sort(runs.data() + run_start[s], runs.data() + run_start[s + 1],
                 [](const Run& a, const Run& b) { return a.begin < b.begin; });
 
   // Whether anything writes bytes [begin, end) of `tile` in program steps

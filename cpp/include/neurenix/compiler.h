@@ -141,7 +141,6 @@ class Executable {
 
  private:
   friend std::unique_ptr<Executable> compile(std::unique_ptr<Graph> g);
-  friend std::vector<std::vector<uint8_t>> alias_receives(Executable& exe, uint64_t* aliased_fields);
   std::unique_ptr<Graph> graph_;
   std::vector<TileOverflow> overflows_;
   std::vector<TileMemory> tile_memory_;  // tiles that hold anything
@@ -162,12 +161,6 @@ class Executable {
   uint64_t aliased_fields_ = 0;
   std::vector<uint64_t> copied_bytes_;
 };
-
-// Finds the receive aliases of a compiled executable (see Executable): points
-// the aliased fields at their senders and returns, per exchange, which byte
-// copies the host can skip. Needs addresses, arena offsets, segments and the
-// schedules resolved.
-std::vector<std::vector<uint8_t>> alias_receives(Executable& exe, uint64_t* aliased_fields);
 
 // Compiles a graph. A graph that does not fit still yields an Executable, with
 // `fits()` false and every overflowing tile listed; it cannot be loaded.
