@@ -195,12 +195,9 @@ Engine::Engine(std::shared_ptr<const Executable> exe, const EngineOptions& optio
   if (checked_) verify_memory_bounds(*exe_);
   pool_ = std::make_unique<ThreadPool>(options.threads ? options.threads : default_threads());
   // One block for all arenas: a receive alias addresses its sender's arena
-  // relative to its own (Executable::aliased_copies). Products reading rows
-  // in place may read a panel (32 floats) past a row's end, ignoring it:
-  // the block has that much slack after the last arena.
+  // relative to its own (Executable::aliased_copies).
   const auto& sizes = exe_->arena_bytes();
-  constexpr uint64_t kSlack = 256;
-  block_ = static_cast<uint8_t*>(std::calloc(exe_->block_bytes() + kSlack, 1));
+  block_ = static_cast<uint8_t*>(std::calloc(std::max<uint64_t>(exe_->block_bytes(), 1), 1));
   if (!block_)
     fail(ErrorCode::kOutOfMemory, "the host cannot hold the simulated tile memory (" +
                                       std::to_string(exe_->block_bytes()) + " bytes for all tiles)");

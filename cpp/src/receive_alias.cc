@@ -200,6 +200,7 @@ std::vector<std::vector<uint8_t>> alias_receives(Executable& exe, const std::vec
     if (tb == sched.end() || tb->dst_tile != tile) return w;
     for (uint32_t k = tb->begin; k < tb->end; ++k) {
       const Executable::ByteCopy& b = byte_copies[e][k];
+      if (!b.count || !b.outer) continue;  // writes nothing
       const int64_t last_row = static_cast<int64_t>(b.outer - 1) * b.dst_outer;
       w.push_back(Bytes{b.dst_byte + static_cast<uint64_t>(std::min<int64_t>(0, last_row)),
                         b.dst_byte + static_cast<uint64_t>(std::max<int64_t>(0, last_row)) +

@@ -194,7 +194,7 @@ void ConvVertex::compute(uint8_t* mem) const {
       // Rows hold no dropped columns: the product goes straight to the output.
       float* out = reinterpret_cast<float*>(mem + out_.address);
       if (by_channel)
-        gemm_f32_rows(w_f, ldw, chans.data(), out, s.cout, n, s.cin, s.ld_out);
+        gemm_f32_rows(w_f, ldw, chans.data(), out, s.cout, n, s.cin, s.ld_out, false);
       else
         gemm_f32_strided(w_f, ldw, 1, in_f, in_plane, out, s.cout, n, s.cin, s.ld_out, false, false);
       if (has_bias_)
@@ -224,7 +224,7 @@ void ConvVertex::compute(uint8_t* mem) const {
                            static_cast<float>(load_element(mem + scale_b_.address, DeviceType::kFloat32, 0))
                      : 1.0f;
       sum_in_half_partials(acc, tmp, k, amp_depth(in_dtype_), scale, [&](uint32_t k0, uint32_t kc, float* out) {
-        gemm_f32_rows(w_f + k0, ldw, rows.data() + k0, out, s.cout, n, kc, n);
+        gemm_f32_rows(w_f + k0, ldw, rows.data() + k0, out, s.cout, n, kc, n, true);  // planes have slack
       });
     } else {
     for (uint32_t a = 0; a < s.kh; ++a)
@@ -235,7 +235,7 @@ void ConvVertex::compute(uint8_t* mem) const {
                                      : ph.data() + static_cast<size_t>((ra % s.sh) * s.sw + cb % s.sw) * s.cin * plane +
                                            static_cast<size_t>(ra / s.sh) * wq + cb / s.sw;
         if (by_channel)  // in place: the one tap
-          gemm_f32_rows(w_f, ldw, chans.data(), acc.data(), s.cout, n, s.cin, n);
+          gemm_f32_rows(w_f, ldw, chans.data(), acc.data(), s.cout, n, s.cin, n, false);
         else
           gemm_f32_strided(w_f + tap, ldw, khw, base, in_plane, acc.data(), s.cout, n, s.cin, n, tap > 0, !in_place);
       }

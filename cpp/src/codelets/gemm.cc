@@ -131,13 +131,30 @@ constexpr MicroRowsFn micro_rows_for(uint32_t mr) {
 
 template <typename V>
 void run_rows(const float* a, uint32_t lda, const float* const* rows, float* c, uint32_t m, uint32_t n, uint32_t k,
-              uint32_t ldc) {
+              uint32_t ldc, bool readable_tail) {
   constexpr uint32_t NR = 2 * sizeof(V) / sizeof(float);
+  // Without a readable tail, a partial last panel is read from a
+  // zero-padded copy of the rows' last columns.
+  const uint32_t full = readable_tail ? (n + NR - 1) / NR : n / NR;
+  const uint32_t tail = readable_tail ? 0 : n - full * NR;
+  thread_local std::vector<float> last;
+  thread_local std::vector<const float*> last_rows;
+  if (tail) {
+    last.assign(static_cast<size_t>(k) * NR, 0.0f);
+    last_rows.resize(k);
+    for (uint32_t kk = 0; kk < k; ++kk) {
+      std::memcpy(last.data() + static_cast<size_t>(kk) * NR, rows[kk] + full * NR, tail * sizeof(float));
+      last_rows[kk] = last.data() + static_cast<size_t>(kk) * NR;
+    }
+  }
   for (uint32_t i0 = 0; i0 < m; i0 += kMR) {
     const uint32_t mr = std::min(kMR, m - i0);
-    for (uint32_t j0 = 0; j0 < n; j0 += NR)
-      micro_rows_for<V>(mr)(a + static_cast<size_t>(i0) * lda, lda, rows, j0, k,
-                            c + static_cast<size_t>(i0) * ldc + j0, ldc, std::min(NR, n - j0));
+    for (uint32_t pj = 0; pj < full; ++pj)
+      micro_rows_for<V>(mr)(a + static_cast<size_t>(i0) * lda, lda, rows, pj * NR, k,
+                            c + static_cast<size_t>(i0) * ldc + pj * NR, ldc, std::min(NR, n - pj * NR));
+    if (tail)
+      micro_rows_for<V>(mr)(a + static_cast<size_t>(i0) * lda, lda, last_rows.data(), 0, k,
+                            c + static_cast<size_t>(i0) * ldc + full * NR, ldc, tail);
   }
 }
 
@@ -262,7 +279,7 @@ void gemm_f32_strided(const float* a, uint32_t lda, uint32_t a_kstride, const fl
 }
 
 void gemm_f32_rows(const float* a, uint32_t lda, const float* const* rows, float* c, uint32_t m, uint32_t n, uint32_t k,
-                   uint32_t ldc) {
+                   uint32_t ldc, bool readable_tail) {
   if (m == 0 || n == 0) return;
   if (k == 0) {
     for (uint32_t i = 0; i < m; ++i) std::fill(c + static_cast<size_t>(i) * ldc, c + static_cast<size_t>(i) * ldc + n, 0.0f);
@@ -270,11 +287,11 @@ void gemm_f32_rows(const float* a, uint32_t lda, const float* const* rows, float
   }
 #if defined(__AVX512F__)
   if (gemm_panel(n) == 32) {
-    run_rows<v16>(a, lda, rows, c, m, n, k, ldc);
+    run_rows<v16>(a, lda, rows, c, m, n, k, ldc, readable_tail);
     return;
   }
 #endif
-  run_rows<v8>(a, lda, rows, c, m, n, k, ldc);
+  run_rows<v8>(a, lda, rows, c, m, n, k, ldc, readable_tail);
 }
 
 void gemm_f32(const float* a, const float* b, float* c, uint32_t m, uint32_t n, uint32_t k, uint32_t lda, uint32_t ldb,

@@ -31,11 +31,12 @@ void gemm_f32_packed(uint32_t panel, const float* a, uint32_t lda, const float* 
 void gemm_f32_strided(const float* a, uint32_t lda, uint32_t a_kstride, const float* b, uint32_t ldb, float* c, uint32_t m,
                       uint32_t n, uint32_t k, uint32_t ldc, bool accumulate, bool readable_tail);
 // C = A . B (not accumulated) where row kk of B is the `n` floats at
-// rows[kk]; every row must be readable up to n rounded up to a whole panel
-// (32 floats). Each element of C is the same sum, in the same order, as
-// gemm_f32_packed computes.
+// rows[kk]. With `readable_tail`, every row may be read up to n rounded up
+// to a whole panel (32 floats), the values there ignored; otherwise a
+// partial last panel is copied. Each element of C is the same sum, in the
+// same order, as gemm_f32_packed computes.
 void gemm_f32_rows(const float* a, uint32_t lda, const float* const* rows, float* c, uint32_t m, uint32_t n, uint32_t k,
-                   uint32_t ldc);
+                   uint32_t ldc, bool readable_tail);
 void gemm_f32(const float* a, const float* b, float* c, uint32_t m, uint32_t n, uint32_t k, uint32_t lda, uint32_t ldb,
               uint32_t ldc, bool accumulate);
 
