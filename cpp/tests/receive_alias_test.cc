@@ -52,6 +52,13 @@ constexpr uint64_t kN = 8;
 
 Field whole(const Tensor& t, uint32_t tile) { return Field{t.var, tile, 0, t.numel()}; }
 
+// A float32 variable of n elements, all on `tile`.
+Tensor on_tile(Graph& g, const std::string& name, uint64_t n, uint32_t tile, VarKind kind = VarKind::kIntermediate) {
+  Tensor t = g.add_variable(name, kF32, {n}, kind, 0);
+  g.map_to_tile(t.var, tile);
+  return t;
+}
+
 // Where the sender's data changes after the exchange, if at all.
 enum class Overwrite { kNever, kInBetween, kWithTheReader };
 
@@ -59,15 +66,11 @@ enum class Overwrite { kNever, kInBetween, kWithTheReader };
 // c = b + 0 (tile 1), with `a` overwritten by a = x + 100 as asked.
 std::shared_ptr<Executable> pipeline(Overwrite overwrite) {
   auto g = std::make_unique<Graph>(tiny(2), 1);
-  Tensor x = g->add_variable("x", kF32, {kN}, VarKind::kInput, 0);
-  g->map_to_tile(x.var, 0);
+  Tensor x = on_tile(*g, "x", kN, 0, VarKind::kInput);
   g->add_input_stream("x", x);
-  Tensor a = g->add_variable("a", kF32, {kN}, VarKind::kIntermediate, 0);
-  g->map_to_tile(a.var, 0);
-  Tensor b = g->add_variable("b", kF32, {kN}, VarKind::kIntermediate, 0);
-  g->map_to_tile(b.var, 1);
-  Tensor c = g->add_variable("c", kF32, {kN}, VarKind::kIntermediate, 0);
-  g->map_to_tile(c.var, 1);
+  Tensor a = on_tile(*g, "a", kN, 0);
+  Tensor b = on_tile(*g, "b", kN, 1);
+  Tensor c = on_tile(*g, "c", kN, 1);
   const uint32_t first = g->add_compute_set("first");
   g->add_vertex(first, std::make_unique<AddVertex>(whole(x, 0), whole(a, 0), 1.0f));
   g->execute(first);
@@ -150,10 +153,8 @@ std::shared_ptr<Executable> two_senders(int overwrite_tile, bool piecewise) {
   g->add_input_stream("x", x);
   Tensor a = g->add_variable("a", kF32, {kN}, VarKind::kIntermediate, 0);
   g->set_mapping(a.var, {TileInterval{0, h, 0, 0}, TileInterval{h, kN, 1, 0}});
-  Tensor b = g->add_variable("b", kF32, {kN}, VarKind::kIntermediate, 0);
-  g->map_to_tile(b.var, 2);
-  Tensor c = g->add_variable("c", kF32, {kN}, VarKind::kIntermediate, 0);
-  g->map_to_tile(c.var, 2);
+  Tensor b = on_tile(*g, "b", kN, 2);
+  Tensor c = on_tile(*g, "c", kN, 2);
   const uint32_t first = g->add_compute_set("first");
   for (uint32_t t = 0; t < 2; ++t)
     g->add_vertex(first, std::make_unique<AddVertex>(Field{x.var, t, 0, h}, Field{a.var, t, 0, h}, 1.0f));
@@ -211,15 +212,11 @@ TEST(ReceiveAlias, APiecewiseReaderAliasesEachSenderThatKeepsItsData) {
 // cannot alias it and the copy is performed, rows and all.
 TEST(ReceiveAlias, ARowOfATwoDimensionalCopyIsDelivered) {
   auto g = std::make_unique<Graph>(tiny(2), 1);
-  Tensor x = g->add_variable("x", kF32, {kN}, VarKind::kInput, 0);
-  g->map_to_tile(x.var, 0);
+  Tensor x = on_tile(*g, "x", kN, 0, VarKind::kInput);
   g->add_input_stream("x", x);
-  Tensor a = g->add_variable("a", kF32, {kN}, VarKind::kIntermediate, 0);
-  g->map_to_tile(a.var, 0);
-  Tensor b = g->add_variable("b", kF32, {2 * kN}, VarKind::kIntermediate, 0);
-  g->map_to_tile(b.var, 1);
-  Tensor c = g->add_variable("c", kF32, {kN / 2}, VarKind::kIntermediate, 0);
-  g->map_to_tile(c.var, 1);
+  Tensor a = on_tile(*g, "a", kN, 0);
+  Tensor b = on_tile(*g, "b", 2 * kN, 1);
+  Tensor c = on_tile(*g, "c", kN / 2, 1);
   const uint32_t first = g->add_compute_set("first");
   g->add_vertex(first, std::make_unique<AddVertex>(whole(x, 0), whole(a, 0), 1.0f));
   g->execute(first);

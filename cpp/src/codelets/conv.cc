@@ -219,10 +219,7 @@ void ConvVertex::compute(uint8_t* mem) const {
                 static_cast<size_t>(ra / s.sh) * wq + cb / s.sw;
           }
       NX_CHECK(has_scale_ || !is_float8(in_dtype_), "float8 conv vertex without its scale");
-      const float scale =
-          has_scale_ ? static_cast<float>(load_element(mem + scale_a_.address, DeviceType::kFloat32, 0)) *
-                           static_cast<float>(load_element(mem + scale_b_.address, DeviceType::kFloat32, 0))
-                     : 1.0f;
+      const float scale = operand_scale(mem, has_scale_, scale_a_, scale_b_);
       sum_in_half_partials(acc, tmp, k, amp_depth(in_dtype_), scale, [&](uint32_t k0, uint32_t kc, float* out) {
         gemm_f32_rows(w_f + k0, ldw, rows.data() + k0, out, s.cout, n, kc, n, true);  // planes have slack
       });
@@ -298,10 +295,7 @@ void ConvVertex::compute(uint8_t* mem) const {
     gemm_f32_packed(panel, w_f, ldw, packed, k, acc.data(), s.cout, p, k, p, false);
   } else {
     NX_CHECK(has_scale_ || !is_float8(in_dtype_), "float8 conv vertex without its scale");
-    const float scale =
-        has_scale_ ? static_cast<float>(load_element(mem + scale_a_.address, DeviceType::kFloat32, 0)) *
-                         static_cast<float>(load_element(mem + scale_b_.address, DeviceType::kFloat32, 0))
-                   : 1.0f;
+    const float scale = operand_scale(mem, has_scale_, scale_a_, scale_b_);
     sum_in_half_partials(acc, tmp, k, amp_depth(in_dtype_), scale, [&](uint32_t k0, uint32_t kc, float* out) {
       gemm_f32_packed(panel, w_f + k0, ldw, packed + static_cast<size_t>(k0) * panel, k, out, s.cout, p, kc, p, false);
     });

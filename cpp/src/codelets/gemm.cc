@@ -35,6 +35,29 @@ inline void storev(float* p, V v) {
   std::memcpy(p, &v, sizeof(v));
 }
 
+// C[MR x NR] (+)= the accumulators (two vectors per row), `nr` valid columns.
+template <typename V, uint32_t MR>
+inline void store_block(const V* acc0, const V* acc1, float* __restrict c, uint32_t ldc, uint32_t nr, bool accumulate) {
+  constexpr uint32_t VW = sizeof(V) / sizeof(float), NR = 2 * VW;
+  for (uint32_t r = 0; r < MR; ++r) {
+    float* cr = c + r * static_cast<size_t>(ldc);
+    if (nr == NR) {
+      if (accumulate) {
+        storev(cr, loadv<V>(cr) + acc0[r]);
+        storev(cr + VW, loadv<V>(cr + VW) + acc1[r]);
+      } else {
+        storev(cr, acc0[r]);
+        storev(cr + VW, acc1[r]);
+      }
+    } else {
+      float tmp[NR];
+      storev(tmp, acc0[r]);
+      storev(tmp + VW, acc1[r]);
+      for (uint32_t j = 0; j < nr; ++j) cr[j] = accumulate ? cr[j] + tmp[j] : tmp[j];
+    }
+  }
+}
+
 // C[MR x NR] (+)= A[MR x kc] . P[kc x NR] with NR = two vectors; `nr` valid
 // columns. A's k-th element of row r is a[r * lda + k * ak]; P's rows are `pld`
 // floats apart (NR when packed).
@@ -59,23 +82,7 @@ void micro(const float* __restrict a, uint32_t lda, uint32_t ak_arg, const float
       acc1[r] += b1 * x;
     }
   }
-  for (uint32_t r = 0; r < MR; ++r) {
-    float* cr = c + r * static_cast<size_t>(ldc);
-    if (nr == NR) {
-      if (accumulate) {
-        storev(cr, loadv<V>(cr) + acc0[r]);
-        storev(cr + VW, loadv<V>(cr + VW) + acc1[r]);
-      } else {
-        storev(cr, acc0[r]);
-        storev(cr + VW, acc1[r]);
-      }
-    } else {
-      float tmp[NR];
-      storev(tmp, acc0[r]);
-      storev(tmp + VW, acc1[r]);
-      for (uint32_t j = 0; j < nr; ++j) cr[j] = accumulate ? cr[j] + tmp[j] : tmp[j];
-    }
-  }
+  store_block<V, MR>(acc0, acc1, c, ldc, nr, accumulate);
 }
 
 // C[MR x NR] = A[MR x kc] . B with B's row kk at rows[kk] + j0 (rows
@@ -84,7 +91,7 @@ void micro(const float* __restrict a, uint32_t lda, uint32_t ak_arg, const float
 template <typename V, uint32_t MR>
 void micro_rows(const float* __restrict a, uint32_t lda, const float* const* __restrict rows, uint32_t j0, uint32_t kc,
                 float* __restrict c, uint32_t ldc, uint32_t nr) {
-  constexpr uint32_t VW = sizeof(V) / sizeof(float), NR = 2 * VW;
+  constexpr uint32_t VW = sizeof(V) / sizeof(float);
   V acc0[MR], acc1[MR];
   for (uint32_t r = 0; r < MR; ++r) {
     acc0[r] = V{};
@@ -99,18 +106,7 @@ void micro_rows(const float* __restrict a, uint32_t lda, const float* const* __r
       acc1[r] += b1 * x;
     }
   }
-  for (uint32_t r = 0; r < MR; ++r) {
-    float* cr = c + r * static_cast<size_t>(ldc);
-    if (nr == NR) {
-      storev(cr, acc0[r]);
-      storev(cr + VW, acc1[r]);
-    } else {
-      float tmp[NR];
-      storev(tmp, acc0[r]);
-      storev(tmp + VW, acc1[r]);
-      for (uint32_t j = 0; j < nr; ++j) cr[j] = tmp[j];
-    }
-  }
+  store_block<V, MR>(acc0, acc1, c, ldc, nr, false);
 }
 
 using MicroRowsFn = void (*)(const float*, uint32_t, const float* const*, uint32_t, uint32_t, float*, uint32_t, uint32_t);

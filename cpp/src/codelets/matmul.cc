@@ -101,9 +101,7 @@ void MatMulVertex::compute(uint8_t* mem) const {
     gemm_f32(abuf.data(), bbuf.data(), cbuf.data(), m, n, k, k, n, n, false);
   } else {
     NX_CHECK(has_scale_ || !is_float8(in_), "float8 matmul vertex without its scale");
-    const float scale = has_scale_ ? static_cast<float>(load_element(mem + scale_a_.address, DeviceType::kFloat32, 0)) *
-                         static_cast<float>(load_element(mem + scale_b_.address, DeviceType::kFloat32, 0))
-                   : 1.0f;
+    const float scale = operand_scale(mem, has_scale_, scale_a_, scale_b_);
     sum_in_half_partials(cbuf, tbuf, k, amp_depth(in_), scale, [&](uint32_t k0, uint32_t kc, float* out) {
       gemm_f32(abuf.data() + k0, bbuf.data() + static_cast<size_t>(k0) * n, out, m, n, kc, k, n, n, false);
     });
