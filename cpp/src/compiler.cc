@@ -146,6 +146,7 @@ std::unique_ptr<Executable> compile(std::unique_ptr<Graph> gp) {
   std::vector<LiveRange> live(g.num_vars());
   std::unordered_set<uint32_t> staged_exchanges;
   std::vector<bool> written(g.num_vars(), false);
+  std::vector<uint32_t> source_mark(g.num_vars(), 0);  // exchange index + 1 of the last exchange reading a variable
   for (int64_t s = 0; s < nsteps; ++s) {
     const Step& st = program[s];
     switch (st.kind) {
@@ -164,10 +165,13 @@ std::unique_ptr<Executable> compile(std::unique_ptr<Graph> gp) {
         // An exchange reads memory as it was before the exchange (every tile
         // sends, then every tile receives). When it reads a variable it also
         // writes, the engine stages the sources first.
-        std::unordered_set<VarId> srcs;
-        for (const Copy& c : g.exchanges()[st.index].copies) srcs.insert(c.src);
+        const uint32_t mark = st.index + 1;
+        for (const Copy& c : g.exchanges()[st.index].copies) source_mark[c.src] = mark;
         for (const Copy& c : g.exchanges()[st.index].copies)
-          if (srcs.count(c.dst)) staged_exchanges.insert(st.index);
+          if (source_mark[c.dst] == mark) {
+            staged_exchanges.insert(st.index);
+            break;
+          }
         for (const Copy& c : g.exchanges()[st.index].copies) {
           live[c.src].touch(s);
           live[c.dst].touch(s);
@@ -457,6 +461,7 @@ std::unique_ptr<Executable> compile(std::unique_ptr<Graph> gp) {
     std::vector<uint64_t> in, out, desc;
     std::vector<uint8_t> seen;
     std::vector<uint32_t> touched;
+    std::vector<uint32_t> slots;  // the set of distinct sends
   };
   exe->step_costs_.resize(static_cast<size_t>(nsteps));
   auto cost_step = [&](int64_t s, Tallies& tl) {
@@ -530,10 +535,6 @@ std::unique_ptr<Executable> compile(std::unique_ptr<Graph> gp) {
           uint64_t byte, count, outer;
           int64_t stride, src_outer;
           uint64_t bytes;
-          bool operator<(const Sent& o) const {
-            return std::tie(tile, byte, count, stride, outer, src_outer) <
-                   std::tie(o.tile, o.byte, o.count, o.stride, o.outer, o.src_outer);
-          }
           bool operator==(const Sent& o) const {
             return tile == o.tile && byte == o.byte && count == o.count && stride == o.stride && outer == o.outer &&
                    src_outer == o.src_outer;
@@ -559,13 +560,34 @@ std::unique_ptr<Executable> compile(std::unique_ptr<Graph> gp) {
           tile_in[cp.dst_tile] += bytes;
           sent.push_back(Sent{cp.src_tile, cp.src_byte, cp.count, cp.outer, cp.src_stride, cp.src_outer, bytes});
         }
-        std::sort(sent.begin(), sent.end());
-        for (size_t i = 0; i < sent.size(); ++i)
-          if (i == 0 || !(sent[i] == sent[i - 1])) {
-            touch(sent[i].tile);
-            tile_out[sent[i].tile] += sent[i].bytes;
-            tile_desc[sent[i].tile] += 1;
-          }
+        // Distinct runs through an open-addressing set of indices into `sent`.
+        size_t cap = 16;
+        while (cap < 2 * sent.size()) cap *= 2;
+        auto& slots = tl.slots;
+        slots.assign(cap, UINT32_MAX);
+        for (uint32_t i = 0; i < sent.size(); ++i) {
+          const Sent& r = sent[i];
+          uint64_t h = static_cast<uint64_t>(r.tile) << 32 | r.byte;
+          h = h * 0x9E3779B97F4A7C15ull + r.count;
+          h = h * 0xC2B2AE3D27D4EB4Full + r.outer;
+          h = h * 0x165667B19E3779F9ull + static_cast<uint64_t>(r.stride);
+          h = h * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(r.src_outer);
+          h ^= h >> 32;
+          h *= 0xD6E8FEB86659FD93ull;
+          h ^= h >> 32;
+          size_t k = static_cast<size_t>(h) & (cap - 1);
+          bool seen_before = false;
+          for (; slots[k] != UINT32_MAX; k = (k + 1) & (cap - 1))
+            if (sent[slots[k]] == r) {
+              seen_before = true;
+              break;
+            }
+          if (seen_before) continue;
+          slots[k] = i;
+          touch(r.tile);
+          tile_out[r.tile] += r.bytes;
+          tile_desc[r.tile] += 1;
+        }
         // Each tile moves its larger direction at the exchange rate and runs
         // its descriptors; the busiest tile sets the cost (the lowest such
         // tile on a tie).

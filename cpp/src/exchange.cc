@@ -126,17 +126,23 @@ void copy_view(Graph& g, uint32_t ex, const View& src_in, const View& dst_in) {
       uint64_t sl, dl;
       g.locate(src.var, static_cast<uint64_t>(sflat), &st, &sl, &shint);
       g.locate(dst.var, static_cast<uint64_t>(dflat), &dt, &dl, &dhint);
+      // Elements from here on that stay inside both intervals.
       uint64_t len = inner - i;
-      if (d_in != 1) {
-        len = 1;
+      const TileInterval& di = dv.mapping[dhint];
+      if (d_in > 0) len = std::min<uint64_t>(len, (di.end - static_cast<uint64_t>(dflat) + d_in - 1) / d_in);
+      else if (d_in < 0) len = std::min<uint64_t>(len, (static_cast<uint64_t>(dflat) - di.begin) / static_cast<uint64_t>(-d_in) + 1);
+      const TileInterval& si = sv.mapping[shint];
+      if (s_in > 0) len = std::min<uint64_t>(len, (si.end - static_cast<uint64_t>(sflat) + s_in - 1) / s_in);
+      else if (s_in < 0) len = std::min<uint64_t>(len, (static_cast<uint64_t>(sflat) - si.begin) / static_cast<uint64_t>(-s_in) + 1);
+      if (d_in == 1) {
+        emit(st, sl, s_in, dt, dl, len);
       } else {
-        const TileInterval& di = dv.mapping[dhint];
-        len = std::min<uint64_t>(len, di.end - static_cast<uint64_t>(dflat));
-        const TileInterval& si = sv.mapping[shint];
-        if (s_in > 0) len = std::min<uint64_t>(len, (si.end - static_cast<uint64_t>(sflat) + s_in - 1) / s_in);
-        else if (s_in < 0) len = std::min<uint64_t>(len, (static_cast<uint64_t>(sflat) - si.begin) / static_cast<uint64_t>(-s_in) + 1);
+        // Not contiguous in the destination: one element per run, without
+        // looking either interval up again.
+        for (uint64_t k = 0; k < len; ++k)
+          emit(st, static_cast<uint64_t>(static_cast<int64_t>(sl) + static_cast<int64_t>(k) * s_in), s_in, dt,
+               static_cast<uint64_t>(static_cast<int64_t>(dl) + static_cast<int64_t>(k) * d_in), 1);
       }
-      emit(st, sl, s_in, dt, dl, len);
       i += len;
     }
     // Advance the row counter over the outer dimensions.

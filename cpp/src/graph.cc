@@ -175,6 +175,25 @@ void Graph::rebuild_tiles(Variable& v) {
     s.intervals.push_back(idx);
   }
   v.mapped = true;
+  build_interval_index(v);
+}
+
+void Graph::build_interval_index(Variable& v) {
+  v.interval_index.clear();
+  v.interval_shift = 0;
+  const auto& m = v.mapping;
+  if (m.size() < 4) return;
+  uint32_t shift = 0;
+  while ((v.numel >> (shift + 1)) >= m.size()) ++shift;
+  const uint64_t buckets = ((v.numel - 1) >> shift) + 1;
+  v.interval_index.resize(buckets);
+  uint32_t i = 0;
+  for (uint64_t b = 0; b < buckets; ++b) {
+    const uint64_t first = b << shift;
+    while (m[i].end <= first) ++i;
+    v.interval_index[b] = i;
+  }
+  v.interval_shift = shift;
 }
 
 void Graph::set_mapping(VarId id, std::vector<TileInterval> intervals) {
@@ -240,6 +259,8 @@ void Graph::clone_mapping(VarId dst, VarId src) {
     if (d.mapped) count_constant(d, -1);
     d.mapping = s.mapping;
     d.tiles = s.tiles;
+    d.interval_index = s.interval_index;
+    d.interval_shift = s.interval_shift;
     d.mapped = true;
     count_constant(d, +1);
     return;
@@ -261,7 +282,14 @@ void Graph::locate(VarId id, uint64_t flat, uint32_t* tile, uint64_t* local, siz
     if (i + 1 < m.size() && flat >= m[i + 1].begin && flat < m[i + 1].end) {
       i = i + 1;
     } else {
-      auto it = std::upper_bound(m.begin(), m.end(), flat, [](uint64_t f, const TileInterval& iv) { return f < iv.begin; });
+      // Search only the intervals overlapping the element's bucket.
+      auto lo = m.begin(), hi = m.end();
+      if (!v.interval_index.empty() && flat < v.numel) {
+        const uint64_t b = flat >> v.interval_shift;
+        lo = m.begin() + v.interval_index[b];
+        if (b + 1 < v.interval_index.size()) hi = m.begin() + v.interval_index[b + 1] + 1;
+      }
+      auto it = std::upper_bound(lo, hi, flat, [](uint64_t f, const TileInterval& iv) { return f < iv.begin; });
       NX_CHECK(it != m.begin(), "element outside the mapping of '" + v.name + "'");
       i = static_cast<size_t>(it - m.begin()) - 1;
       NX_CHECK(flat < m[i].end, "element outside the mapping of '" + v.name + "'");

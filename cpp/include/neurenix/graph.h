@@ -62,6 +62,10 @@ struct Variable {
   bool mapped = false;
   std::vector<TileInterval> mapping;  // sorted by begin, covering [0, numel)
   std::vector<TileShare> tiles;       // sorted by tile
+  // For finding an element's interval: entry b is the interval holding
+  // element b << interval_shift (buckets about as long as an interval).
+  std::vector<uint32_t> interval_index;
+  uint32_t interval_shift = 0;
   std::shared_ptr<const std::vector<uint8_t>> data;  // constants only, device dtype
 
   // The share of `tile`, or nullptr.
@@ -325,6 +329,7 @@ class Graph {
 
  private:
   void rebuild_tiles(Variable& v);
+  static void build_interval_index(Variable& v);
   // Adds (sign +1) or removes (-1) a mapped constant's bytes from constant_bytes_.
   void count_constant(const Variable& v, int sign);
 

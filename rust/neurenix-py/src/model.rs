@@ -23,7 +23,7 @@ impl PyModel {
     #[staticmethod]
     fn from_parts(py: Python<'_>, parts: ModelParts) -> PyResult<PyModel> {
         guarded(|| {
-            let parts = parts.to_core().map_err(Error::model).py()?;
+            let parts = parts.into_core().map_err(Error::model).py()?;
             let model = py.detach(|| Model::from_parts(&parts)).py()?;
             Ok(PyModel { model })
         })

@@ -509,13 +509,13 @@ record! {
     "TensorParts" TensorParts { name: String, elem_type: i32, dims: Vec<u64>, data: Bytes }
 }
 
-impl From<&TensorParts> for parts::TensorParts {
-    fn from(t: &TensorParts) -> Self {
+impl From<TensorParts> for parts::TensorParts {
+    fn from(t: TensorParts) -> Self {
         parts::TensorParts {
-            name: t.name.clone(),
+            name: t.name,
             elem_type: t.elem_type,
-            dims: t.dims.clone(),
-            data: t.data.0.clone(),
+            dims: t.dims,
+            data: t.data.0,
         }
     }
 }
@@ -562,7 +562,7 @@ fn attr_to_core(a: &AttrParts) -> Result<parts::AttrParts, String> {
         ("floats", V::Floats(v)) => parts::AttrParts::Floats(v.clone()),
         ("floats", V::Ints(v)) => parts::AttrParts::Floats(v.iter().map(|&i| i as f32).collect()),
         ("strings", V::Strings(v)) => parts::AttrParts::Strings(v.clone()),
-        ("t", V::Tensor(t)) => parts::AttrParts::Tensor(t.into()),
+        ("t", V::Tensor(t)) => parts::AttrParts::Tensor(t.clone().into()),
         ("strings", V::Ints(v)) if v.is_empty() => parts::AttrParts::Strings(vec![]),
         ("g", _) => parts::AttrParts::Graph,
         (k @ ("i" | "f" | "s" | "ints" | "floats" | "strings" | "t"), v) => {
@@ -610,7 +610,8 @@ record! {
 }
 
 impl ModelParts {
-    pub fn to_core(&self) -> Result<parts::ModelParts, String> {
+    /// The core's parts; tensor data moves, it is not copied.
+    pub fn into_core(self) -> Result<parts::ModelParts, String> {
         let nodes = self
             .nodes
             .iter()
@@ -634,7 +635,7 @@ impl ModelParts {
             opsets: self.opsets.clone(),
             inputs: self.inputs.iter().map(Into::into).collect(),
             outputs: self.outputs.iter().map(Into::into).collect(),
-            initializers: self.initializers.iter().map(Into::into).collect(),
+            initializers: self.initializers.into_iter().map(Into::into).collect(),
             nodes,
         })
     }

@@ -132,7 +132,7 @@ fn matmul_add_to_gemm(model: &mut Model) -> usize {
 /// bias (w' = w * a per output channel, b' = (b - mean) * a + beta).
 fn fold_batchnorm_into_conv(model: &mut Model) -> usize {
     use crate::ops::norm::batchnorm_affine;
-    use crate::tensor::HostTensor;
+    use crate::tensor::{round_float, Data, HostTensor};
     use ndarray::{ArrayD, IxDyn};
 
     let mut fused = 0;
@@ -184,18 +184,30 @@ fn fold_batchnorm_into_conv(model: &mut Model) -> usize {
         let dt = w.dtype;
         let co = w.shape()[0];
         let per = w.numel() / co.max(1);
-        let wv: Vec<f64> = w
-            .to_f64_vec()
-            .iter()
-            .enumerate()
-            .map(|(i, &x)| x * a[i / per])
-            .collect();
+        // Scaled and rounded to the weights' type in one pass (weights are
+        // millions of values).
+        let mut wv = Vec::with_capacity(w.numel());
+        let (mut c, mut k) = (0, 0);
+        let mut scale = |x: f64| {
+            wv.push(round_float(dt, x * a[c]));
+            k += 1;
+            if k == per {
+                (c, k) = (c + 1, 0);
+            }
+        };
+        match &w.data {
+            Data::Float(arr) => arr.iter().for_each(|&x| scale(x)),
+            _ => w.to_f64_vec().into_iter().for_each(scale),
+        }
         let old_b: Vec<f64> = match conv.input(2) {
             Some(v) => g.constant(v).unwrap().to_f64_vec(),
             None => vec![0.0; co],
         };
         let bv: Vec<f64> = (0..co).map(|c| old_b[c] * a[c] + shift[c]).collect();
-        let w_new = HostTensor::float(dt, ArrayD::from_shape_vec(IxDyn(w.shape()), wv).unwrap());
+        let w_new = HostTensor {
+            dtype: dt,
+            data: Data::Float(ArrayD::from_shape_vec(IxDyn(w.shape()), wv).unwrap()),
+        };
         let b_new = HostTensor::float(dt, ArrayD::from_shape_vec(IxDyn(&[co]), bv).unwrap());
         let conv_name = conv.name.clone();
         let out = bn.outputs[0];
