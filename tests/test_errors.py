@@ -147,6 +147,56 @@ def test_malformed_models(tmp_path, good):
         still_works(ipu, good)
 
 
+def _big_weight_model():
+    """x @ w with a 32x32 weight: large enough that the ONNX checker sees it
+    as an empty stand-in and the import checks its data."""
+    w = onnx.numpy_helper.from_array(np.ones((32, 32), np.float32), "w")
+    return make_model([helper.make_node("MatMul", ["x", "w"], ["y"])],
+                      [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 32])],
+                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 32])], [w])
+
+
+def _truncate(t):
+    t.raw_data = t.raw_data[:-4]
+
+
+def _two_fields(t):
+    t.float_data.append(1.0)
+
+
+def _no_values(t):
+    t.ClearField("raw_data")
+
+
+def _no_type(t):
+    t.data_type = TensorProto.UNDEFINED
+
+
+def _undefined_input(m):
+    m.graph.node[0].input[0] = "nowhere"
+
+
+@pytest.mark.parametrize("break_it, words", [
+    (lambda m: _truncate(m.graph.initializer[0]), ["'w'", "4092 bytes", "4096"]),
+    (lambda m: _two_fields(m.graph.initializer[0]), ["'w'", "exactly one field", "float_data", "raw_data"]),
+    (lambda m: _no_values(m.graph.initializer[0]), ["'w'", "exactly one field", "uses 0"]),
+    (lambda m: _no_type(m.graph.initializer[0]), ["'w'", "no element type"]),
+    (_undefined_input, ["nowhere"]),
+])
+def test_malformed_large_initializers_and_graphs_around_them(good, break_it, words):
+    x = np.ones((2, 32), np.float32)
+    with GraphCoreManager(ipu_model=tiny()) as ipu:
+        model = _big_weight_model()
+        (y,) = ipu.execute_model(ipu.compile_model(model, x), x)
+        np.testing.assert_allclose(y, np.full((2, 32), 32.0, np.float32))
+        break_it(model)
+        with pytest.raises(ModelFormatError) as e:
+            ipu.compile_model(model, x)
+        for w in words:
+            assert w in str(e.value)
+        still_works(ipu, good)
+
+
 def test_unsupported_operator_names_op_node_opset_and_alternatives(good):
     model = make_model(
         [helper.make_node("Relu", ["x"], ["r"], name="first"),

@@ -1,18 +1,13 @@
 #include "neurenix/compiler.h"
 
 #include <algorithm>
-#include <atomic>
-#include <exception>
-#include <mutex>
-#include <thread>
 #include <type_traits>
 #include <map>
 #include <set>
-#include <tuple>
-#include <unordered_map>
 #include <unordered_set>
 
 #include "neurenix/error.h"
+#include "host_threads.h"
 #include "receive_alias.h"
 
 namespace neurenix {
@@ -344,7 +339,7 @@ std::unique_ptr<Executable> compile(std::unique_ptr<Graph> gp) {
     }
     return tb.base[tile];
   };
-  BaseTable field_bases, src_bases, dst_bases;
+  BaseTable field_bases;
   for (auto& cs : g.compute_sets())
     for (auto& v : cs.vertices)
       for (Field* f : v->all_fields()) {
@@ -354,19 +349,21 @@ std::unique_ptr<Executable> compile(std::unique_ptr<Graph> gp) {
         f->alias_tile = UINT32_MAX;
         f->pieces.clear();
       }
-  for (auto& ex : g.exchanges())
-    for (Copy& c : ex.copies) {
-      size_t es = device_type_size(g.var(c.src).dtype);
-      c.src_byte = tile_base(src_bases, c.src, c.src_tile) + c.src_local * es;
-      c.dst_byte = tile_base(dst_bases, c.dst, c.dst_tile) + c.dst_local * es;
-    }
 
   // Execution schedule and static step costs. Vertices and copies are
   // grouped by tile, ascending, each tile's in program order (a stable
   // counting sort: there are millions of copies).
-  std::vector<uint32_t> tile_count(ntiles, 0), tile_start(ntiles, 0);
-  std::vector<uint32_t> touched;
-  auto group_by_tile = [&](size_t n, auto tile_of, auto emit) {
+  struct GroupScratch {
+    std::vector<uint32_t> tile_count, tile_start, touched;
+  };
+  auto group_by_tile = [&](GroupScratch& gs, size_t n, auto tile_of, auto emit) {
+    auto& tile_count = gs.tile_count;
+    auto& tile_start = gs.tile_start;
+    auto& touched = gs.touched;
+    if (tile_count.empty()) {
+      tile_count.assign(ntiles, 0);
+      tile_start.assign(ntiles, 0);
+    }
     touched.clear();
     for (size_t i = 0; i < n; ++i) {
       const uint32_t tile = tile_of(i);
@@ -389,10 +386,11 @@ std::unique_ptr<Executable> compile(std::unique_ptr<Graph> gp) {
     }
   };
   exe->compute_schedule_.resize(g.compute_sets().size());
+  GroupScratch compute_scratch;
   for (size_t ci = 0; ci < g.compute_sets().size(); ++ci) {
     const auto& vs = g.compute_sets()[ci].vertices;
     group_by_tile(
-        vs.size(), [&](size_t i) { return vs[i]->tile; },
+        compute_scratch, vs.size(), [&](size_t i) { return vs[i]->tile; },
         [&](uint32_t tile, const uint32_t* b, const uint32_t* e) {
           Executable::TileVertices tv{tile, {}};
           tv.vertices.reserve(static_cast<size_t>(e - b));
@@ -413,8 +411,20 @@ std::unique_ptr<Executable> compile(std::unique_ptr<Graph> gp) {
     return static_cast<T>(v);
   };
   // The variables of each byte copy, for the search for receive aliases.
+  // Exchanges are independent: their copies' addresses are resolved and
+  // their byte copies built on several host threads.
   std::vector<std::vector<CopyVars>> copy_vars(g.exchanges().size());
-  for (size_t ei = 0; ei < g.exchanges().size(); ++ei) {
+  struct ExchangeScratch {
+    BaseTable src_bases, dst_bases;
+    GroupScratch group;
+  };
+  on_host_threads<ExchangeScratch>(static_cast<int64_t>(g.exchanges().size()), [&](int64_t x, ExchangeScratch& sc) {
+    const size_t ei = static_cast<size_t>(x);
+    for (Copy& c : g.exchanges()[ei].copies) {
+      const size_t es = device_type_size(g.var(c.src).dtype);
+      c.src_byte = tile_base(sc.src_bases, c.src, c.src_tile) + c.src_local * es;
+      c.dst_byte = tile_base(sc.dst_bases, c.dst, c.dst_tile) + c.dst_local * es;
+    }
     const auto& cps = g.exchanges()[ei].copies;
     auto& bc = exe->byte_copies_[ei];
     auto& order = exe->copy_order_[ei];
@@ -422,7 +432,7 @@ std::unique_ptr<Executable> compile(std::unique_ptr<Graph> gp) {
     order.reserve(cps.size());
     copy_vars[ei].reserve(cps.size());
     group_by_tile(
-        cps.size(), [&](size_t i) { return cps[i].dst_tile; },
+        sc.group, cps.size(), [&](size_t i) { return cps[i].dst_tile; },
         [&](uint32_t tile, const uint32_t* b, const uint32_t* e) {
           const uint32_t begin = static_cast<uint32_t>(bc.size());
           for (; b != e; ++b) {
@@ -437,7 +447,7 @@ std::unique_ptr<Executable> compile(std::unique_ptr<Graph> gp) {
           }
           exe->byte_schedule_[ei].push_back(Executable::TileByteCopies{tile, begin, static_cast<uint32_t>(bc.size())});
         });
-  }
+  });
   // Bytes of variables live at each step (constants all along).
   std::vector<int64_t> live_delta(nsteps + 1, 0);
   for (size_t v = 0; v < g.num_vars(); ++v) {
@@ -646,30 +656,7 @@ std::unique_ptr<Executable> compile(std::unique_ptr<Graph> gp) {
     }
     exe->step_costs_[static_cast<size_t>(s)] = std::move(c);
   };
-  {
-    const unsigned hc = std::thread::hardware_concurrency();
-    const unsigned nthreads = static_cast<unsigned>(std::clamp<int64_t>(std::min<int64_t>(hc ? hc : 1, 8), 1, std::max<int64_t>(nsteps, 1)));
-    std::atomic<int64_t> next{0};
-    std::exception_ptr error;
-    std::mutex error_mu;
-    auto worker = [&] {
-      Tallies tl;
-      for (int64_t s; (s = next.fetch_add(1, std::memory_order_relaxed)) < nsteps;) {
-        try {
-          cost_step(s, tl);
-        } catch (...) {
-          std::lock_guard<std::mutex> l(error_mu);
-          if (!error) error = std::current_exception();
-          next.store(nsteps);
-        }
-      }
-    };
-    std::vector<std::thread> threads;
-    for (unsigned i = 1; i < nthreads; ++i) threads.emplace_back(worker);
-    worker();
-    for (auto& th : threads) th.join();
-    if (error) std::rethrow_exception(error);
-  }
+  on_host_threads<Tallies>(nsteps, cost_step);
   exe->segment_starts_ = {0};
   if (g.segment_start() >= 0) exe->segment_starts_.push_back(out_at + g.outputs().size());
   exe->program_ = std::move(program);
@@ -687,7 +674,10 @@ std::unique_ptr<Executable> compile(std::unique_ptr<Graph> gp) {
   if (exe->fits()) {
     const auto skip = alias_receives(*exe, copy_vars, &exe->aliased_fields_);
     copy_vars.clear();
-    for (size_t ei = 0; ei < g.exchanges().size(); ++ei) {
+    std::vector<uint64_t> aliased_bytes(g.exchanges().size(), 0);
+    struct NoScratch {};
+    on_host_threads<NoScratch>(static_cast<int64_t>(g.exchanges().size()), [&](int64_t x, NoScratch&) {
+      const size_t ei = static_cast<size_t>(x);
       auto& bc = exe->byte_copies_[ei];
       auto& order = exe->copy_order_[ei];
       auto& aliased = exe->aliased_copies_[ei];
@@ -697,7 +687,7 @@ std::unique_ptr<Executable> compile(std::unique_ptr<Graph> gp) {
         for (uint32_t k = tb.begin; k < tb.end; ++k) {
           if (skip[ei][k]) {
             aliased.push_back(order[k]);
-            exe->aliased_bytes_ += static_cast<uint64_t>(bc[k].count) * bc[k].outer * bc[k].elem;
+            aliased_bytes[ei] += static_cast<uint64_t>(bc[k].count) * bc[k].outer * bc[k].elem;
             continue;
           }
           bc[n] = bc[k];
@@ -712,7 +702,8 @@ std::unique_ptr<Executable> compile(std::unique_ptr<Graph> gp) {
       for (const auto& b : bc) exe->copied_bytes_[ei] += static_cast<uint64_t>(b.count) * b.outer * b.elem;
       auto& sched = exe->byte_schedule_[ei];
       sched.erase(std::remove_if(sched.begin(), sched.end(), [](const auto& tb) { return tb.begin == tb.end; }), sched.end());
-    }
+    });
+    for (uint64_t b : aliased_bytes) exe->aliased_bytes_ += b;
   }
   return exe;
 }

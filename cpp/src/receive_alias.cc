@@ -7,6 +7,7 @@
 
 #include <sys/mman.h>
 
+#include "host_threads.h"
 #include "receive_alias.h"
 
 namespace neurenix {
@@ -189,8 +190,8 @@ std::vector<std::vector<uint8_t>> alias_receives(Executable& exe, const std::vec
   // [first, last] (`first` being the exchange that sent them). An
   // exchange's writes are merged ranges per receiving tile, built when
   // first asked for.
-  std::unordered_map<uint64_t, std::vector<Bytes>> exchange_writes;
-  auto exchange_written = [&](uint32_t e, uint32_t tile) -> const std::vector<Bytes>& {
+  using WriteCache = std::unordered_map<uint64_t, std::vector<Bytes>>;
+  auto exchange_written = [&](WriteCache& exchange_writes, uint32_t e, uint32_t tile) -> const std::vector<Bytes>& {
     auto [it, fresh] = exchange_writes.try_emplace(static_cast<uint64_t>(e) << 32 | tile);
     if (!fresh) return it->second;
     const auto& sched = exe.byte_schedule()[e];
@@ -215,7 +216,7 @@ std::vector<std::vector<uint8_t>> alias_receives(Executable& exe, const std::vec
     w.resize(n);
     return w;
   };
-  auto written = [&](uint32_t tile, uint64_t begin, uint64_t end, int64_t first, int64_t last) {
+  auto written = [&](WriteCache& cache, uint32_t tile, uint64_t begin, uint64_t end, int64_t first, int64_t last) {
     for (int64_t s = first; s <= last; ++s) {
       const Step& st = program[static_cast<size_t>(s)];
       switch (st.kind) {
@@ -239,7 +240,7 @@ std::vector<std::vector<uint8_t>> alias_receives(Executable& exe, const std::vec
             if (exe.staged(st.index)) return true;
             break;
           }
-          const auto& w = exchange_written(st.index, tile);
+          const auto& w = exchange_written(cache, st.index, tile);
           auto r = std::upper_bound(w.begin(), w.end(), begin, [](uint64_t b, const Bytes& x) { return b < x.end; });
           if (r != w.end() && r->begin < end) return true;
           break;
@@ -266,12 +267,20 @@ std::vector<std::vector<uint8_t>> alias_receives(Executable& exe, const std::vec
   // covers it whole, or, when its codelet reads it piecewise, any of them.
   struct Stretch {
     uint64_t begin, end;  // bytes of the receiver's memory
-    Run *first, *last;    // its runs
+    const Run *first, *last;  // its runs
     Source from;
   };
-  std::vector<Stretch> stretches;
-  for (size_t ci = 0; ci < g.compute_sets().size(); ++ci) {
-    if (cs_at[ci] == -1) continue;  // never runs: reads nothing
+  // Compute sets are visited on several host threads, each with its own
+  // cache of exchange writes; the runs found needed are marked afterwards.
+  struct FieldScratch {
+    std::vector<Stretch> stretches;
+    WriteCache writes;
+    std::vector<const Run*> needed;
+    uint64_t aliased_fields = 0;
+  };
+  auto visit_compute_set = [&](int64_t ci, FieldScratch& sc) {
+    auto& stretches = sc.stretches;
+    if (cs_at[ci] == -1) return;  // never runs: reads nothing
     for (auto& vx : g.compute_sets()[ci].vertices)
       for (Field* f : vx->all_fields()) {
         if (f->access != Access::kRead || !f->count || !ok[f->var]) continue;
@@ -310,10 +319,11 @@ std::vector<std::vector<uint8_t>> alias_receives(Executable& exe, const std::vec
           const uint64_t hi = std::min(st.end, end);
           const int64_t src = static_cast<int64_t>(exe.arena_offset(f->tile) + st.begin) + h.delta -
                               static_cast<int64_t>(exe.arena_offset(h.tile));
-          return src >= 0 && !written(h.tile, static_cast<uint64_t>(src), static_cast<uint64_t>(src) + (hi - st.begin), pe, pc);
+          return src >= 0 &&
+                 !written(sc.writes, h.tile, static_cast<uint64_t>(src), static_cast<uint64_t>(src) + (hi - st.begin), pe, pc);
         };
         auto needed = [&](const Stretch& st) {
-          for (Run* q = st.first; q != st.last; ++q) skip[q->exchange][q->byte_copy] = 0;
+          for (const Run* q = st.first; q != st.last; ++q) sc.needed.push_back(q);
         };
         if (!disjoint || (!one && !f->piecewise)) {
           for (const Stretch& st : stretches) needed(st);
@@ -324,7 +334,7 @@ std::vector<std::vector<uint8_t>> alias_receives(Executable& exe, const std::vec
             f->address = static_cast<int64_t>(f->byte_offset) + stretches[0].from.delta;
             f->alias_tile = stretches[0].from.tile;
             f->alias_var = src_var(*stretches[0].first);
-            ++*aliased_fields;
+            ++sc.aliased_fields;
           } else {
             needed(stretches[0]);
           }
@@ -354,9 +364,15 @@ std::vector<std::vector<uint8_t>> alias_receives(Executable& exe, const std::vec
         if (at < end) own(at);
         if (any) {
           f->pieces = std::move(pieces);
-          ++*aliased_fields;
+          ++sc.aliased_fields;
         }
       }
+  };
+  const auto scratches =
+      on_host_threads<FieldScratch>(static_cast<int64_t>(g.compute_sets().size()), visit_compute_set);
+  for (const auto& sc : scratches) {
+    for (const Run* q : sc.needed) skip[q->exchange][q->byte_copy] = 0;
+    *aliased_fields += sc.aliased_fields;
   }
   return skip;
 }

@@ -8,6 +8,7 @@
 //! unique).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
 
 use crate::dtype::{refusal, ElemType, Refusal};
 use crate::error::{Error, Result};
@@ -34,13 +35,14 @@ pub struct ValueParts {
     pub dims: Option<Vec<DimParts>>,
 }
 
-/// A tensor: ONNX element type code, shape, little-endian bytes.
+/// A tensor: ONNX element type code, shape, little-endian bytes (shared:
+/// weights are hundreds of megabytes, and parts are cloned on their way in).
 #[derive(Debug, Clone, PartialEq)]
 pub struct TensorParts {
     pub name: String,
     pub elem_type: i32,
     pub dims: Vec<u64>,
-    pub data: Vec<u8>,
+    pub data: Arc<Vec<u8>>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -348,7 +350,7 @@ impl Model {
             name: name.to_string(),
             elem_type: t.dtype.onnx_code(),
             dims: t.shape().iter().map(|&d| d as u64).collect(),
-            data: t.to_bytes(),
+            data: Arc::new(t.to_bytes()),
         };
         let mut used = vec![false; g.values.len()];
         for n in &g.nodes {

@@ -31,7 +31,11 @@ fn f32_tensor(name: &str, dims: &[u64], values: &[f32]) -> TensorParts {
         name: name.into(),
         elem_type: 1,
         dims: dims.to_vec(),
-        data: values.iter().flat_map(|v| v.to_le_bytes()).collect(),
+        data: values
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect::<Vec<u8>>()
+            .into(),
     }
 }
 
@@ -138,7 +142,12 @@ fn malformed_parts_are_model_format_errors() {
             "element type code 99",
         ),
         (
-            Box::new(|p| p.initializers[0].data.pop().map(|_| ()).unwrap()),
+            Box::new(|p| {
+                std::sync::Arc::make_mut(&mut p.initializers[0].data)
+                    .pop()
+                    .map(|_| ())
+                    .unwrap()
+            }),
             "initializer 'w'",
         ),
         (
@@ -196,7 +205,7 @@ fn element_types_neurenix_does_not_hold_are_unsupported_and_named_with_the_node(
         (
             Box::new(|p| {
                 p.initializers[0].elem_type = 21;
-                p.initializers[0].data.clear();
+                std::sync::Arc::make_mut(&mut p.initializers[0].data).clear();
             }),
             "Add",
             "add",
@@ -216,7 +225,7 @@ fn element_types_neurenix_does_not_hold_are_unsupported_and_named_with_the_node(
                         name: String::new(),
                         elem_type: 24,
                         dims: vec![],
-                        data: vec![],
+                        data: vec![].into(),
                     }),
                 ))
             }),
@@ -254,7 +263,7 @@ fn bfloat16_and_float8_tensors_are_decoded_exactly() {
         name: "w".into(),
         elem_type: 16,
         dims: vec![2],
-        data: vec![0xc0, 0x3f, 0x00, 0xc0],
+        data: vec![0xc0, 0x3f, 0x00, 0xc0].into(),
     };
     p.inputs[1].elem_type = 16;
     let m = Model::from_parts(&p).unwrap();
@@ -264,13 +273,13 @@ fn bfloat16_and_float8_tensors_are_decoded_exactly() {
         name: "w".into(),
         elem_type: 17,
         dims: vec![2],
-        data: vec![0x7e, 0x81],
+        data: vec![0x7e, 0x81].into(),
     };
     p.inputs[1].elem_type = 17;
     let m = Model::from_parts(&p).unwrap();
     let w = m.graph.find("w").and_then(|v| m.graph.constant(v)).unwrap();
     assert_eq!(w.to_f64_vec(), vec![448.0, -(2f64.powi(-9))]);
-    assert_eq!(m.to_parts().initializers[0].data, vec![0x7e, 0x81]);
+    assert_eq!(*m.to_parts().initializers[0].data, vec![0x7e, 0x81]);
 }
 
 #[test]

@@ -9,6 +9,7 @@ use neurenix_core::pipeline;
 use neurenix_core::report;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
+use std::sync::Arc;
 
 /// A frozen Python class with a keyword constructor, equality and a repr.
 macro_rules! record {
@@ -480,7 +481,7 @@ impl From<&parts::ValueParts> for ValueParts {
 /// Raw bytes, taken from and given to Python as `bytes` (one copy, not a
 /// list of ints).
 #[derive(Clone, PartialEq)]
-pub struct Bytes(pub Vec<u8>);
+pub struct Bytes(pub Arc<Vec<u8>>);
 
 impl std::fmt::Debug for Bytes {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -491,7 +492,7 @@ impl std::fmt::Debug for Bytes {
 impl<'py> FromPyObject<'_, 'py> for Bytes {
     type Error = PyErr;
     fn extract(ob: Borrowed<'_, 'py, PyAny>) -> PyResult<Self> {
-        Ok(Bytes(ob.cast::<PyBytes>()?.as_bytes().to_vec()))
+        Ok(Bytes(Arc::new(ob.cast::<PyBytes>()?.as_bytes().to_vec())))
     }
 }
 

@@ -3,6 +3,7 @@ into the native IR (and back, for :meth:`GraphCoreManager.optimize_model`)."""
 
 from __future__ import annotations
 
+import math
 import os
 from typing import Any, List, Optional, Tuple
 
@@ -47,7 +48,7 @@ def load(model: Any) -> "onnx.ModelProto":
     if not proto.HasField("graph") or (len(proto.graph.node) == 0 and len(proto.graph.output) == 0):
         raise ModelFormatError("the ONNX model has an empty graph")
     try:
-        onnx.checker.check_model(proto)
+        onnx.checker.check_model(_without_payloads(proto))
     except onnx.checker.ValidationError as e:
         msg = str(e).strip().splitlines()
         raise ModelFormatError("the ONNX model is invalid: " + " ".join(m.strip() for m in msg[:6])) from None
@@ -94,6 +95,66 @@ def _dims(vi: Any) -> Tuple[int, Optional[List[Any]]]:
     return tt.elem_type, dims
 
 
+# Initializers of more elements than this are checked here rather than by
+# the ONNX checker, which would otherwise serialize every weight.
+_PAYLOAD_ELEMENTS = 256
+_VALUE_FIELDS = ("float_data", "int32_data", "string_data", "int64_data", "double_data", "uint64_data")
+
+
+def _without_payloads(proto: "onnx.ModelProto") -> "onnx.ModelProto":
+    """The model for the ONNX checker: the same model, but each large
+    initializer held inline is replaced by an empty tensor of its name and
+    element type, after the checks the checker would make of it (a defined
+    element type, no negative dimension, exactly one field holding values;
+    the core checks the data's length against the dims when it reads it).
+    The checker sees every name, node and type; it no longer serializes
+    hundreds of megabytes of weights to do so."""
+    onnx = _onnx()
+    g = proto.graph
+    large = [t.data_location != onnx.TensorProto.EXTERNAL and math.prod(t.dims) > _PAYLOAD_ELEMENTS
+             for t in g.initializer]
+    if not any(large):
+        return proto
+    for t, big in zip(g.initializer, large):
+        if not big:
+            continue
+        what = f"initializer '{t.name}'"
+        if t.data_type == onnx.TensorProto.UNDEFINED:
+            raise ModelFormatError(f"the ONNX model is invalid: {what} has no element type")
+        if any(d < 0 for d in t.dims):
+            raise ModelFormatError(f"the ONNX model is invalid: {what} has a negative dimension {list(t.dims)}")
+        fields = [f for f in _VALUE_FIELDS if len(getattr(t, f))] + (["raw_data"] if t.HasField("raw_data") else [])
+        if len(fields) != 1:
+            raise ModelFormatError(f"the ONNX model is invalid: {what} must hold its values in exactly one field, "
+                                   f"it uses {len(fields)}" + (f" ({', '.join(fields)})" if fields else ""))
+    light = onnx.ModelProto()
+    for field, value in proto.ListFields():
+        if field.name != "graph":
+            _copy_field(light, field, value)
+    for field, value in g.ListFields():
+        if field.name != "initializer":
+            _copy_field(light.graph, field, value)
+    for t, big in zip(g.initializer, large):
+        if big:
+            stub = light.graph.initializer.add(name=t.name, data_type=t.data_type)
+            stub.dims.append(0)
+        else:
+            light.graph.initializer.add().CopyFrom(t)
+    return light
+
+
+def _copy_field(dst: Any, field: Any, value: Any) -> None:
+    # (`label` is gone from newer protobuf releases, `is_repeated` absent
+    # from older ones.)
+    repeated = field.is_repeated if hasattr(field, "is_repeated") else field.label == field.LABEL_REPEATED
+    if repeated:
+        getattr(dst, field.name).extend(value)
+    elif field.type == field.TYPE_MESSAGE:
+        getattr(dst, field.name).CopyFrom(value)
+    else:
+        setattr(dst, field.name, value)
+
+
 def _array_parts(name: str, arr: np.ndarray, what: str):
     from neurenix import _native
 
@@ -138,6 +199,10 @@ def _tensor(t: Any, what: str):
         # A type the core refuses by name (UnsupportedOperatorError) or as
         # undefined (ModelFormatError): its data is not needed for that.
         return _native.TensorParts(t.name, code, dims, b"")
+    if t.data_location != onnx.TensorProto.EXTERNAL and t.raw_data:
+        # Raw data is already the little-endian bytes the core takes (the
+        # core checks its length against the dims): no numpy round trip.
+        return _native.TensorParts(t.name, code, dims, t.raw_data)
     try:
         arr = onnx.numpy_helper.to_array(t)
     except Exception as e:
