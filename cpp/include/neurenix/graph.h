@@ -9,6 +9,7 @@
 // Addresses are assigned later by the compiler (compiler.h).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -135,6 +136,27 @@ const uint8_t* field_run(const uint8_t* mem, const Field& f, uint64_t first, uin
 // Elements [first, first + n) of field `f` (of type `type`) as floats, each
 // piece read where it is.
 void load_field_floats(const uint8_t* mem, const Field& f, DeviceType type, uint64_t first, uint64_t n, float* out);
+// Calls visit(bytes, at, len) for the runs that make up elements
+// [first, first + n) of field `f`, in order: `len` elements read at `bytes`
+// (relative to `mem`, each piece where it is), the first of them element
+// first + at.
+template <class Visit>
+void for_each_field_run(const uint8_t* mem, const Field& f, uint64_t first, uint64_t n, size_t elem_size, Visit visit) {
+  if (f.pieces.empty()) {
+    if (n) visit(mem + f.address + static_cast<int64_t>(first * elem_size), uint64_t{0}, n);
+    return;
+  }
+  auto next = std::upper_bound(f.pieces.begin(), f.pieces.end(), first,
+                               [](uint64_t e, const Field::Piece& p) { return e < p.begin; });
+  const uint64_t start = first, end = first + n;
+  while (first < end) {
+    const Field::Piece& p = *(next - 1);
+    const uint64_t stop = next == f.pieces.end() ? end : std::min(end, next->begin);
+    visit(mem + p.address + static_cast<int64_t>((first - p.begin) * elem_size), first - start, stop - first);
+    first = stop;
+    ++next;
+  }
+}
 
 class Vertex {
  public:

@@ -6,6 +6,8 @@
 // float32 dot products.
 #include "neurenix/codelets/gemm.h"
 
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -35,6 +37,36 @@ inline void storev(float* p, V v) {
   std::memcpy(p, &v, sizeof(v));
 }
 
+// The first n (< the width) lanes of v stored to (or added into) p, through
+// masked loads and stores where the build has them (a loop here becomes a
+// call to memcpy per row of a panel's last block).
+template <typename V>
+inline void store_tail(float* p, V v, uint32_t n, bool accumulate) {
+  constexpr uint32_t VW = sizeof(V) / sizeof(float);
+#if defined(__AVX512F__)
+  if constexpr (VW == 16) {
+    const __mmask16 m = static_cast<__mmask16>((1u << n) - 1);
+    __m512 x = reinterpret_cast<__m512&>(v);
+    if (accumulate) x = _mm512_add_ps(_mm512_maskz_loadu_ps(m, p), x);
+    _mm512_mask_storeu_ps(p, m, x);
+    return;
+  }
+#endif
+#if defined(__AVX2__)
+  if constexpr (VW == 8) {
+    alignas(32) static constexpr int32_t kLanes[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
+    const __m256i m = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kLanes + 8 - n));
+    __m256 x = reinterpret_cast<__m256&>(v);
+    if (accumulate) x = _mm256_add_ps(_mm256_maskload_ps(p, m), x);
+    _mm256_maskstore_ps(p, m, x);
+    return;
+  }
+#endif
+  float tmp[VW];
+  storev(tmp, v);
+  for (uint32_t j = 0; j < n; ++j) p[j] = accumulate ? p[j] + tmp[j] : tmp[j];
+}
+
 // C[MR x NR] (+)= the accumulators (two vectors per row), `nr` valid columns.
 template <typename V, uint32_t MR>
 inline void store_block(const V* acc0, const V* acc1, float* __restrict c, uint32_t ldc, uint32_t nr, bool accumulate) {
@@ -50,10 +82,8 @@ inline void store_block(const V* acc0, const V* acc1, float* __restrict c, uint3
         storev(cr + VW, acc1[r]);
       }
     } else {
-      float tmp[NR];
-      storev(tmp, acc0[r]);
-      storev(tmp + VW, acc1[r]);
-      for (uint32_t j = 0; j < nr; ++j) cr[j] = accumulate ? cr[j] + tmp[j] : tmp[j];
+      store_tail(cr, acc0[r], std::min(nr, VW), accumulate);
+      if (nr > VW) store_tail(cr + VW, acc1[r], nr - VW, accumulate);
     }
   }
 }

@@ -145,12 +145,28 @@ uint64_t SumPartialsVertex::cycles(const TargetSpec& t) const {
 void SumPartialsVertex::compute(uint8_t* mem) const {
   const uint64_t n = static_cast<uint64_t>(rows_) * cols_;
   thread_local std::vector<float> acc, part;
-  acc.assign(n, 0.0f);
-  part.resize(n);
-  for (uint32_t p = 0; p < parts_; ++p) {
-    load_field_floats(mem, in_, partials_, p * n, n, part.data());
-    for (uint64_t i = 0; i < n; ++i) acc[i] += part[i];
-    if (partials_ == DeviceType::kFloat16) round_to_half_n(acc.data(), n);
+  if (partials_ == DeviceType::kFloat32) {
+    // Added straight from each part's bytes (its pieces, when it is read at
+    // its senders), in part order as below: 0 + p0 + p1 + ...
+    acc.resize(n);
+    for (uint32_t p = 0; p < parts_; ++p)
+      for_each_field_run(mem, in_, p * n, n, sizeof(float), [&](const uint8_t* src, uint64_t at, uint64_t len) {
+        const float* s = reinterpret_cast<const float*>(src);
+        float* a = acc.data() + at;
+        if (p == 0) {
+          for (uint64_t i = 0; i < len; ++i) a[i] = 0.0f + s[i];
+        } else {
+          for (uint64_t i = 0; i < len; ++i) a[i] += s[i];
+        }
+      });
+  } else {
+    acc.assign(n, 0.0f);
+    part.resize(n);
+    for (uint32_t p = 0; p < parts_; ++p) {
+      load_field_floats(mem, in_, partials_, p * n, n, part.data());
+      for (uint64_t i = 0; i < n; ++i) acc[i] += part[i];
+      if (partials_ == DeviceType::kFloat16) round_to_half_n(acc.data(), n);
+    }
   }
   if (has_bias_) {
     for (uint32_t r = 0; r < rows_; ++r) {
