@@ -145,6 +145,21 @@ TEST(OpsConv, KernelsStridesDilationsAndPadding) {
         }
 }
 
+// Stride-2 windows of many widths: their phase planes are gathered 16 at a
+// time with a masked last step (widths around and past one and two vectors).
+TEST(OpsConv, StrideTwoWindowsOfManyWidths) {
+  std::mt19937 rng(7);
+  for (uint32_t w : {2u, 17u, 31u, 32u, 33u, 34u, 35u, 47u, 64u, 65u, 66u, 70u}) {
+    for (uint32_t kw : {1u, 3u}) {
+      ConvCase k = with(1, 8, 3, w, 3, kw, kw);
+      k.o.sh = k.o.sw = 2;
+      const uint32_t pad = kw == 3 ? 1 : 0;
+      k.o.pad_top = k.o.pad_left = k.o.pad_bottom = k.o.pad_right = pad;
+      run_case(k, rng);
+    }
+  }
+}
+
 TEST(OpsConv, GroupsAndDepthwise) {
   std::mt19937 rng(2);
   for (uint32_t groups : {2u, 3u, 6u}) {
