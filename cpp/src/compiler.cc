@@ -212,9 +212,12 @@ std::unique_ptr<Executable> compile(std::unique_ptr<Graph> gp) {
   for (size_t v = 0; v < g.num_vars(); ++v) exe->var_offsets_[v].assign(g.var(static_cast<VarId>(v)).tiles.size(), 0);
   exe->arena_bytes_.assign(ntiles, 0);
   std::vector<std::vector<std::pair<VarId, uint64_t>>> peaks(ntiles);
-  for (uint32_t tile = 0; tile < ntiles; ++tile) {
+  // Tiles are placed independently, on several host threads.
+  struct NoScratch {};
+  on_host_threads<NoScratch>(ntiles, [&](int64_t x, NoScratch&) {
+    const uint32_t tile = static_cast<uint32_t>(x);
     auto& items = per_tile[tile];
-    if (items.empty()) continue;
+    if (items.empty()) return;
     std::stable_sort(items.begin(), items.end(), [&](const auto& a, const auto& b) {
       if (live[a.first].first != live[b.first].first) return live[a.first].first < live[b.first].first;
       return g.var(a.first).tiles[a.second].count * device_type_size(g.var(a.first).dtype) >
@@ -229,7 +232,7 @@ std::unique_ptr<Executable> compile(std::unique_ptr<Graph> gp) {
     }
     exe->arena_bytes_[tile] = alloc.hwm;
     peaks[tile] = std::move(alloc.at_peak);
-  }
+  });
 
   // Fixed overheads per tile.
   std::vector<TileMemory> mem(ntiles);
@@ -354,7 +357,7 @@ std::unique_ptr<Executable> compile(std::unique_ptr<Graph> gp) {
   // grouped by tile, ascending, each tile's in program order (a stable
   // counting sort: there are millions of copies).
   struct GroupScratch {
-    std::vector<uint32_t> tile_count, tile_start, touched;
+    std::vector<uint32_t> tile_count, tile_start, touched, order;
   };
   auto group_by_tile = [&](GroupScratch& gs, size_t n, auto tile_of, auto emit) {
     auto& tile_count = gs.tile_count;
@@ -375,7 +378,8 @@ std::unique_ptr<Executable> compile(std::unique_ptr<Graph> gp) {
       tile_start[tile] = at;
       at += tile_count[tile];
     }
-    std::vector<uint32_t> order(n);
+    auto& order = gs.order;
+    order.resize(n);
     for (size_t i = 0; i < n; ++i) order[tile_start[tile_of(i)]++] = static_cast<uint32_t>(i);
     uint32_t begin = 0;
     for (uint32_t tile : touched) {
@@ -467,11 +471,26 @@ std::unique_ptr<Executable> compile(std::unique_ptr<Graph> gp) {
   // Steps are costed independently, on several host threads (an exchange
   // of a big model has a million copies to tally); each thread keeps its
   // own per-tile tallies.
+  // A run a tile sends (see the exchange costs below).
+  struct Sent {
+    uint32_t tile;
+    uint64_t byte, count, outer;
+    int64_t stride, src_outer;
+    uint64_t bytes;
+    bool operator==(const Sent& o) const {
+      return tile == o.tile && byte == o.byte && count == o.count && stride == o.stride && outer == o.outer &&
+             src_outer == o.src_outer;
+    }
+  };
+  // Per host thread, reused from step to step (an exchange of a large model
+  // has a million copies: fresh buffers per step would fault their pages in
+  // again every time).
   struct Tallies {
     std::vector<uint64_t> in, out, desc;
     std::vector<uint8_t> seen;
     std::vector<uint32_t> touched;
     std::vector<uint32_t> slots;  // the set of distinct sends
+    std::vector<Sent> sent;
   };
   exe->step_costs_.resize(static_cast<size_t>(nsteps));
   auto cost_step = [&](int64_t s, Tallies& tl) {
@@ -540,18 +559,8 @@ std::unique_ptr<Executable> compile(std::unique_ptr<Graph> gp) {
         bool any_cross = false;
         // The exchange fabric multicasts: data sent once can be received by
         // any number of tiles, so a sender pays for each distinct run once.
-        struct Sent {
-          uint32_t tile;
-          uint64_t byte, count, outer;
-          int64_t stride, src_outer;
-          uint64_t bytes;
-          bool operator==(const Sent& o) const {
-            return tile == o.tile && byte == o.byte && count == o.count && stride == o.stride && outer == o.outer &&
-                   src_outer == o.src_outer;
-          }
-        };
-        std::vector<Sent> sent;
-        sent.reserve(ex.copies.size());
+        auto& sent = tl.sent;
+        sent.clear();
         c.items = ex.copies.size();
         for (const Copy& cp : ex.copies) {
           uint64_t bytes = cp.count * cp.outer * device_type_size(g.var(cp.src).dtype);
@@ -675,7 +684,6 @@ std::unique_ptr<Executable> compile(std::unique_ptr<Graph> gp) {
     const auto skip = alias_receives(*exe, copy_vars, &exe->aliased_fields_);
     copy_vars.clear();
     std::vector<uint64_t> aliased_bytes(g.exchanges().size(), 0);
-    struct NoScratch {};
     on_host_threads<NoScratch>(static_cast<int64_t>(g.exchanges().size()), [&](int64_t x, NoScratch&) {
       const size_t ei = static_cast<size_t>(x);
       auto& bc = exe->byte_copies_[ei];
