@@ -21,32 +21,9 @@ std::string shape_str(const Shape& shape) {
   return os.str();
 }
 
-const uint8_t* field_run(const uint8_t* mem, const Field& f, uint64_t first, uint64_t n, size_t elem_size) {
-  if (f.pieces.empty()) return mem + f.address + static_cast<int64_t>(first * elem_size);
-  auto next = std::upper_bound(f.pieces.begin(), f.pieces.end(), first,
-                               [](uint64_t e, const Field::Piece& p) { return e < p.begin; });
-  const Field::Piece& p = *(next - 1);
-  if (next != f.pieces.end() && first + n > next->begin) return nullptr;
-  return mem + p.address + static_cast<int64_t>((first - p.begin) * elem_size);
-}
-
 void load_field_floats(const uint8_t* mem, const Field& f, DeviceType type, uint64_t first, uint64_t n, float* out) {
-  const size_t es = device_type_size(type);
-  if (f.pieces.empty()) {
-    load_floats(mem + f.address + static_cast<int64_t>(first * es), type, out, n);
-    return;
-  }
-  auto next = std::upper_bound(f.pieces.begin(), f.pieces.end(), first,
-                               [](uint64_t e, const Field::Piece& p) { return e < p.begin; });
-  const uint64_t end = first + n;
-  while (first < end) {
-    const Field::Piece& p = *(next - 1);
-    const uint64_t stop = next == f.pieces.end() ? end : std::min(end, next->begin);
-    load_floats(mem + p.address + static_cast<int64_t>((first - p.begin) * es), type, out, stop - first);
-    out += stop - first;
-    first = stop;
-    ++next;
-  }
+  for_each_field_run(mem, f, first, n, device_type_size(type),
+                     [&](const uint8_t* run, uint64_t at, uint64_t len) { load_floats(run, type, out + at, len); });
 }
 
 const TileShare* Variable::share(uint32_t tile) const {

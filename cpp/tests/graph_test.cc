@@ -364,4 +364,49 @@ TEST(Graph, ProgramSkipsEmptyStepsAndPutsInputsFirst) {
   EXPECT_EQ(g.warnings(), (std::vector<std::string>{"careful"}));
 }
 
+// A field in pieces (each at its own address) is visited run by run, in
+// order, for any range of its elements; so is one not in pieces.
+TEST(Graph, FieldRunsCoverAnyRangeOfAFieldInPieces) {
+  // Element i of the field has value i; the pieces lie out of order in `mem`.
+  constexpr uint64_t n = 23;
+  std::vector<float> mem(200, -1.0f);
+  const std::vector<std::pair<uint64_t, uint64_t>> cuts = {{0, 120}, {5, 10}, {6, 60}, {15, 150}};  // (begin, slot)
+  Field f{0, 0, 0, n};
+  f.address = 180 * 4;  // its own bytes (only used when not in pieces)
+  for (size_t k = 0; k < cuts.size(); ++k) {
+    const uint64_t b = cuts[k].first, e = k + 1 < cuts.size() ? cuts[k + 1].first : n;
+    for (uint64_t i = b; i < e; ++i) mem[cuts[k].second + (i - b)] = static_cast<float>(i);
+    f.pieces.push_back(Field::Piece{b, static_cast<int64_t>(cuts[k].second * 4), static_cast<uint32_t>(k), 0});
+  }
+  const auto* base = reinterpret_cast<const uint8_t*>(mem.data());
+  for (uint64_t first = 0; first <= n; ++first)
+    for (uint64_t len = 0; first + len <= n; ++len) {
+      std::vector<float> got;
+      uint64_t expect_at = 0;
+      for_each_field_run(base, f, first, len, 4, [&](const uint8_t* run, uint64_t at, uint64_t count) {
+        ASSERT_EQ(at, expect_at);
+        ASSERT_GT(count, 0u);
+        const float* r = reinterpret_cast<const float*>(run);
+        got.insert(got.end(), r, r + count);
+        expect_at += count;
+      });
+      ASSERT_EQ(got.size(), len) << first << "+" << len;
+      for (uint64_t i = 0; i < len; ++i) ASSERT_EQ(got[i], static_cast<float>(first + i)) << first << "+" << len;
+      std::vector<float> loaded(len);
+      load_field_floats(base, f, DeviceType::kFloat32, first, len, loaded.data());
+      EXPECT_EQ(loaded, got);
+    }
+  // Not in pieces: one run at the field's address.
+  Field whole{0, 0, 0, 5};
+  whole.address = 40;
+  int calls = 0;
+  for_each_field_run(base, whole, 2, 3, 4, [&](const uint8_t* run, uint64_t at, uint64_t count) {
+    ++calls;
+    EXPECT_EQ(run, base + 40 + 8);
+    EXPECT_EQ(at, 0u);
+    EXPECT_EQ(count, 3u);
+  });
+  EXPECT_EQ(calls, 1);
+}
+
 }  // namespace

@@ -114,7 +114,7 @@ struct Field {
   // The sender a receive alias reads (UINT32_MAX: none), for checked mode.
   uint32_t alias_tile = UINT32_MAX;
   VarId alias_var = 0;
-  // Set by a codelet that reads the field through field_run() and
+  // Set by a codelet that reads the field through for_each_field_run() and
   // load_field_floats(): a receive alias may then give it in pieces, each
   // received from its own sender (a window gathered from several tiles).
   bool piecewise = false;
@@ -129,10 +129,6 @@ struct Field {
   std::vector<Piece> pieces{};
 };
 
-// Elements [first, first + n) of field `f` read at their address relative to
-// `mem`, if they lie in one piece (always, for a field not in pieces);
-// nullptr otherwise.
-const uint8_t* field_run(const uint8_t* mem, const Field& f, uint64_t first, uint64_t n, size_t elem_size);
 // Elements [first, first + n) of field `f` (of type `type`) as floats, each
 // piece read where it is.
 void load_field_floats(const uint8_t* mem, const Field& f, DeviceType type, uint64_t first, uint64_t n, float* out);

@@ -131,8 +131,18 @@ void ConvVertex::compute(uint8_t* mem) const {
       const size_t chan = static_cast<size_t>(s.in_rows) * s.in_w;
       chans.resize(s.cin);
       by_channel = true;
-      for (uint32_t ci = 0; ci < s.cin && by_channel; ++ci)
-        by_channel = (chans[ci] = reinterpret_cast<const float*>(field_run(mem, in_, ci * chan, chan, 4))) != nullptr;
+      // One walk over the pieces: channel ci is read in place if it lies
+      // inside one of them.
+      uint64_t ci = 0;
+      for_each_field_run(mem, in_, 0, win_n, sizeof(float), [&](const uint8_t* run, uint64_t at, uint64_t len) {
+        for (; ci < s.cin && ci * chan < at + len; ++ci) {
+          if (ci * chan < at || ci * chan + chan > at + len) {
+            by_channel = false;
+          } else {
+            chans[ci] = reinterpret_cast<const float*>(run + (ci * chan - at) * sizeof(float));
+          }
+        }
+      });
     }
     if (!by_channel) {
       win.resize(win_n);
