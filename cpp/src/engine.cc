@@ -74,12 +74,17 @@ class ThreadPool {
 #endif
   }
   void work() {
-    // Indices are taken in chunks: one shared counter bumped per tile would
-    // bounce its cache line between cores on every tile.
-    const size_t chunk = std::max<size_t>(1, n_ / (8 * size()));
+    // Indices are taken in shrinking chunks (a share of what is left): few
+    // bumps of the shared counter (one per tile would bounce its cache line
+    // between cores on every tile), yet small chunks at the end, so that a
+    // thread left with a heavy chunk does not keep the others waiting.
+    const size_t threads = size();
     while (true) {
-      const size_t i0 = next_.fetch_add(chunk, std::memory_order_relaxed);
-      if (i0 >= n_) break;
+      size_t i0 = next_.load(std::memory_order_relaxed), chunk;
+      do {
+        if (i0 >= n_) return;
+        chunk = std::max<size_t>(1, (n_ - i0) / (2 * threads));
+      } while (!next_.compare_exchange_weak(i0, i0 + chunk, std::memory_order_relaxed));
       const size_t i1 = std::min(n_, i0 + chunk);
       for (size_t i = i0; i < i1; ++i) {
         try {
