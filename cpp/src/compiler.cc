@@ -414,9 +414,9 @@ std::unique_ptr<Executable> compile(std::unique_ptr<Graph> gp) {
                  " spans more than 4 GiB of tile memory");
     return static_cast<T>(v);
   };
-  // The variables of each byte copy, for the search for receive aliases.
   // Exchanges are independent: their copies' addresses are resolved and
-  // their byte copies built on several host threads.
+  // their byte copies built on several host threads, with the variables of
+  // each byte copy for the search for receive aliases.
   std::vector<std::vector<CopyVars>> copy_vars(g.exchanges().size());
   struct ExchangeScratch {
     BaseTable src_bases, dst_bases;
@@ -468,9 +468,6 @@ std::unique_ptr<Executable> compile(std::unique_ptr<Graph> gp) {
   const double host_bytes_per_cycle = t.host_link_bytes_per_sec / t.clock_hz;
   const double link_bytes_per_cycle = t.ipu_link_bytes_per_sec * t.ipu_links / t.clock_hz;
   auto fmt_bytes = [](uint64_t b) { return std::to_string(b) + " B"; };
-  // Steps are costed independently, on several host threads (an exchange
-  // of a big model has a million copies to tally); each thread keeps its
-  // own per-tile tallies.
   // A run a tile sends (see the exchange costs below).
   struct Sent {
     uint32_t tile;
@@ -482,9 +479,9 @@ std::unique_ptr<Executable> compile(std::unique_ptr<Graph> gp) {
              src_outer == o.src_outer;
     }
   };
-  // Per host thread, reused from step to step (an exchange of a large model
-  // has a million copies: fresh buffers per step would fault their pages in
-  // again every time).
+  // Steps are costed independently, on several host threads (an exchange
+  // of a big model has a million copies to tally); each thread keeps its
+  // own per-tile tallies and buffers, reused from step to step.
   struct Tallies {
     std::vector<uint64_t> in, out, desc;
     std::vector<uint8_t> seen;
