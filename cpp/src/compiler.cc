@@ -424,11 +424,6 @@ std::unique_ptr<Executable> compile(std::unique_ptr<Graph> gp) {
   };
   on_host_threads<ExchangeScratch>(static_cast<int64_t>(g.exchanges().size()), [&](int64_t x, ExchangeScratch& sc) {
     const size_t ei = static_cast<size_t>(x);
-    for (Copy& c : g.exchanges()[ei].copies) {
-      const size_t es = device_type_size(g.var(c.src).dtype);
-      c.src_byte = tile_base(sc.src_bases, c.src, c.src_tile) + c.src_local * es;
-      c.dst_byte = tile_base(sc.dst_bases, c.dst, c.dst_tile) + c.dst_local * es;
-    }
     const auto& cps = g.exchanges()[ei].copies;
     auto& bc = exe->byte_copies_[ei];
     auto& order = exe->copy_order_[ei];
@@ -442,7 +437,9 @@ std::unique_ptr<Executable> compile(std::unique_ptr<Graph> gp) {
           for (; b != e; ++b) {
             const Copy& c = cps[*b];
             const int64_t es = static_cast<int64_t>(device_type_size(g.var(c.src).dtype));
-            bc.push_back(Executable::ByteCopy{c.src_tile, narrow(c.src_byte, c, ei), narrow(c.dst_byte, c, ei),
+            const uint64_t src_byte = tile_base(sc.src_bases, c.src, c.src_tile) + static_cast<uint64_t>(c.src_local) * es;
+            const uint64_t dst_byte = tile_base(sc.dst_bases, c.dst, c.dst_tile) + static_cast<uint64_t>(c.dst_local) * es;
+            bc.push_back(Executable::ByteCopy{c.src_tile, narrow(src_byte, c, ei), narrow(dst_byte, c, ei),
                                               narrow(c.count, c, ei), narrow(c.outer, c, ei),
                                               narrow(c.src_stride * es, c, ei), narrow(c.src_outer * es, c, ei),
                                               narrow(c.dst_outer * es, c, ei), static_cast<uint32_t>(es)});
@@ -471,7 +468,7 @@ std::unique_ptr<Executable> compile(std::unique_ptr<Graph> gp) {
   // A run a tile sends (see the exchange costs below).
   struct Sent {
     uint32_t tile;
-    uint64_t byte, count, outer;
+    uint64_t byte, count, outer;  // byte: the first element, as variable << 32 | tile-local index
     int64_t stride, src_outer;
     uint64_t bytes;
     bool operator==(const Sent& o) const {
@@ -560,7 +557,7 @@ std::unique_ptr<Executable> compile(std::unique_ptr<Graph> gp) {
         sent.clear();
         c.items = ex.copies.size();
         for (const Copy& cp : ex.copies) {
-          uint64_t bytes = cp.count * cp.outer * device_type_size(g.var(cp.src).dtype);
+          uint64_t bytes = static_cast<uint64_t>(cp.count) * cp.outer * device_type_size(g.var(cp.src).dtype);
           c.bytes += bytes;
           touch(cp.dst_tile);
           tile_desc[cp.dst_tile] += 1;
@@ -574,7 +571,8 @@ std::unique_ptr<Executable> compile(std::unique_ptr<Graph> gp) {
             any_cross = true;
           }
           tile_in[cp.dst_tile] += bytes;
-          sent.push_back(Sent{cp.src_tile, cp.src_byte, cp.count, cp.outer, cp.src_stride, cp.src_outer, bytes});
+          sent.push_back(Sent{cp.src_tile, static_cast<uint64_t>(cp.src) << 32 | cp.src_local, cp.count, cp.outer,
+                               cp.src_stride, cp.src_outer, bytes});
         }
         // Distinct runs through an open-addressing set of indices into `sent`.
         size_t cap = 16;

@@ -1,6 +1,9 @@
 #include "neurenix/exchange.h"
 
 #include <algorithm>
+#include <climits>
+#include <cstdint>
+#include <string>
 
 #include "neurenix/error.h"
 
@@ -61,11 +64,34 @@ void copy_view(Graph& g, uint32_t ex, const View& src_in, const View& dst_in) {
   // tiles); the least recently extended one is closed when a new one opens.
   constexpr size_t kOpen = 8;
   // The open copies live in fixed slots; `order` lists their slots from least
-  // to most recently extended, so reordering moves bytes, not copies.
-  Copy slots[kOpen];
+  // to most recently extended, so reordering moves bytes, not copies. They
+  // are kept in 64 bits and narrowed as they close.
+  struct Open {
+    uint32_t src_tile, dst_tile;
+    uint64_t src_local;
+    int64_t src_stride;
+    uint64_t dst_local, count, outer;
+    int64_t src_outer, dst_outer;
+  };
+  Open slots[kOpen];
   uint8_t order[kOpen];
   size_t n_open = 0;
-  auto extend = [&](Copy& cur, uint64_t sl, int64_t stride, uint64_t dl, uint64_t count) {
+  auto close = [&](const Open& c) {
+    auto fits = [](int64_t v) { return v >= INT32_MIN && v <= INT32_MAX; };
+    const uint64_t last_src = c.src_local + std::max<int64_t>(0, c.src_stride) * (c.count - 1) +
+                              std::max<int64_t>(0, c.src_outer) * (c.outer - 1);
+    const uint64_t last_dst = c.dst_local + c.count - 1 + std::max<int64_t>(0, c.dst_outer) * (c.outer - 1);
+    if (last_src > UINT32_MAX || last_dst > UINT32_MAX || c.count > UINT32_MAX || c.outer > UINT32_MAX ||
+        !fits(c.src_stride) || !fits(c.src_outer) || !fits(c.dst_outer))
+      fail(ErrorCode::kOutOfMemory, "copy from '" + sv.name + "' on tile " + std::to_string(c.src_tile) + " to '" + dv.name +
+                                        "' on tile " + std::to_string(c.dst_tile) +
+                                        " reaches beyond element 2^32 of a tile's share: no tile holds that much; "
+                                        "use smaller tensors or more IPUs");
+    out.push_back(Copy{src.var, c.src_tile, static_cast<uint32_t>(c.src_local), static_cast<int32_t>(c.src_stride), dst.var,
+                       c.dst_tile, static_cast<uint32_t>(c.dst_local), static_cast<uint32_t>(c.count),
+                       static_cast<uint32_t>(c.outer), static_cast<int32_t>(c.src_outer), static_cast<int32_t>(c.dst_outer)});
+  };
+  auto extend = [&](Open& cur, uint64_t sl, int64_t stride, uint64_t dl, uint64_t count) {
     if (cur.outer == 1 && dl == cur.dst_local + cur.count) {
       // Continues the row.
       const int64_t step = static_cast<int64_t>(sl) - static_cast<int64_t>(cur.src_local);
@@ -100,7 +126,7 @@ void copy_view(Graph& g, uint32_t ex, const View& src_in, const View& dst_in) {
   auto emit = [&](uint32_t st, uint64_t sl, int64_t stride, uint32_t dt, uint64_t dl, uint64_t count) {
     // Most recently extended last.
     for (size_t i = n_open; i-- > 0;) {
-      Copy& cur = slots[order[i]];
+      Open& cur = slots[order[i]];
       if (cur.src_tile != st || cur.dst_tile != dt) continue;
       if (!extend(cur, sl, stride, dl, count)) continue;
       if (i + 1 != n_open) std::rotate(order + i, order + i + 1, order + n_open);
@@ -109,13 +135,13 @@ void copy_view(Graph& g, uint32_t ex, const View& src_in, const View& dst_in) {
     uint8_t slot;
     if (n_open == kOpen) {
       slot = order[0];
-      out.push_back(slots[slot]);
+      close(slots[slot]);
       std::rotate(order, order + 1, order + n_open);
     } else {
       slot = static_cast<uint8_t>(n_open++);
     }
     order[n_open - 1] = slot;
-    slots[slot] = Copy{src.var, st, sl, count == 1 ? 1 : stride, dst.var, dt, dl, count};
+    slots[slot] = Open{st, dt, sl, count == 1 ? 1 : stride, dl, count, 1, 0, 0};
   };
   for (uint64_t r = 0; r < rows; ++r) {
     uint64_t i = 0;
@@ -156,7 +182,7 @@ void copy_view(Graph& g, uint32_t ex, const View& src_in, const View& dst_in) {
       idx[d] = 0;
     }
   }
-  for (size_t i = 0; i < n_open; ++i) out.push_back(slots[order[i]]);
+  for (size_t i = 0; i < n_open; ++i) close(slots[order[i]]);
 }
 
 View broadcast_view(const Tensor& t, const Shape& shape) {

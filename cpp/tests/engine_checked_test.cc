@@ -192,7 +192,17 @@ std::shared_ptr<Executable> hand_copy(const Copy& proto) {
 
 Copy pattern(uint64_t src_local, int64_t stride, uint64_t dst_local, uint64_t count, uint64_t outer = 1,
              int64_t src_outer = 0, int64_t dst_outer = 0) {
-  return Copy{0, 0, src_local, stride, 0, 0, dst_local, count, outer, src_outer, dst_outer};
+  return Copy{0,
+              0,
+              static_cast<uint32_t>(src_local),
+              static_cast<int32_t>(stride),
+              0,
+              0,
+              static_cast<uint32_t>(dst_local),
+              static_cast<uint32_t>(count),
+              static_cast<uint32_t>(outer),
+              static_cast<int32_t>(src_outer),
+              static_cast<int32_t>(dst_outer)};
 }
 
 TEST(EngineChecked, CopiesOutsideTheirSlicesAreCaught) {

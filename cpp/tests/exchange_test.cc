@@ -479,6 +479,30 @@ TEST(Exchange, CopyViewChecksShapesAndTypes) {
   EXPECT_TRUE(g.exchange(ex).copies.empty());
 }
 
+// Copy descriptors hold tile-local indices in 32 bits: a view reaching past
+// element 2^32 of one tile's share (more than any tile holds) is reported as
+// out of memory, not truncated; one just below the limit is copied exactly.
+TEST(Exchange, TileLocalIndicesBeyondThirtyTwoBitsAreOutOfMemory) {
+  Graph g(tiny(2), 1);
+  const uint64_t big = (uint64_t{1} << 32) + 16;
+  Tensor x = g.add_variable("x", kBool, {big}, VarKind::kIntermediate, 0);
+  Tensor y = g.add_variable("y", kBool, {4}, VarKind::kIntermediate, 0);
+  g.map_to_tile(x.var, 0);
+  g.map_to_tile(y.var, 1);
+  uint32_t ex = g.add_exchange("e");
+  View below{x.var, static_cast<int64_t>(UINT32_MAX) - 3, {4}, {1}};
+  copy_view(g, ex, below, View::of(y));
+  ASSERT_EQ(g.exchange(ex).copies.size(), 1u);
+  EXPECT_EQ(g.exchange(ex).copies[0].src_local, UINT32_MAX - 3);
+  EXPECT_EQ(g.exchange(ex).copies[0].count, 4u);
+  View across{x.var, static_cast<int64_t>(UINT32_MAX) - 2, {4}, {1}};
+  EXPECT_NX_ERROR(kOutOfMemory, copy_view(g, ex, across, View::of(y)), "'x'", "tile 0", "2^32");
+  // Both elements inside 32 bits, their distance not.
+  View strided{x.var, 0, {2}, {static_cast<int64_t>(1) << 31}};
+  EXPECT_NX_ERROR(kOutOfMemory, copy_view(g, ex, strided, View{y.var, 0, {2}, {1}}), "'x'");
+  EXPECT_EQ(g.exchange(ex).copies.size(), 1u);
+}
+
 TEST(Exchange, GatherLikeTakesTheMappingOfItsModel) {
   std::mt19937 rng(6);
   auto g = std::make_unique<Graph>(tiny(4), 1);

@@ -230,7 +230,7 @@ inline std::vector<std::pair<int64_t, int64_t>> copy_pairs(const Copy& c) {
   return out;
 }
 
-inline uint64_t copy_elements(const Copy& c) { return c.count * c.outer; }
+inline uint64_t copy_elements(const Copy& c) { return static_cast<uint64_t>(c.count) * c.outer; }
 
 // First and last program step (of the executable's program) that touches
 // each variable, derived from the steps themselves; constants live throughout.

@@ -198,21 +198,21 @@ struct ComputeSet {
 // source's tile-local order (0 repeats one element) and destinations are
 // contiguous; successive rows start `src_outer` / `dst_outer` elements further
 // on. One descriptor per such 2-D pattern, as the exchange's strided sends.
+// Tile-local indices and their differences fit 32 bits (copy_view fails with
+// kOutOfMemory for a variable holding more elements on one tile): a large
+// model has millions of these.
 struct Copy {
   VarId src;
   uint32_t src_tile;
-  uint64_t src_local;
-  int64_t src_stride;
+  uint32_t src_local;
+  int32_t src_stride;
   VarId dst;
   uint32_t dst_tile;
-  uint64_t dst_local;
-  uint64_t count;
-  uint64_t outer = 1;
-  int64_t src_outer = 0;
-  int64_t dst_outer = 0;
-  // Set by the compiler.
-  uint64_t src_byte = 0;
-  uint64_t dst_byte = 0;
+  uint32_t dst_local;
+  uint32_t count;
+  uint32_t outer = 1;
+  int32_t src_outer = 0;
+  int32_t dst_outer = 0;
 };
 
 struct Exchange {
