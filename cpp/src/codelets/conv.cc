@@ -114,7 +114,7 @@ void ConvVertex::compute(uint8_t* mem) const {
   const uint32_t k = s.cin * s.kh * s.kw;
   const uint32_t p = s.rows * s.out_w;
   if (s.cout == 0 || p == 0) return;
-  thread_local std::vector<float> win, col, wts, acc, tmp;
+  thread_local std::vector<float> win, wts, acc, tmp;
   // Input window as float. One received in pieces (receive aliases from
   // several senders) that the product reads in place is read a channel at a
   // time where each channel is, unless a channel straddles two pieces;
@@ -163,8 +163,6 @@ void ConvVertex::compute(uint8_t* mem) const {
     w_f = wts.data();
     ldw = k;
   }
-  // Where acc holds output (co, r, wo): acc[co * acc_co + r * acc_row + wo].
-  size_t acc_co = p, acc_row = s.out_w;
   // With float partials, no im2col: the padded input window is split into
   // sh x sw phases (rows i*sh + ph, columns j*sw + pc of the padded window),
   // so that tap (a, b) of output (r, wo) reads phase ((a*dh) % sh, (b*dw) % sw)
@@ -172,100 +170,111 @@ void ConvVertex::compute(uint8_t* mem) const {
   // phase plane. Each tap is then one product of the weights' (a, b) slice
   // with that view, accumulated over taps; columns wo >= out_w of each row are
   // computed and dropped.
-  // (Few input channels make each tap's product too thin: im2col then.)
-  // With half partials the sum runs over k = (ci, a, b) in chunks of the AMP
-  // depth: each row of that product is again a shifted view of a phase
-  // plane, read through a table of row pointers (the same sums, in the same
-  // order, as a product with im2col's packed panels).
+  // Few input channels make each tap's product too thin: the sum then runs
+  // over k = (ci, a, b) in one product whose rows are again shifted views of
+  // phase planes, read through a table of row pointers (the same sums, in the
+  // same order, as a product with im2col's packed panels). With half partials
+  // it always does, in chunks of the AMP depth.
   const bool half_rows = partials_ == DeviceType::kFloat16;
-  if (half_rows || (partials_ == DeviceType::kFloat32 && (s.cin >= 8 || s.kh * s.kw == 1))) {
-    const uint32_t wq = s.out_w + (s.kw - 1) * s.dw / s.sw + 1;  // phase row width
-    const uint32_t rq = s.rows + (s.kh - 1) * s.dh / s.sh + 1;   // phase rows
-    const uint32_t plane = rq * wq;
-    const uint32_t phases = s.sh * s.sw;
-    // Slack after the last plane: the products read whole panels past each row.
-    const size_t slack = static_cast<size_t>(wq) + 64;
-    thread_local std::vector<float> ph;
-    // Input row of padded row 0, and input column of padded column 0.
-    const int32_t first_row = static_cast<int32_t>(s.ho0 * s.sh) - s.pad_top;
-    const int32_t first_col = -s.pad_left;
-    // A 1x1 stride-1 window without padding is its own (only) phase plane
-    // (in_place, above).
-    const uint32_t in_plane = in_place ? s.in_rows * s.in_w : plane;
-    if (!in_place) {
-      ph.resize(static_cast<size_t>(phases) * s.cin * plane + slack);
-      for (uint32_t py = 0; py < s.sh; ++py)
-        for (uint32_t px = 0; px < s.sw; ++px) {
-          // Columns j of this phase with 0 <= first_col + j*sw + px < in_w.
-          const int32_t sw = static_cast<int32_t>(s.sw), in_w = static_cast<int32_t>(s.in_w);
-          const int32_t c0 = first_col + static_cast<int32_t>(px);
-          int32_t j_lo = c0 >= 0 ? 0 : (-c0 + sw - 1) / sw;
-          int32_t j_hi = in_w - c0 <= 0 ? 0 : (in_w - c0 + sw - 1) / sw;
-          j_lo = std::min<int32_t>(j_lo, static_cast<int32_t>(wq));
-          j_hi = std::clamp<int32_t>(j_hi, j_lo, static_cast<int32_t>(wq));
-          const size_t run = static_cast<size_t>(j_hi - j_lo);
-          for (uint32_t i = 0; i < rq; ++i) {
-            // Input row of phase row i, local to the window; rows outside the
-            // image (padding) or past the window (never read) are zeros.
-            const int32_t hi_row = first_row + static_cast<int32_t>(i * s.sh + py);
-            const int32_t local = hi_row - s.hi0;
-            const bool zero = hi_row < 0 || hi_row >= static_cast<int32_t>(s.in_h) || local < 0 ||
-                              local >= static_cast<int32_t>(s.in_rows);
-            for (uint32_t ci = 0; ci < s.cin; ++ci) {
-              float* row = ph.data() + ((static_cast<size_t>(py * s.sw + px) * s.cin + ci) * rq + i) * wq;
-              if (zero) {
-                std::fill(row, row + wq, 0.0f);
-                continue;
-              }
-              const float* src = in_f + (static_cast<size_t>(ci) * s.in_rows + local) * s.in_w + c0;
-              std::fill(row, row + j_lo, 0.0f);
-              if (s.sw == 1) {
-                std::memcpy(row + j_lo, src + j_lo, run * sizeof(float));
-              } else {
-                gather_strided(row + j_lo, src + static_cast<ptrdiff_t>(j_lo) * sw, run, static_cast<size_t>(sw));
-              }
-              std::fill(row + j_hi, row + wq, 0.0f);
-            }
+  const bool by_tap = !half_rows && (s.cin >= 8 || s.kh * s.kw == 1);
+  const uint32_t wq = s.out_w + (s.kw - 1) * s.dw / s.sw + 1;  // phase row width
+  const uint32_t rq = s.rows + (s.kh - 1) * s.dh / s.sh + 1;   // phase rows
+  const uint32_t plane = rq * wq;
+  const uint32_t phases = s.sh * s.sw;
+  // Slack after the last plane: the products read whole panels past each row.
+  const size_t slack = static_cast<size_t>(wq) + 64;
+  thread_local std::vector<float> ph;
+  // Input row of padded row 0, and input column of padded column 0.
+  const int32_t first_row = static_cast<int32_t>(s.ho0 * s.sh) - s.pad_top;
+  const int32_t first_col = -s.pad_left;
+  // A 1x1 stride-1 window without padding is its own (only) phase plane
+  // (in_place, above).
+  const uint32_t in_plane = in_place ? s.in_rows * s.in_w : plane;
+  if (!in_place) {
+    ph.resize(static_cast<size_t>(phases) * s.cin * plane + slack);
+    // Only the phases some tap reads are built (a 1x1 stride-2 window reads
+    // one of four). Each is zeroed whole, then its rows inside the image
+    // and the window written: padding stays zero.
+    thread_local std::vector<uint8_t> used;
+    used.assign(phases, 0);
+    for (uint32_t a = 0; a < s.kh; ++a)
+      for (uint32_t bb = 0; bb < s.kw; ++bb) used[((a * s.dh) % s.sh) * s.sw + (bb * s.dw) % s.sw] = 1;
+    for (uint32_t py = 0; py < s.sh; ++py)
+      for (uint32_t px = 0; px < s.sw; ++px) {
+        if (!used[py * s.sw + px]) continue;
+        float* phase = ph.data() + static_cast<size_t>(py * s.sw + px) * s.cin * plane;
+        std::memset(phase, 0, static_cast<size_t>(s.cin) * plane * sizeof(float));
+        // Columns j of this phase with 0 <= first_col + j*sw + px < in_w.
+        const int32_t sw = static_cast<int32_t>(s.sw), in_w = static_cast<int32_t>(s.in_w);
+        const int32_t c0 = first_col + static_cast<int32_t>(px);
+        int32_t j_lo = c0 >= 0 ? 0 : (-c0 + sw - 1) / sw;
+        int32_t j_hi = in_w - c0 <= 0 ? 0 : (in_w - c0 + sw - 1) / sw;
+        j_lo = std::min<int32_t>(j_lo, static_cast<int32_t>(wq));
+        j_hi = std::clamp<int32_t>(j_hi, j_lo, static_cast<int32_t>(wq));
+        const size_t run = static_cast<size_t>(j_hi - j_lo);
+        if (run == 0) continue;
+        for (uint32_t i = 0; i < rq; ++i) {
+          // Input row of phase row i, local to the window; rows outside the
+          // image (padding) or past the window (never read) stay zero.
+          const int32_t hi_row = first_row + static_cast<int32_t>(i * s.sh + py);
+          const int32_t local = hi_row - s.hi0;
+          if (hi_row < 0 || hi_row >= static_cast<int32_t>(s.in_h) || local < 0 ||
+              local >= static_cast<int32_t>(s.in_rows))
+            continue;
+          const float* src = in_f + static_cast<size_t>(local) * s.in_w + c0 + static_cast<ptrdiff_t>(j_lo) * sw;
+          float* row = phase + static_cast<size_t>(i) * wq + j_lo;
+          const size_t src_chan = static_cast<size_t>(s.in_rows) * s.in_w;
+          if (s.sw == 1) {
+            for (uint32_t ci = 0; ci < s.cin; ++ci, src += src_chan, row += plane) std::memcpy(row, src, run * sizeof(float));
+          } else {
+            for (uint32_t ci = 0; ci < s.cin; ++ci, src += src_chan, row += plane)
+              gather_strided(row, src, run, static_cast<size_t>(sw));
           }
         }
-      std::fill(ph.end() - static_cast<std::ptrdiff_t>(slack), ph.end(), 0.0f);
-    }
-    const uint32_t row_w = in_place ? s.in_w : wq;
-    const uint32_t n = s.rows * row_w;
-    if (in_place && out_dtype_ == DeviceType::kFloat32) {
-      // Rows hold no dropped columns: the product goes straight to the output.
-      float* out = reinterpret_cast<float*>(mem + out_.address);
-      if (by_channel)
-        gemm_f32_rows(w_f, ldw, chans.data(), out, s.cout, n, s.cin, s.ld_out, false);
-      else
-        gemm_f32_strided(w_f, ldw, 1, in_f, in_plane, out, s.cout, n, s.cin, s.ld_out, false, false);
-      if (has_bias_)
-        for (uint32_t co = 0; co < s.cout; ++co) {
-          const float bv = static_cast<float>(load_element(mem + bias_.address, bias_dtype_, co));
-          float* o = out + static_cast<size_t>(co) * s.ld_out;
-          for (uint32_t i = 0; i < n; ++i) o[i] += bv;
+      }
+    std::fill(ph.end() - static_cast<std::ptrdiff_t>(slack), ph.end(), 0.0f);
+  }
+  const uint32_t row_w = in_place ? s.in_w : wq;
+  const uint32_t n = s.rows * row_w;
+  if (in_place && out_dtype_ == DeviceType::kFloat32) {
+    // Rows hold no dropped columns: the product goes straight to the output.
+    float* out = reinterpret_cast<float*>(mem + out_.address);
+    if (by_channel)
+      gemm_f32_rows(w_f, ldw, chans.data(), out, s.cout, n, s.cin, s.ld_out, false);
+    else
+      gemm_f32_strided(w_f, ldw, 1, in_f, in_plane, out, s.cout, n, s.cin, s.ld_out, false, false);
+    if (has_bias_)
+      for (uint32_t co = 0; co < s.cout; ++co) {
+        const float bv = static_cast<float>(load_element(mem + bias_.address, bias_dtype_, co));
+        float* o = out + static_cast<size_t>(co) * s.ld_out;
+        for (uint32_t i = 0; i < n; ++i) o[i] += bv;
+      }
+    return;
+  }
+  acc.resize(static_cast<size_t>(s.cout) * n);
+  const uint32_t khw = s.kh * s.kw;
+  if (!by_tap) {
+    thread_local std::vector<const float*> rows;
+    rows.resize(k);
+    for (uint32_t ci = 0; ci < s.cin; ++ci)
+      for (uint32_t a = 0; a < s.kh; ++a)
+        for (uint32_t bb = 0; bb < s.kw; ++bb) {
+          const uint32_t ra = a * s.dh, cb = bb * s.dw;
+          rows[(ci * s.kh + a) * s.kw + bb] =
+              ph.data() + (static_cast<size_t>((ra % s.sh) * s.sw + cb % s.sw) * s.cin + ci) * plane +
+              static_cast<size_t>(ra / s.sh) * wq + cb / s.sw;
         }
-      return;
-    }
-    acc.resize(static_cast<size_t>(s.cout) * n);
-    const uint32_t khw = s.kh * s.kw;
-    if (half_rows) {
-      thread_local std::vector<const float*> rows;
-      rows.resize(k);
-      for (uint32_t ci = 0; ci < s.cin; ++ci)
-        for (uint32_t a = 0; a < s.kh; ++a)
-          for (uint32_t bb = 0; bb < s.kw; ++bb) {
-            const uint32_t ra = a * s.dh, cb = bb * s.dw;
-            rows[(ci * s.kh + a) * s.kw + bb] =
-                ph.data() + (static_cast<size_t>((ra % s.sh) * s.sw + cb % s.sw) * s.cin + ci) * plane +
-                static_cast<size_t>(ra / s.sh) * wq + cb / s.sw;
-          }
+    // The planes have slack: the product reads whole panels.
+    if (!half_rows) {
+      gemm_f32_rows(w_f, ldw, rows.data(), acc.data(), s.cout, n, k, n, true);
+    } else {
       NX_CHECK(has_scale_ || !is_float8(in_dtype_), "float8 conv vertex without its scale");
       const float scale = operand_scale(mem, has_scale_, scale_a_, scale_b_);
       sum_in_half_partials(acc, tmp, k, amp_depth(in_dtype_), scale, [&](uint32_t k0, uint32_t kc, float* out) {
-        gemm_f32_rows(w_f + k0, ldw, rows.data() + k0, out, s.cout, n, kc, n, true);  // planes have slack
+        gemm_f32_rows(w_f + k0, ldw, rows.data() + k0, out, s.cout, n, kc, n, true);
       });
-    } else {
+    }
+  } else {
     for (uint32_t a = 0; a < s.kh; ++a)
       for (uint32_t bb = 0; bb < s.kw; ++bb) {
         const uint32_t tap = a * s.kw + bb;
@@ -278,71 +287,9 @@ void ConvVertex::compute(uint8_t* mem) const {
         else
           gemm_f32_strided(w_f + tap, ldw, khw, base, in_plane, acc.data(), s.cout, n, s.cin, n, tap > 0, !in_place);
       }
-    }
-    // Valid columns are acc[co][r * row_w + wo], wo < out_w.
-    acc_co = n;
-    acc_row = row_w;
-  } else {
-  // im2col straight into the product's packed panels: B[k][p] with
-  // k = (ci, a, b) and p = (r, wo); padding stays zero.
-  const uint32_t panel = gemm_panel(p);
-  col.assign(gemm_packed_size(panel, k, p), 0.0f);
-  float* packed = col.data();
-  // Writes `len` values (or copies of nothing: zeros already there) at (kr, j0..).
-  auto put = [&](uint32_t kr, uint32_t j0, const float* src, uint32_t len, uint32_t stride) {
-    while (len) {
-      const uint32_t in_panel = std::min(len, panel - j0 % panel);
-      float* d = packed + gemm_packed_index(panel, k, kr, j0);
-      if (stride == 1) {
-        std::memcpy(d, src, in_panel * sizeof(float));
-      } else {
-        for (uint32_t i = 0; i < in_panel; ++i) d[i] = src[static_cast<size_t>(i) * stride];
-      }
-      src += static_cast<size_t>(in_panel) * stride;
-      j0 += in_panel;
-      len -= in_panel;
-    }
-  };
-  const bool direct = s.kh == 1 && s.kw == 1 && s.sh == 1 && s.sw == 1 && s.pad_top == 0 && s.pad_left == 0 &&
-                      s.in_w == s.out_w && s.hi0 == static_cast<int32_t>(s.ho0) && s.in_rows == s.rows;
-  if (direct) {
-    for (uint32_t ci = 0; ci < s.cin; ++ci) put(ci, 0, in_f + static_cast<size_t>(ci) * p, p, 1);
-  } else {
-    for (uint32_t ci = 0; ci < s.cin; ++ci)
-      for (uint32_t a = 0; a < s.kh; ++a)
-        for (uint32_t bb = 0; bb < s.kw; ++bb) {
-          const uint32_t kr = (ci * s.kh + a) * s.kw + bb;
-          const int32_t shift = static_cast<int32_t>(bb * s.dw) - s.pad_left;
-          // Output columns whose input column lies inside the row.
-          int32_t lo = 0, hi = static_cast<int32_t>(s.out_w);
-          if (shift < 0) lo = std::min<int32_t>(hi, (-shift + static_cast<int32_t>(s.sw) - 1) / static_cast<int32_t>(s.sw));
-          {
-            const int32_t last = static_cast<int32_t>(s.in_w) - 1 - shift;  // wo*sw <= last
-            hi = last < 0 ? 0 : std::min<int32_t>(hi, last / static_cast<int32_t>(s.sw) + 1);
-          }
-          if (lo >= hi) continue;
-          for (uint32_t r = 0; r < s.rows; ++r) {
-            const int32_t hi_row = static_cast<int32_t>((s.ho0 + r) * s.sh + a * s.dh) - s.pad_top;
-            if (hi_row < 0 || hi_row >= static_cast<int32_t>(s.in_h)) continue;
-            const int32_t local = hi_row - s.hi0;
-            NX_CHECK(local >= 0 && local < static_cast<int32_t>(s.in_rows), "conv window misses an input row");
-            const float* src = in_f + (static_cast<size_t>(ci) * s.in_rows + local) * s.in_w;
-            put(kr, r * s.out_w + lo, src + lo * static_cast<int32_t>(s.sw) + shift, hi - lo, s.sw);
-          }
-        }
   }
-  // C[cout][p] = W . B, then bias and conversion.
-  acc.resize(static_cast<size_t>(s.cout) * p);
-  if (partials_ == DeviceType::kFloat32) {
-    gemm_f32_packed(panel, w_f, ldw, packed, k, acc.data(), s.cout, p, k, p, false);
-  } else {
-    NX_CHECK(has_scale_ || !is_float8(in_dtype_), "float8 conv vertex without its scale");
-    const float scale = operand_scale(mem, has_scale_, scale_a_, scale_b_);
-    sum_in_half_partials(acc, tmp, k, amp_depth(in_dtype_), scale, [&](uint32_t k0, uint32_t kc, float* out) {
-      gemm_f32_packed(panel, w_f + k0, ldw, packed + static_cast<size_t>(k0) * panel, k, out, s.cout, p, kc, p, false);
-    });
-  }
-  }
+  // Valid columns are acc[co][r * row_w + wo], wo < out_w.
+  const size_t acc_co = n, acc_row = row_w;
   // Store rows of out_w valid outputs (plus the bias), converting to the
   // output type.
   uint8_t* out = mem + out_.address;
