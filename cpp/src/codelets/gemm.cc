@@ -71,6 +71,7 @@ inline void store_tail(float* p, V v, uint32_t n, bool accumulate) {
 template <typename V, uint32_t MR>
 inline void store_block(const V* acc0, const V* acc1, float* __restrict c, uint32_t ldc, uint32_t nr, bool accumulate) {
   constexpr uint32_t VW = sizeof(V) / sizeof(float), NR = 2 * VW;
+#pragma GCC unroll 16
   for (uint32_t r = 0; r < MR; ++r) {
     float* cr = c + r * static_cast<size_t>(ldc);
     if (nr == NR) {
@@ -99,6 +100,7 @@ void micro(const float* __restrict a, uint32_t lda, uint32_t ak_arg, const float
   const uint32_t pld = PACKED ? NR : pld_arg;
   const uint32_t ak = PACKED ? 1 : ak_arg;
   V acc0[MR], acc1[MR];
+#pragma GCC unroll 16
   for (uint32_t r = 0; r < MR; ++r) {
     acc0[r] = V{};
     acc1[r] = V{};
@@ -123,6 +125,7 @@ void micro_rows(const float* __restrict a, uint32_t lda, const float* const* __r
                 float* __restrict c, uint32_t ldc, uint32_t nr) {
   constexpr uint32_t VW = sizeof(V) / sizeof(float);
   V acc0[MR], acc1[MR];
+#pragma GCC unroll 16
   for (uint32_t r = 0; r < MR; ++r) {
     acc0[r] = V{};
     acc1[r] = V{};
