@@ -44,6 +44,30 @@ void gather_strided(float* __restrict dst, const float* __restrict src, size_t n
   for (size_t j = 0; j < n; ++j) dst[j] = src[j * stride];
 }
 
+// dst[j] = src[j] (+ bias, when `add`) for j < n: nothing outside either
+// row is touched (masked last step where the build has AVX-512).
+void store_row(float* __restrict dst, const float* __restrict src, size_t n, bool add, float bias) {
+#if defined(__AVX512F__)
+  const __m512 b = _mm512_set1_ps(bias);
+  size_t j = 0;
+  for (; j + 16 <= n; j += 16) {
+    const __m512 x = _mm512_loadu_ps(src + j);
+    _mm512_storeu_ps(dst + j, add ? _mm512_add_ps(x, b) : x);
+  }
+  if (j < n) {
+    const __mmask16 m = static_cast<__mmask16>((1u << (n - j)) - 1);
+    const __m512 x = _mm512_maskz_loadu_ps(m, src + j);
+    _mm512_mask_storeu_ps(dst + j, m, add ? _mm512_add_ps(x, b) : x);
+  }
+#else
+  if (add) {
+    for (size_t j = 0; j < n; ++j) dst[j] = src[j] + bias;
+  } else {
+    std::memcpy(dst, src, n * sizeof(float));
+  }
+#endif
+}
+
 }  // namespace
 
 ConvVertex::ConvVertex(uint32_t tile_, Field in, Field weights, Field out, ConvWindow shape, DeviceType in_dtype,
@@ -294,6 +318,16 @@ void ConvVertex::compute(uint8_t* mem) const {
   // output type.
   uint8_t* out = mem + out_.address;
   const size_t es = device_type_size(out_dtype_);
+  if (out_dtype_ == DeviceType::kFloat32 && partials_ == DeviceType::kFloat32) {
+    // Short rows: copied (or added to the bias) inline, not a call per row.
+    for (uint32_t co = 0; co < s.cout; ++co) {
+      const float bv = has_bias_ ? static_cast<float>(load_element(mem + bias_.address, bias_dtype_, co)) : 0.0f;
+      for (uint32_t r = 0; r < s.rows; ++r)
+        store_row(reinterpret_cast<float*>(out) + static_cast<size_t>(co) * s.ld_out + static_cast<size_t>(r) * s.out_w,
+                  acc.data() + static_cast<size_t>(co) * acc_co + static_cast<size_t>(r) * acc_row, s.out_w, has_bias_, bv);
+    }
+    return;
+  }
   thread_local std::vector<float> row_buf;
   row_buf.resize(s.out_w);
   for (uint32_t co = 0; co < s.cout; ++co) {
