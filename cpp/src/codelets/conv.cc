@@ -201,11 +201,14 @@ void ConvVertex::compute(uint8_t* mem) const {
   // it always does, in chunks of the AMP depth.
   const bool half_rows = partials_ == DeviceType::kFloat16;
   const bool by_tap = !half_rows && (s.cin >= 8 || s.kh * s.kw == 1);
-  const uint32_t wq = s.out_w + (s.kw - 1) * s.dw / s.sw + 1;  // phase row width
-  const uint32_t rq = s.rows + (s.kh - 1) * s.dh / s.sh + 1;   // phase rows
+  // Phase rows and their width: what the taps of the outputs read, no more
+  // (the products' columns are rows x wq, padded to whole panels).
+  const uint32_t wq = s.out_w + (s.kw - 1) * s.dw / s.sw;
+  const uint32_t rq = s.rows + (s.kh - 1) * s.dh / s.sh;
   const uint32_t plane = rq * wq;
   const uint32_t phases = s.sh * s.sw;
-  // Slack after the last plane: the products read whole panels past each row.
+  // Slack after the last plane: the products read whole panels past each
+  // row (into the next plane, values landing in dropped columns only).
   const size_t slack = static_cast<size_t>(wq) + 64;
   thread_local std::vector<float> ph;
   // Input row of padded row 0, and input column of padded column 0.
