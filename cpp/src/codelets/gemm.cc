@@ -67,6 +67,33 @@ inline void store_tail(float* p, V v, uint32_t n, bool accumulate) {
   for (uint32_t j = 0; j < n; ++j) p[j] = accumulate ? p[j] + tmp[j] : tmp[j];
 }
 
+// dst[0, 2 * width) = the first n (< 2 * width) floats at src, then zeros;
+// nothing past them is read (masked loads where the build has them): one
+// row of a partial last panel, copied whole.
+template <typename V>
+inline void pack_tail(float* dst, const float* src, uint32_t n) {
+  constexpr uint32_t VW = sizeof(V) / sizeof(float);
+  const uint32_t n0 = std::min(n, VW), n1 = n > VW ? n - VW : 0;
+#if defined(__AVX512F__)
+  if constexpr (VW == 16) {
+    _mm512_storeu_ps(dst, _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << n0) - 1), src));
+    _mm512_storeu_ps(dst + VW, _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << n1) - 1), src + VW));
+    return;
+  }
+#endif
+#if defined(__AVX2__)
+  if constexpr (VW == 8) {
+    alignas(32) static constexpr int32_t kLanes[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
+    _mm256_storeu_ps(dst, _mm256_maskload_ps(src, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kLanes + 8 - n0))));
+    _mm256_storeu_ps(dst + VW,
+                     _mm256_maskload_ps(src + VW, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kLanes + 8 - n1))));
+    return;
+  }
+#endif
+  std::memcpy(dst, src, n * sizeof(float));
+  std::fill(dst + n, dst + 2 * VW, 0.0f);
+}
+
 // C[MR x NR] (+)= the accumulators (two vectors per row), `nr` valid columns.
 template <typename V, uint32_t MR>
 inline void store_block(const V* acc0, const V* acc1, float* __restrict c, uint32_t ldc, uint32_t nr, bool accumulate) {
@@ -169,10 +196,10 @@ void run_rows(const float* a, uint32_t lda, const float* const* rows, float* c, 
   thread_local std::vector<float> last;
   thread_local std::vector<const float*> last_rows;
   if (tail) {
-    last.assign(static_cast<size_t>(k) * NR, 0.0f);
+    last.resize(static_cast<size_t>(k) * NR);
     last_rows.resize(k);
     for (uint32_t kk = 0; kk < k; ++kk) {
-      std::memcpy(last.data() + static_cast<size_t>(kk) * NR, rows[kk] + full * NR, tail * sizeof(float));
+      pack_tail<V>(last.data() + static_cast<size_t>(kk) * NR, rows[kk] + full * NR, tail);
       last_rows[kk] = last.data() + static_cast<size_t>(kk) * NR;
     }
   }
@@ -230,10 +257,9 @@ void run_strided(const float* a, uint32_t lda, uint32_t ak, const float* b, uint
   const uint32_t tail = readable_tail ? 0 : n - full * NR;
   thread_local std::vector<float> last;
   if (tail) {
-    last.assign(static_cast<size_t>(k) * NR, 0.0f);
+    last.resize(static_cast<size_t>(k) * NR);
     for (uint32_t kk = 0; kk < k; ++kk)
-      std::memcpy(last.data() + static_cast<size_t>(kk) * NR, b + static_cast<size_t>(kk) * ldb + full * NR,
-                  tail * sizeof(float));
+      pack_tail<V>(last.data() + static_cast<size_t>(kk) * NR, b + static_cast<size_t>(kk) * ldb + full * NR, tail);
   }
   for (uint32_t i0 = 0; i0 < m; i0 += kMR) {
     const uint32_t mr = std::min(kMR, m - i0);
