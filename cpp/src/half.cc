@@ -2,10 +2,20 @@
 
 #include "neurenix/stochastic_rounding.h"
 
+// GCC 12 reports the AVX-512 conversion intrinsics' own placeholder
+// operands as maybe uninitialized (a false positive in its headers).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
 namespace neurenix {
 
 void half_to_float_n(const half_bits* src, float* dst, size_t n) {
   size_t i = 0;
+#if defined(__AVX512F__)
+  for (; i + 16 <= n; i += 16)
+    _mm512_storeu_ps(dst + i, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i))));
+#endif
 #if defined(__F16C__) && defined(__AVX__)
   for (; i + 8 <= n; i += 8) {
     __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
@@ -21,6 +31,11 @@ void float_to_half_n(const float* src, half_bits* dst, size_t n) {
     return;
   }
   size_t i = 0;
+#if defined(__AVX512F__)
+  for (; i + 16 <= n; i += 16)
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i),
+                        _mm512_cvtps_ph(_mm512_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+#endif
 #if defined(__F16C__) && defined(__AVX__)
   for (; i + 8 <= n; i += 8) {
     __m256 f = _mm256_loadu_ps(src + i);
@@ -36,6 +51,10 @@ void round_to_half_n(float* x, size_t n) {
     return;
   }
   size_t i = 0;
+#if defined(__AVX512F__)
+  for (; i + 16 <= n; i += 16)
+    _mm512_storeu_ps(x + i, _mm512_cvtph_ps(_mm512_cvtps_ph(_mm512_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)));
+#endif
 #if defined(__F16C__) && defined(__AVX__)
   for (; i + 8 <= n; i += 8) {
     const __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT);
@@ -55,9 +74,22 @@ void add_rounded_to_half(float* acc, float* part, size_t n, float scale) {
     return;
   }
   size_t i = 0;
+  const bool scaled = scale != 1.0f;
+#if defined(__AVX512F__)
+  {
+    constexpr int kRound = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+    const __m512 sv = _mm512_set1_ps(scale);
+    for (; i + 16 <= n; i += 16) {
+      __m512 t = _mm512_loadu_ps(part + i);
+      if (scaled) t = _mm512_mul_ps(t, sv);
+      t = _mm512_cvtph_ps(_mm512_cvtps_ph(t, kRound));
+      const __m512 a = _mm512_add_ps(_mm512_loadu_ps(acc + i), t);
+      _mm512_storeu_ps(acc + i, _mm512_cvtph_ps(_mm512_cvtps_ph(a, kRound)));
+    }
+  }
+#endif
 #if defined(__F16C__) && defined(__AVX__)
   const __m256 sv = _mm256_set1_ps(scale);
-  const bool scaled = scale != 1.0f;
   for (; i + 8 <= n; i += 8) {
     __m256 t = _mm256_loadu_ps(part + i);
     if (scaled) t = _mm256_mul_ps(t, sv);

@@ -181,9 +181,13 @@ void ConvVertex::compute(uint8_t* mem) const {
     w_f = reinterpret_cast<const float*>(mem + w_.address);
   } else {
     wts.resize(static_cast<size_t>(s.cout) * k);
-    for (uint32_t co = 0; co < s.cout; ++co)
-      load_floats(mem + w_.address + static_cast<size_t>(co) * s.ldw * device_type_size(in_dtype_), in_dtype_,
-                  wts.data() + static_cast<size_t>(co) * k, k);
+    if (s.ldw == k) {  // one conversion of the whole block
+      load_floats(mem + w_.address, in_dtype_, wts.data(), static_cast<size_t>(s.cout) * k);
+    } else {
+      for (uint32_t co = 0; co < s.cout; ++co)
+        load_floats(mem + w_.address + static_cast<size_t>(co) * s.ldw * device_type_size(in_dtype_), in_dtype_,
+                    wts.data() + static_cast<size_t>(co) * k, k);
+    }
     w_f = wts.data();
     ldw = k;
   }

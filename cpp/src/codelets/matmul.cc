@@ -21,12 +21,20 @@ namespace {
 // Widens a row-major block (rows x cols, leading dimension ld) to packed floats.
 void load_block(const uint8_t* p, DeviceType dtype, uint32_t rows, uint32_t cols, uint32_t ld, float* dst) {
   const size_t es = device_type_size(dtype);
+  if (ld == cols) {  // contiguous rows: one conversion
+    load_floats(p, dtype, dst, static_cast<size_t>(rows) * cols);
+    return;
+  }
   for (uint32_t r = 0; r < rows; ++r)
     load_floats(p + static_cast<size_t>(r) * ld * es, dtype, dst + static_cast<size_t>(r) * cols, cols);
 }
 
 void store_block(const float* src, uint32_t rows, uint32_t cols, uint8_t* p, DeviceType dtype, uint32_t ld) {
   const size_t es = device_type_size(dtype);
+  if (ld == cols) {  // contiguous rows: one conversion
+    store_floats(src, dtype, p, static_cast<size_t>(rows) * cols);
+    return;
+  }
   for (uint32_t r = 0; r < rows; ++r)
     store_floats(src + static_cast<size_t>(r) * cols, dtype, p + static_cast<size_t>(r) * ld * es, cols);
 }
