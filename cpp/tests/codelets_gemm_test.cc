@@ -80,4 +80,48 @@ TEST(Gemm, RowsThroughPointersMatchTheReferenceAndReadOnlyTheRows) {
   }
 }
 
+// The half-partials product against a reference in double: inputs of
+// quarters and small integers keep every chunk's float sum exact, so the
+// only roundings are the documented ones (each chunk's sum times the scale
+// to half, the running sum to half after each add), and the result must be
+// equal bit for bit. Rows blocks of every height, partial last panels read
+// through copies or in place, K not a multiple of the depth.
+TEST(Gemm, HalfPartialsInRegistersMatchTheAmpReference) {
+  std::mt19937 rng(23);
+  std::uniform_int_distribution<int> q(-40, 40);
+  for (auto [m, n, k] : std::vector<MNK>{{1, 1, 1}, {5, 7, 15}, {6, 33, 16}, {13, 49, 100}, {7, 16, 70}, {12, 64, 33}})
+    for (uint32_t depth : {16u, 32u})
+      for (float scale : {1.0f, 0.25f, 3.0f})
+        for (bool readable : {false, true}) {
+          const uint32_t lda = k + 3, ldc = n + 2;
+          std::vector<float> a(m * lda);
+          for (auto& v : a) v = static_cast<float>(q(rng)) / 4.0f;
+          // Rows padded to whole panels plus slack when read in place.
+          std::vector<std::vector<float>> rows(k, std::vector<float>(n + 64, 1e30f));
+          std::vector<const float*> ptrs(k);
+          for (uint32_t p = 0; p < k; ++p) {
+            for (uint32_t j = 0; j < n; ++j) rows[p][j] = static_cast<float>(q(rng)) + 0.5f;
+            ptrs[p] = rows[p].data();
+          }
+          std::vector<float> c(m * ldc, 0.5f);
+          gemm_half_partials_rows(a.data(), lda, ptrs.data(), c.data(), m, n, k, ldc, depth, scale, readable);
+          for (uint32_t i = 0; i < m; ++i)
+            for (uint32_t j = 0; j < ldc; ++j) {
+              if (j >= n) {
+                ASSERT_EQ(c[i * ldc + j], 0.5f) << "touched padding";
+                continue;
+              }
+              double acc = 0;
+              for (uint32_t c0 = 0; c0 < k; c0 += depth) {
+                double chunk = 0;
+                for (uint32_t p = c0; p < std::min(k, c0 + depth); ++p)
+                  chunk += static_cast<double>(a[i * lda + p]) * rows[p][j];
+                acc = ref_round_half(acc + ref_round_half(chunk * scale));
+              }
+              ASSERT_EQ(c[i * ldc + j], acc) << m << "x" << n << "x" << k << " depth " << depth << " scale " << scale
+                                             << (readable ? " in place" : " copied") << " at " << i << "," << j;
+            }
+        }
+}
+
 }  // namespace

@@ -13,6 +13,7 @@
 #include "neurenix/codelets/gemm.h"
 #include "neurenix/error.h"
 #include "neurenix/half.h"
+#include "neurenix/stochastic_rounding.h"
 #include "amp.h"
 
 namespace neurenix {
@@ -301,9 +302,14 @@ void ConvVertex::compute(uint8_t* mem) const {
     } else {
       NX_CHECK(has_scale_ || !is_float8(in_dtype_), "float8 conv vertex without its scale");
       const float scale = operand_scale(mem, has_scale_, scale_a_, scale_b_);
-      sum_in_half_partials(acc, tmp, k, amp_depth(in_dtype_), scale, [&](uint32_t k0, uint32_t kc, float* out) {
-        gemm_f32_rows(w_f + k0, ldw, rows.data() + k0, out, s.cout, n, kc, n, true);
-      });
+      if (!active_rounding_rng()) {
+        gemm_half_partials_rows(w_f, ldw, rows.data(), acc.data(), s.cout, n, k, n, amp_depth(in_dtype_), scale, true);
+      } else {
+        // Stochastic rounding draws per element in pass order: chunk by chunk.
+        sum_in_half_partials(acc, tmp, k, amp_depth(in_dtype_), scale, [&](uint32_t k0, uint32_t kc, float* out) {
+          gemm_f32_rows(w_f + k0, ldw, rows.data() + k0, out, s.cout, n, kc, n, true);
+        });
+      }
     }
   } else {
     for (uint32_t a = 0; a < s.kh; ++a)

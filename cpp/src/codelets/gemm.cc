@@ -12,6 +12,14 @@
 #include <cstring>
 #include <vector>
 
+#include "neurenix/half.h"
+
+// GCC 12 reports the AVX-512 conversion intrinsics' own placeholder
+// operands as maybe uninitialized (a false positive in its headers).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
 namespace neurenix {
 namespace {
 
@@ -214,6 +222,124 @@ void run_rows(const float* a, uint32_t lda, const float* const* rows, float* c, 
   }
 }
 
+// Every lane of x rounded to the nearest binary16 value (ties to even) and
+// widened back, as round_to_half_n.
+template <typename V>
+inline V round_half(V x) {
+  constexpr uint32_t VW = sizeof(V) / sizeof(float);
+#if defined(__AVX512F__)
+  if constexpr (VW == 16) {
+    const __m512 y = _mm512_cvtph_ps(
+        _mm512_cvtps_ph(reinterpret_cast<const __m512&>(x), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    return reinterpret_cast<const V&>(y);
+  }
+#endif
+#if defined(__F16C__) && defined(__AVX__)
+  if constexpr (VW == 8) {
+    const __m256 y = _mm256_cvtph_ps(_mm256_cvtps_ph(reinterpret_cast<const __m256&>(x), _MM_FROUND_TO_NEAREST_INT));
+    return reinterpret_cast<const V&>(y);
+  }
+#endif
+  float t[VW];
+  storev(t, x);
+  for (uint32_t i = 0; i < VW; ++i) t[i] = round_to_half(t[i]);
+  return loadv<V>(t);
+}
+
+// Half partials in registers: C[MR x NR] = the chunks of `depth` products
+// of A[MR x k] . B (rows as micro_rows), each chunk summed in float from 0
+// in order (as micro_rows sums it), times `scale` when that is not 1,
+// rounded to half and added to a running sum rounded to half after each
+// add: the arithmetic of sum_in_half_partials with add_rounded_to_half,
+// without a pass over memory per chunk.
+template <typename V, uint32_t MR>
+void micro_rows_half(const float* __restrict a, uint32_t lda, const float* const* __restrict rows, uint32_t j0, uint32_t k,
+                     uint32_t depth, float scale, float* __restrict c, uint32_t ldc, uint32_t nr) {
+  constexpr uint32_t VW = sizeof(V) / sizeof(float);
+  const bool scaled = scale != 1.0f;
+  const V sv = V{} + scale;
+  V acc0[MR], acc1[MR];
+#pragma GCC unroll 16
+  for (uint32_t r = 0; r < MR; ++r) {
+    acc0[r] = V{};
+    acc1[r] = V{};
+  }
+  for (uint32_t k0 = 0; k0 < k; k0 += depth) {
+    const uint32_t k1 = std::min(k, k0 + depth);
+    V t0[MR], t1[MR];
+#pragma GCC unroll 16
+    for (uint32_t r = 0; r < MR; ++r) {
+      t0[r] = V{};
+      t1[r] = V{};
+    }
+    for (uint32_t kk = k0; kk < k1; ++kk) {
+      const float* pk = rows[kk] + j0;
+      const V b0 = loadv<V>(pk), b1 = loadv<V>(pk + VW);
+#pragma GCC unroll 16
+      for (uint32_t r = 0; r < MR; ++r) {
+        const float x = a[r * static_cast<size_t>(lda) + kk];
+        t0[r] += b0 * x;
+        t1[r] += b1 * x;
+      }
+    }
+#pragma GCC unroll 16
+    for (uint32_t r = 0; r < MR; ++r) {
+      const V u0 = round_half<V>(scaled ? t0[r] * sv : t0[r]), u1 = round_half<V>(scaled ? t1[r] * sv : t1[r]);
+      acc0[r] = round_half<V>(acc0[r] + u0);
+      acc1[r] = round_half<V>(acc1[r] + u1);
+    }
+  }
+  store_block<V, MR>(acc0, acc1, c, ldc, nr, false);
+}
+
+// Rows of the running and the chunk sums both held in registers.
+#if defined(__AVX512F__)
+constexpr uint32_t kMRHalf = 6;
+#else
+constexpr uint32_t kMRHalf = 3;
+#endif
+
+using MicroRowsHalfFn = void (*)(const float*, uint32_t, const float* const*, uint32_t, uint32_t, uint32_t, float, float*,
+                                 uint32_t, uint32_t);
+
+template <typename V>
+constexpr MicroRowsHalfFn micro_rows_half_for(uint32_t mr) {
+  constexpr MicroRowsHalfFn table[7] = {nullptr,
+                                        micro_rows_half<V, 1>,
+                                        micro_rows_half<V, 2>,
+                                        micro_rows_half<V, 3>,
+                                        micro_rows_half<V, 4>,
+                                        micro_rows_half<V, 5>,
+                                        micro_rows_half<V, 6>};
+  return table[mr];
+}
+
+template <typename V>
+void run_rows_half(const float* a, uint32_t lda, const float* const* rows, float* c, uint32_t m, uint32_t n, uint32_t k,
+                   uint32_t ldc, uint32_t depth, float scale, bool readable_tail) {
+  constexpr uint32_t NR = 2 * sizeof(V) / sizeof(float);
+  const uint32_t full = readable_tail ? (n + NR - 1) / NR : n / NR;
+  const uint32_t tail = readable_tail ? 0 : n - full * NR;
+  thread_local std::vector<float> last;
+  thread_local std::vector<const float*> last_rows;
+  if (tail) {
+    last.resize(static_cast<size_t>(k) * NR);
+    last_rows.resize(k);
+    for (uint32_t kk = 0; kk < k; ++kk) {
+      pack_tail<V>(last.data() + static_cast<size_t>(kk) * NR, rows[kk] + full * NR, tail);
+      last_rows[kk] = last.data() + static_cast<size_t>(kk) * NR;
+    }
+  }
+  for (uint32_t i0 = 0; i0 < m; i0 += kMRHalf) {
+    const uint32_t mr = std::min(kMRHalf, m - i0);
+    const float* ai = a + static_cast<size_t>(i0) * lda;
+    float* ci = c + static_cast<size_t>(i0) * ldc;
+    for (uint32_t pj = 0; pj < full; ++pj)
+      micro_rows_half_for<V>(mr)(ai, lda, rows, pj * NR, k, depth, scale, ci + pj * NR, ldc, std::min(NR, n - pj * NR));
+    if (tail) micro_rows_half_for<V>(mr)(ai, lda, last_rows.data(), 0, k, depth, scale, ci + full * NR, ldc, tail);
+  }
+}
+
 using MicroFn = void (*)(const float*, uint32_t, uint32_t, const float*, uint32_t, uint32_t, float*, uint32_t, uint32_t,
                          bool);
 
@@ -347,6 +473,22 @@ void gemm_f32_rows(const float* a, uint32_t lda, const float* const* rows, float
   }
 #endif
   run_rows<v8>(a, lda, rows, c, m, n, k, ldc, readable_tail);
+}
+
+void gemm_half_partials_rows(const float* a, uint32_t lda, const float* const* rows, float* c, uint32_t m, uint32_t n,
+                             uint32_t k, uint32_t ldc, uint32_t depth, float scale, bool readable_tail) {
+  if (m == 0 || n == 0) return;
+  if (k == 0) {
+    for (uint32_t i = 0; i < m; ++i) std::fill(c + static_cast<size_t>(i) * ldc, c + static_cast<size_t>(i) * ldc + n, 0.0f);
+    return;
+  }
+#if defined(__AVX512F__)
+  if (gemm_panel(n) == 32) {
+    run_rows_half<v16>(a, lda, rows, c, m, n, k, ldc, depth, scale, readable_tail);
+    return;
+  }
+#endif
+  run_rows_half<v8>(a, lda, rows, c, m, n, k, ldc, depth, scale, readable_tail);
 }
 
 void gemm_f32(const float* a, const float* b, float* c, uint32_t m, uint32_t n, uint32_t k, uint32_t lda, uint32_t ldb,

@@ -13,6 +13,7 @@
 #include "neurenix/codelets/gemm.h"
 #include "neurenix/error.h"
 #include "neurenix/half.h"
+#include "neurenix/stochastic_rounding.h"
 #include "amp.h"
 
 namespace neurenix {
@@ -110,9 +111,17 @@ void MatMulVertex::compute(uint8_t* mem) const {
   } else {
     NX_CHECK(has_scale_ || !is_float8(in_), "float8 matmul vertex without its scale");
     const float scale = operand_scale(mem, has_scale_, scale_a_, scale_b_);
-    sum_in_half_partials(cbuf, tbuf, k, amp_depth(in_), scale, [&](uint32_t k0, uint32_t kc, float* out) {
-      gemm_f32(abuf.data() + k0, bbuf.data() + static_cast<size_t>(k0) * n, out, m, n, kc, k, n, n, false);
-    });
+    if (!active_rounding_rng()) {
+      thread_local std::vector<const float*> rows;
+      rows.resize(k);
+      for (uint32_t kk = 0; kk < k; ++kk) rows[kk] = bbuf.data() + static_cast<size_t>(kk) * n;
+      gemm_half_partials_rows(abuf.data(), k, rows.data(), cbuf.data(), m, n, k, n, amp_depth(in_), scale, false);
+    } else {
+      // Stochastic rounding draws per element in pass order: chunk by chunk.
+      sum_in_half_partials(cbuf, tbuf, k, amp_depth(in_), scale, [&](uint32_t k0, uint32_t kc, float* out) {
+        gemm_f32(abuf.data() + k0, bbuf.data() + static_cast<size_t>(k0) * n, out, m, n, kc, k, n, n, false);
+      });
+    }
   }
   store_block(cbuf.data(), m, n, mem + c_.address, out_, s_.ldc);
 }

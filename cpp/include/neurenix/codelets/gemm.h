@@ -5,8 +5,7 @@
 // when `accumulate`.
 // B may also be given packed: K x N in column panels of `panel` columns
 // (gemm_panel(N) picks the width), element (k, j) at
-// gemm_packed_index(panel, K, k, j), zero-padded to whole panels. The
-// convolution vertex writes its im2col matrix in that layout directly.
+// gemm_packed_index(panel, K, k, j), zero-padded to whole panels.
 #pragma once
 
 #include <cstddef>
@@ -39,5 +38,12 @@ void gemm_f32_rows(const float* a, uint32_t lda, const float* const* rows, float
                    uint32_t ldc, bool readable_tail);
 void gemm_f32(const float* a, const float* b, float* c, uint32_t m, uint32_t n, uint32_t k, uint32_t lda, uint32_t ldb,
               uint32_t ldc, bool accumulate);
+// C = the half-partials product of A and B (B's rows as gemm_f32_rows): K
+// in chunks of `depth`, each chunk summed in float exactly as gemm_f32_rows
+// sums it, multiplied by `scale` when that is not 1, rounded to half and
+// added to a running sum that is rounded to half after every add (round to
+// nearest even throughout). The chunks never leave registers.
+void gemm_half_partials_rows(const float* a, uint32_t lda, const float* const* rows, float* c, uint32_t m, uint32_t n,
+                             uint32_t k, uint32_t ldc, uint32_t depth, float scale, bool readable_tail);
 
 }  // namespace neurenix
