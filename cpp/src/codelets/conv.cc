@@ -1,7 +1,8 @@
-// Convolution vertex: im2col into per-thread scratch, then the same float
-// product as the matrix-product vertex, with the same accumulator rules (float
-// partials: exact products summed in float; half partials: chunks of 16
-// products rounded to half and accumulated in half).
+// Convolution vertex: the window split into stride-phase planes in
+// per-thread scratch, then the same float products as the matrix-product
+// vertex, with the same accumulator rules (float partials: exact products
+// summed in float; half partials: chunks of 16 products rounded to half and
+// accumulated in half).
 #include "neurenix/codelets/conv.h"
 
 #include <immintrin.h>
@@ -192,7 +193,7 @@ void ConvVertex::compute(uint8_t* mem) const {
     w_f = wts.data();
     ldw = k;
   }
-  // With float partials, no im2col: the padded input window is split into
+  // No im2col: the padded input window is split into
   // sh x sw phases (rows i*sh + ph, columns j*sw + pc of the padded window),
   // so that tap (a, b) of output (r, wo) reads phase ((a*dh) % sh, (b*dw) % sw)
   // at row r + (a*dh) / sh, column wo + (b*dw) / sw: a shifted view of one
