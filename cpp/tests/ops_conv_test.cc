@@ -147,15 +147,22 @@ TEST(OpsConv, KernelsStridesDilationsAndPadding) {
 
 // Stride-2 windows of many widths: their phase planes are gathered 16 at a
 // time with a masked last step (widths around and past one and two vectors).
+// Stride-2 windows split into their column phases, one phase (1x1) or both
+// from one read of each row (wider kernels, every padding from none to 3),
+// rows of one to several vector blocks, in float products by tap (8
+// channels) and through row pointers (3 channels).
 TEST(OpsConv, StrideTwoWindowsOfManyWidths) {
   std::mt19937 rng(7);
   for (uint32_t w : {2u, 17u, 31u, 32u, 33u, 34u, 35u, 47u, 64u, 65u, 66u, 70u}) {
-    for (uint32_t kw : {1u, 3u}) {
-      ConvCase k = with(1, 8, 3, w, 3, kw, kw);
-      k.o.sh = k.o.sw = 2;
-      const uint32_t pad = kw == 3 ? 1 : 0;
-      k.o.pad_top = k.o.pad_left = k.o.pad_bottom = k.o.pad_right = pad;
-      run_case(k, rng);
+    for (auto [kw, pad] : std::vector<std::pair<uint32_t, uint32_t>>{{1, 0}, {3, 1}, {3, 0}, {5, 2}, {7, 3}}) {
+      if (kw > w + 2 * pad) continue;
+      for (uint32_t cin : {8u, 3u}) {
+        if (cin == 3 && kw == 1) continue;
+        ConvCase k = with(1, cin, 3, w, 3, kw, kw);
+        k.o.sh = k.o.sw = 2;
+        k.o.pad_top = k.o.pad_left = k.o.pad_bottom = k.o.pad_right = pad;
+        run_case(k, rng);
+      }
     }
   }
 }

@@ -232,7 +232,64 @@ void ConvVertex::compute(uint8_t* mem) const {
     used.assign(phases, 0);
     for (uint32_t a = 0; a < s.kh; ++a)
       for (uint32_t bb = 0; bb < s.kw; ++bb) used[((a * s.dh) % s.sh) * s.sw + (bb * s.dw) % s.sw] = 1;
-    for (uint32_t py = 0; py < s.sh; ++py)
+    // Stride 2 across with both column phases read: each input row is
+    // loaded once and split into its even and odd columns together (the
+    // phase that starts on the earlier column takes the even ones).
+    // Returns false, having written nothing, where that does not apply.
+    auto both_column_phases = [&](uint32_t py) -> bool {
+#if defined(__AVX512F__)
+      if (s.sw != 2 || !used[py * 2] || !used[py * 2 + 1]) return false;
+      const int32_t in_w = static_cast<int32_t>(s.in_w);
+      int32_t j_lo[2], run[2], e[2];
+      for (int32_t px = 0; px < 2; ++px) {
+        const int32_t c0 = first_col + px;
+        int32_t lo = c0 >= 0 ? 0 : (-c0 + 1) / 2;
+        int32_t hi = in_w - c0 <= 0 ? 0 : (in_w - c0 + 1) / 2;
+        lo = std::min<int32_t>(lo, static_cast<int32_t>(wq));
+        hi = std::clamp<int32_t>(hi, lo, static_cast<int32_t>(wq));
+        j_lo[px] = lo;
+        run[px] = hi - lo;
+        e[px] = c0 + 2 * lo;  // first input column the phase reads
+      }
+      const int ev = e[0] < e[1] ? 0 : 1, od = 1 - ev;
+      if (run[0] == 0 || run[1] == 0 || e[od] != e[ev] + 1) return false;
+      // Floats read from column e[ev] on: all inside the row.
+      const int32_t need = std::max(2 * run[ev] - 1, 2 * run[od]);
+      float* phase_ev = ph.data() + static_cast<size_t>(py * 2 + ev) * s.cin * plane;
+      float* phase_od = ph.data() + static_cast<size_t>(py * 2 + od) * s.cin * plane;
+      std::memset(phase_ev, 0, static_cast<size_t>(s.cin) * plane * sizeof(float));
+      std::memset(phase_od, 0, static_cast<size_t>(s.cin) * plane * sizeof(float));
+      const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+      const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+      auto lanes = [](int32_t n) {
+        return static_cast<__mmask16>(n >= 16 ? 0xFFFFu : n <= 0 ? 0u : (1u << n) - 1);
+      };
+      const size_t src_chan = static_cast<size_t>(s.in_rows) * s.in_w;
+      const int32_t runs = std::max(run[ev], run[od]);
+      for (uint32_t i = 0; i < rq; ++i) {
+        const int32_t hi_row = first_row + static_cast<int32_t>(i * s.sh + py);
+        const int32_t local = hi_row - s.hi0;
+        if (hi_row < 0 || hi_row >= static_cast<int32_t>(s.in_h) || local < 0 || local >= static_cast<int32_t>(s.in_rows))
+          continue;
+        const float* src = in_f + static_cast<size_t>(local) * s.in_w + e[ev];
+        float* de = phase_ev + static_cast<size_t>(i) * wq + j_lo[ev];
+        float* dd = phase_od + static_cast<size_t>(i) * wq + j_lo[od];
+        for (uint32_t ci = 0; ci < s.cin; ++ci, src += src_chan, de += plane, dd += plane)
+          for (int32_t t = 0; t < runs; t += 16) {
+            const __m512 lo = _mm512_maskz_loadu_ps(lanes(need - 2 * t), src + 2 * t);
+            const __m512 hi = _mm512_maskz_loadu_ps(lanes(need - 2 * t - 16), src + 2 * t + 16);
+            _mm512_mask_storeu_ps(de + t, lanes(run[ev] - t), _mm512_permutex2var_ps(lo, even, hi));
+            _mm512_mask_storeu_ps(dd + t, lanes(run[od] - t), _mm512_permutex2var_ps(lo, odd, hi));
+          }
+      }
+      return true;
+#else
+      (void)py;
+      return false;
+#endif
+    };
+    for (uint32_t py = 0; py < s.sh; ++py) {
+      if (both_column_phases(py)) continue;
       for (uint32_t px = 0; px < s.sw; ++px) {
         if (!used[py * s.sw + px]) continue;
         float* phase = ph.data() + static_cast<size_t>(py * s.sw + px) * s.cin * plane;
@@ -265,6 +322,7 @@ void ConvVertex::compute(uint8_t* mem) const {
           }
         }
       }
+    }
     std::fill(ph.end() - static_cast<std::ptrdiff_t>(slack), ph.end(), 0.0f);
   }
   const uint32_t row_w = in_place ? s.in_w : wq;
