@@ -232,6 +232,37 @@ void ConvVertex::compute(uint8_t* mem) const {
     used.assign(phases, 0);
     for (uint32_t a = 0; a < s.kh; ++a)
       for (uint32_t bb = 0; bb < s.kw; ++bb) used[((a * s.dh) % s.sh) * s.sw + (bb * s.dw) % s.sw] = 1;
+    // The columns j of column phase px that lie inside the image
+    // (0 <= first_col + j*sw + px < in_w): [j_lo, j_lo + run), the first of
+    // them at input column `first`.
+    struct Columns {
+      int32_t j_lo, run, first;
+    };
+    auto columns = [&](uint32_t px) {
+      const int32_t sw = static_cast<int32_t>(s.sw), in_w = static_cast<int32_t>(s.in_w);
+      const int32_t c0 = first_col + static_cast<int32_t>(px);
+      int32_t j_lo = c0 >= 0 ? 0 : (-c0 + sw - 1) / sw;
+      int32_t j_hi = in_w - c0 <= 0 ? 0 : (in_w - c0 + sw - 1) / sw;
+      j_lo = std::min<int32_t>(j_lo, static_cast<int32_t>(wq));
+      j_hi = std::clamp<int32_t>(j_hi, j_lo, static_cast<int32_t>(wq));
+      return Columns{j_lo, j_hi - j_lo, c0 + j_lo * sw};
+    };
+    // The window row (local) that phase row i of row phase py reads, or -1:
+    // rows outside the image (padding) or past the window (never read) stay
+    // zero.
+    auto window_row = [&](uint32_t i, uint32_t py) -> int32_t {
+      const int32_t hi_row = first_row + static_cast<int32_t>(i * s.sh + py);
+      const int32_t local = hi_row - s.hi0;
+      const bool outside = hi_row < 0 || hi_row >= static_cast<int32_t>(s.in_h) || local < 0 ||
+                           local >= static_cast<int32_t>(s.in_rows);
+      return outside ? -1 : local;
+    };
+    auto zero_phase = [&](uint32_t py, uint32_t px) {
+      float* phase = ph.data() + static_cast<size_t>(py * s.sw + px) * s.cin * plane;
+      std::memset(phase, 0, static_cast<size_t>(s.cin) * plane * sizeof(float));
+      return phase;
+    };
+    const size_t src_chan = static_cast<size_t>(s.in_rows) * s.in_w;
     // Stride 2 across with both column phases read: each input row is
     // loaded once and split into its even and odd columns together (the
     // phase that starts on the earlier column takes the even ones).
@@ -239,47 +270,31 @@ void ConvVertex::compute(uint8_t* mem) const {
     auto both_column_phases = [&](uint32_t py) -> bool {
 #if defined(__AVX512F__)
       if (s.sw != 2 || !used[py * 2] || !used[py * 2 + 1]) return false;
-      const int32_t in_w = static_cast<int32_t>(s.in_w);
-      int32_t j_lo[2], run[2], e[2];
-      for (int32_t px = 0; px < 2; ++px) {
-        const int32_t c0 = first_col + px;
-        int32_t lo = c0 >= 0 ? 0 : (-c0 + 1) / 2;
-        int32_t hi = in_w - c0 <= 0 ? 0 : (in_w - c0 + 1) / 2;
-        lo = std::min<int32_t>(lo, static_cast<int32_t>(wq));
-        hi = std::clamp<int32_t>(hi, lo, static_cast<int32_t>(wq));
-        j_lo[px] = lo;
-        run[px] = hi - lo;
-        e[px] = c0 + 2 * lo;  // first input column the phase reads
-      }
-      const int ev = e[0] < e[1] ? 0 : 1, od = 1 - ev;
-      if (run[0] == 0 || run[1] == 0 || e[od] != e[ev] + 1) return false;
-      // Floats read from column e[ev] on: all inside the row.
-      const int32_t need = std::max(2 * run[ev] - 1, 2 * run[od]);
-      float* phase_ev = ph.data() + static_cast<size_t>(py * 2 + ev) * s.cin * plane;
-      float* phase_od = ph.data() + static_cast<size_t>(py * 2 + od) * s.cin * plane;
-      std::memset(phase_ev, 0, static_cast<size_t>(s.cin) * plane * sizeof(float));
-      std::memset(phase_od, 0, static_cast<size_t>(s.cin) * plane * sizeof(float));
+      const Columns col[2] = {columns(0), columns(1)};
+      const int ev = col[0].first < col[1].first ? 0 : 1, od = 1 - ev;
+      if (col[0].run == 0 || col[1].run == 0 || col[od].first != col[ev].first + 1) return false;
+      // Floats read from column col[ev].first on: all inside the row.
+      const int32_t need = std::max(2 * col[ev].run - 1, 2 * col[od].run);
+      float* phase_ev = zero_phase(py, ev);
+      float* phase_od = zero_phase(py, od);
       const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
       const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
       auto lanes = [](int32_t n) {
         return static_cast<__mmask16>(n >= 16 ? 0xFFFFu : n <= 0 ? 0u : (1u << n) - 1);
       };
-      const size_t src_chan = static_cast<size_t>(s.in_rows) * s.in_w;
-      const int32_t runs = std::max(run[ev], run[od]);
+      const int32_t runs = std::max(col[ev].run, col[od].run);
       for (uint32_t i = 0; i < rq; ++i) {
-        const int32_t hi_row = first_row + static_cast<int32_t>(i * s.sh + py);
-        const int32_t local = hi_row - s.hi0;
-        if (hi_row < 0 || hi_row >= static_cast<int32_t>(s.in_h) || local < 0 || local >= static_cast<int32_t>(s.in_rows))
-          continue;
-        const float* src = in_f + static_cast<size_t>(local) * s.in_w + e[ev];
-        float* de = phase_ev + static_cast<size_t>(i) * wq + j_lo[ev];
-        float* dd = phase_od + static_cast<size_t>(i) * wq + j_lo[od];
+        const int32_t local = window_row(i, py);
+        if (local < 0) continue;
+        const float* src = in_f + static_cast<size_t>(local) * s.in_w + col[ev].first;
+        float* de = phase_ev + static_cast<size_t>(i) * wq + col[ev].j_lo;
+        float* dd = phase_od + static_cast<size_t>(i) * wq + col[od].j_lo;
         for (uint32_t ci = 0; ci < s.cin; ++ci, src += src_chan, de += plane, dd += plane)
           for (int32_t t = 0; t < runs; t += 16) {
             const __m512 lo = _mm512_maskz_loadu_ps(lanes(need - 2 * t), src + 2 * t);
             const __m512 hi = _mm512_maskz_loadu_ps(lanes(need - 2 * t - 16), src + 2 * t + 16);
-            _mm512_mask_storeu_ps(de + t, lanes(run[ev] - t), _mm512_permutex2var_ps(lo, even, hi));
-            _mm512_mask_storeu_ps(dd + t, lanes(run[od] - t), _mm512_permutex2var_ps(lo, odd, hi));
+            _mm512_mask_storeu_ps(de + t, lanes(col[ev].run - t), _mm512_permutex2var_ps(lo, even, hi));
+            _mm512_mask_storeu_ps(dd + t, lanes(col[od].run - t), _mm512_permutex2var_ps(lo, odd, hi));
           }
       }
       return true;
@@ -292,33 +307,20 @@ void ConvVertex::compute(uint8_t* mem) const {
       if (both_column_phases(py)) continue;
       for (uint32_t px = 0; px < s.sw; ++px) {
         if (!used[py * s.sw + px]) continue;
-        float* phase = ph.data() + static_cast<size_t>(py * s.sw + px) * s.cin * plane;
-        std::memset(phase, 0, static_cast<size_t>(s.cin) * plane * sizeof(float));
-        // Columns j of this phase with 0 <= first_col + j*sw + px < in_w.
-        const int32_t sw = static_cast<int32_t>(s.sw), in_w = static_cast<int32_t>(s.in_w);
-        const int32_t c0 = first_col + static_cast<int32_t>(px);
-        int32_t j_lo = c0 >= 0 ? 0 : (-c0 + sw - 1) / sw;
-        int32_t j_hi = in_w - c0 <= 0 ? 0 : (in_w - c0 + sw - 1) / sw;
-        j_lo = std::min<int32_t>(j_lo, static_cast<int32_t>(wq));
-        j_hi = std::clamp<int32_t>(j_hi, j_lo, static_cast<int32_t>(wq));
-        const size_t run = static_cast<size_t>(j_hi - j_lo);
-        if (run == 0) continue;
+        float* phase = zero_phase(py, px);
+        const Columns col = columns(px);
+        if (col.run == 0) continue;
+        const size_t run = static_cast<size_t>(col.run);
         for (uint32_t i = 0; i < rq; ++i) {
-          // Input row of phase row i, local to the window; rows outside the
-          // image (padding) or past the window (never read) stay zero.
-          const int32_t hi_row = first_row + static_cast<int32_t>(i * s.sh + py);
-          const int32_t local = hi_row - s.hi0;
-          if (hi_row < 0 || hi_row >= static_cast<int32_t>(s.in_h) || local < 0 ||
-              local >= static_cast<int32_t>(s.in_rows))
-            continue;
-          const float* src = in_f + static_cast<size_t>(local) * s.in_w + c0 + static_cast<ptrdiff_t>(j_lo) * sw;
-          float* row = phase + static_cast<size_t>(i) * wq + j_lo;
-          const size_t src_chan = static_cast<size_t>(s.in_rows) * s.in_w;
+          const int32_t local = window_row(i, py);
+          if (local < 0) continue;
+          const float* src = in_f + static_cast<size_t>(local) * s.in_w + col.first;
+          float* row = phase + static_cast<size_t>(i) * wq + col.j_lo;
           if (s.sw == 1) {
             for (uint32_t ci = 0; ci < s.cin; ++ci, src += src_chan, row += plane) std::memcpy(row, src, run * sizeof(float));
           } else {
             for (uint32_t ci = 0; ci < s.cin; ++ci, src += src_chan, row += plane)
-              gather_strided(row, src, run, static_cast<size_t>(sw));
+              gather_strided(row, src, run, static_cast<size_t>(s.sw));
           }
         }
       }

@@ -102,6 +102,23 @@ inline void pack_tail(float* dst, const float* src, uint32_t n) {
   std::fill(dst + n, dst + 2 * VW, 0.0f);
 }
 
+// A partial last panel in per-thread scratch: for each kk < k, the `tail`
+// floats at row(kk) packed into a zero-padded panel row (rows NR floats
+// apart); returns the packed rows' pointers.
+template <typename V, typename Row>
+const float* const* pack_last_panel(uint32_t k, uint32_t tail, Row row) {
+  constexpr uint32_t NR = 2 * sizeof(V) / sizeof(float);
+  thread_local std::vector<float> last;
+  thread_local std::vector<const float*> last_rows;
+  last.resize(static_cast<size_t>(k) * NR);
+  last_rows.resize(k);
+  for (uint32_t kk = 0; kk < k; ++kk) {
+    pack_tail<V>(last.data() + static_cast<size_t>(kk) * NR, row(kk), tail);
+    last_rows[kk] = last.data() + static_cast<size_t>(kk) * NR;
+  }
+  return last_rows.data();
+}
+
 // C[MR x NR] (+)= the accumulators (two vectors per row), `nr` valid columns.
 template <typename V, uint32_t MR>
 inline void store_block(const V* acc0, const V* acc1, float* __restrict c, uint32_t ldc, uint32_t nr, bool accumulate) {
@@ -201,23 +218,15 @@ void run_rows(const float* a, uint32_t lda, const float* const* rows, float* c, 
   // zero-padded copy of the rows' last columns.
   const uint32_t full = readable_tail ? (n + NR - 1) / NR : n / NR;
   const uint32_t tail = readable_tail ? 0 : n - full * NR;
-  thread_local std::vector<float> last;
-  thread_local std::vector<const float*> last_rows;
-  if (tail) {
-    last.resize(static_cast<size_t>(k) * NR);
-    last_rows.resize(k);
-    for (uint32_t kk = 0; kk < k; ++kk) {
-      pack_tail<V>(last.data() + static_cast<size_t>(kk) * NR, rows[kk] + full * NR, tail);
-      last_rows[kk] = last.data() + static_cast<size_t>(kk) * NR;
-    }
-  }
+  const float* const* last_rows =
+      tail ? pack_last_panel<V>(k, tail, [&](uint32_t kk) { return rows[kk] + full * NR; }) : nullptr;
   for (uint32_t i0 = 0; i0 < m; i0 += kMR) {
     const uint32_t mr = std::min(kMR, m - i0);
     for (uint32_t pj = 0; pj < full; ++pj)
       micro_rows_for<V>(mr)(a + static_cast<size_t>(i0) * lda, lda, rows, pj * NR, k,
                             c + static_cast<size_t>(i0) * ldc + pj * NR, ldc, std::min(NR, n - pj * NR));
     if (tail)
-      micro_rows_for<V>(mr)(a + static_cast<size_t>(i0) * lda, lda, last_rows.data(), 0, k,
+      micro_rows_for<V>(mr)(a + static_cast<size_t>(i0) * lda, lda, last_rows, 0, k,
                             c + static_cast<size_t>(i0) * ldc + full * NR, ldc, tail);
   }
 }
@@ -320,23 +329,15 @@ void run_rows_half(const float* a, uint32_t lda, const float* const* rows, float
   constexpr uint32_t NR = 2 * sizeof(V) / sizeof(float);
   const uint32_t full = readable_tail ? (n + NR - 1) / NR : n / NR;
   const uint32_t tail = readable_tail ? 0 : n - full * NR;
-  thread_local std::vector<float> last;
-  thread_local std::vector<const float*> last_rows;
-  if (tail) {
-    last.resize(static_cast<size_t>(k) * NR);
-    last_rows.resize(k);
-    for (uint32_t kk = 0; kk < k; ++kk) {
-      pack_tail<V>(last.data() + static_cast<size_t>(kk) * NR, rows[kk] + full * NR, tail);
-      last_rows[kk] = last.data() + static_cast<size_t>(kk) * NR;
-    }
-  }
+  const float* const* last_rows =
+      tail ? pack_last_panel<V>(k, tail, [&](uint32_t kk) { return rows[kk] + full * NR; }) : nullptr;
   for (uint32_t i0 = 0; i0 < m; i0 += kMRHalf) {
     const uint32_t mr = std::min(kMRHalf, m - i0);
     const float* ai = a + static_cast<size_t>(i0) * lda;
     float* ci = c + static_cast<size_t>(i0) * ldc;
     for (uint32_t pj = 0; pj < full; ++pj)
       micro_rows_half_for<V>(mr)(ai, lda, rows, pj * NR, k, depth, scale, ci + pj * NR, ldc, std::min(NR, n - pj * NR));
-    if (tail) micro_rows_half_for<V>(mr)(ai, lda, last_rows.data(), 0, k, depth, scale, ci + full * NR, ldc, tail);
+    if (tail) micro_rows_half_for<V>(mr)(ai, lda, last_rows, 0, k, depth, scale, ci + full * NR, ldc, tail);
   }
 }
 
@@ -381,19 +382,17 @@ void run_strided(const float* a, uint32_t lda, uint32_t ak, const float* b, uint
   constexpr uint32_t NR = 2 * sizeof(V) / sizeof(float);
   const uint32_t full = readable_tail ? (n + NR - 1) / NR : n / NR;
   const uint32_t tail = readable_tail ? 0 : n - full * NR;
-  thread_local std::vector<float> last;
-  if (tail) {
-    last.resize(static_cast<size_t>(k) * NR);
-    for (uint32_t kk = 0; kk < k; ++kk)
-      pack_tail<V>(last.data() + static_cast<size_t>(kk) * NR, b + static_cast<size_t>(kk) * ldb + full * NR, tail);
-  }
+  // Packed rows lie NR floats apart: the first row's pointer is the panel.
+  const float* last =
+      tail ? pack_last_panel<V>(k, tail, [&](uint32_t kk) { return b + static_cast<size_t>(kk) * ldb + full * NR; })[0]
+           : nullptr;
   for (uint32_t i0 = 0; i0 < m; i0 += kMR) {
     const uint32_t mr = std::min(kMR, m - i0);
     const float* ai = a + static_cast<size_t>(i0) * lda;
     float* ci = c + static_cast<size_t>(i0) * ldc;
     for (uint32_t pj = 0; pj < full; ++pj)
       micro_for<V, false>(mr)(ai, lda, ak, b + pj * NR, ldb, k, ci + pj * NR, ldc, std::min(NR, n - pj * NR), accumulate);
-    if (tail) micro_for<V, false>(mr)(ai, lda, ak, last.data(), NR, k, ci + full * NR, ldc, tail, accumulate);
+    if (tail) micro_for<V, false>(mr)(ai, lda, ak, last, NR, k, ci + full * NR, ldc, tail, accumulate);
   }
 }
 
