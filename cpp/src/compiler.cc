@@ -390,16 +390,19 @@ std::unique_ptr<Executable> compile(std::unique_ptr<Graph> gp) {
     }
   };
   exe->compute_schedule_.resize(g.compute_sets().size());
+  size_t vertex_total = 0;
+  for (const auto& cs : g.compute_sets()) vertex_total += cs.vertices.size();
+  exe->scheduled_vertices_.reserve(vertex_total);  // never reallocated: the spans point into it
   GroupScratch compute_scratch;
   for (size_t ci = 0; ci < g.compute_sets().size(); ++ci) {
     const auto& vs = g.compute_sets()[ci].vertices;
     group_by_tile(
         compute_scratch, vs.size(), [&](size_t i) { return vs[i]->tile; },
         [&](uint32_t tile, const uint32_t* b, const uint32_t* e) {
-          Executable::TileVertices tv{tile, {}};
-          tv.vertices.reserve(static_cast<size_t>(e - b));
-          for (; b != e; ++b) tv.vertices.push_back(vs[*b].get());
-          exe->compute_schedule_[ci].push_back(std::move(tv));
+          const Vertex* const* first = exe->scheduled_vertices_.data() + exe->scheduled_vertices_.size();
+          for (; b != e; ++b) exe->scheduled_vertices_.push_back(vs[*b].get());
+          exe->compute_schedule_[ci].push_back(
+              {tile, {first, exe->scheduled_vertices_.data() + exe->scheduled_vertices_.size()}});
         });
   }
   exe->staged_.assign(g.exchanges().size(), false);

@@ -91,10 +91,19 @@ class Executable {
   // Byte offset of `var`'s block on the i-th tile of its share list.
   uint64_t var_offset(VarId var, size_t share_index) const { return var_offsets_[var][share_index]; }
 
-  // Execution schedule, grouped for the engine.
+  // Execution schedule, grouped for the engine: compute_schedule()[c] lists
+  // the tiles compute set c runs on (ascending), each with its vertices, which
+  // lie in one array for the whole program (a run walks all of them).
+  struct VertexSpan {
+    const Vertex* const* first;
+    const Vertex* const* last;
+    const Vertex* const* begin() const { return first; }
+    const Vertex* const* end() const { return last; }
+    size_t size() const { return static_cast<size_t>(last - first); }
+  };
   struct TileVertices {
     uint32_t tile;
-    std::vector<const Vertex*> vertices;
+    VertexSpan vertices;
   };
   const std::vector<std::vector<TileVertices>>& compute_schedule() const { return compute_schedule_; }
   // The copies of each exchange resolved to bytes, grouped by destination
@@ -150,6 +159,7 @@ class Executable {
   std::vector<uint64_t> arena_bytes_;
   std::vector<std::vector<uint64_t>> var_offsets_;
   std::vector<std::vector<TileVertices>> compute_schedule_;
+  std::vector<const Vertex*> scheduled_vertices_;  // what compute_schedule_'s spans point into
   std::vector<std::vector<uint32_t>> copy_order_;
   std::vector<std::vector<TileByteCopies>> byte_schedule_;
   std::vector<std::vector<ByteCopy>> byte_copies_;
