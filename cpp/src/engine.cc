@@ -348,6 +348,32 @@ void Engine::read_output(uint32_t i, uint8_t* data, size_t bytes) const {
   if (bytes) std::memcpy(data, out_buf_[i].data(), bytes);  // an empty output has no buffer to copy from
 }
 
+void Engine::copy_into_tile(uint8_t* dst, const Executable::ByteCopy* first, const Executable::ByteCopy* last) const {
+  for (const Executable::ByteCopy* cp = first; cp != last; ++cp) {
+    const Executable::ByteCopy& c = *cp;
+    const uint8_t* src = arenas_[c.src_tile] + c.src_byte;
+    uint8_t* d = dst + c.dst_byte;
+    const uint64_t row = static_cast<uint64_t>(c.count) * c.elem;
+    for (uint64_t o = 0; o < c.outer; ++o, src += c.src_outer, d += c.dst_outer) {
+      if (c.count == 1 || c.src_stride == static_cast<int32_t>(c.elem)) {
+        std::memmove(d, src, row);
+      } else if (c.src_stride == 0) {
+        // One element repeated: double the filled prefix.
+        std::memcpy(d, src, c.elem);
+        uint64_t done = c.elem;
+        while (done < row) {
+          const uint64_t n = std::min(done, row - done);
+          std::memcpy(d + done, d, n);
+          done += n;
+        }
+      } else {
+        const uint8_t* sp = src;
+        for (uint64_t k = 0; k < c.count; ++k, sp += c.src_stride) std::memcpy(d + k * c.elem, sp, c.elem);
+      }
+    }
+  }
+}
+
 void Engine::run() { run_steps(0, exe_->program().size()); }
 
 void Engine::run_segment(uint32_t segment) {
@@ -416,37 +442,45 @@ void Engine::run_steps(size_t first, size_t last) {
               }
           }
         }
+        const auto& fused = exe_->fused(s);
+        const Step* next = s + 1 < last ? &program[s + 1] : nullptr;
+        if (!fused.empty() && next && !options_.stochastic_rounding && !options_.fp_exceptions &&
+            !random_cs_[next->index]) {
+          // A fused exchange (Executable::fused): each tile's copies, then
+          // its vertices of the next step, while the copied bytes are hot.
+          pool_->parallel_for(fused.size(), [&](size_t i) {
+            const Executable::FusedTile& ft = fused[i];
+            uint8_t* mem = arenas_[ft.tile];
+            copy_into_tile(mem, copies.data() + ft.begin, copies.data() + ft.end);
+            for (const Vertex* v : ft.vertices) v->compute(mem);
+          });
+          const auto& late = exe_->fused_late(s);
+          pool_->parallel_for(late.size(), [&](size_t i) {
+            uint8_t* mem = arenas_[late[i].tile];
+            for (const Vertex* v : late[i].vertices) v->compute(mem);
+          });
+          st.exchange_cycles += costs[s].cycles;
+          st.exchanged_bytes += costs[s].bytes;
+          st.copied_bytes += exe_->copied_bytes(step.index);
+          st.cycles += costs[s].cycles;
+          st.steps += 1;
+          ++s;  // the compute step ran too
+          st.compute_cycles += costs[s].cycles;
+          st.compute_seconds += since(step_start);
+          break;
+        }
         pool_->parallel_for(sched.size(), [&](size_t i) {
           uint8_t* dst = arenas_[sched[i].dst_tile];
+          if (stage_at.empty()) {
+            copy_into_tile(dst, copies.data() + sched[i].begin, copies.data() + sched[i].end);
+            return;
+          }
           for (uint32_t ci = sched[i].begin; ci < sched[i].end; ++ci) {
             const Executable::ByteCopy& c = copies[ci];
-            if (!stage_at.empty()) {
-              const uint8_t* sp = stage.data() + stage_at[ci];
-              const uint64_t row = static_cast<uint64_t>(c.count) * c.elem;
-              for (uint64_t o = 0; o < c.outer; ++o, sp += row)
-                std::memcpy(dst + c.dst_byte + static_cast<int64_t>(o) * c.dst_outer, sp, row);
-              continue;
-            }
-            const uint8_t* src = arenas_[c.src_tile] + c.src_byte;
-            uint8_t* d = dst + c.dst_byte;
+            const uint8_t* sp = stage.data() + stage_at[ci];
             const uint64_t row = static_cast<uint64_t>(c.count) * c.elem;
-            for (uint64_t o = 0; o < c.outer; ++o, src += c.src_outer, d += c.dst_outer) {
-              if (c.count == 1 || c.src_stride == static_cast<int32_t>(c.elem)) {
-                std::memmove(d, src, row);
-              } else if (c.src_stride == 0) {
-                // One element repeated: double the filled prefix.
-                std::memcpy(d, src, c.elem);
-                uint64_t done = c.elem;
-                while (done < row) {
-                  const uint64_t n = std::min(done, row - done);
-                  std::memcpy(d + done, d, n);
-                  done += n;
-                }
-              } else {
-                const uint8_t* sp = src;
-                for (uint64_t k = 0; k < c.count; ++k, sp += c.src_stride) std::memcpy(d + k * c.elem, sp, c.elem);
-              }
-            }
+            for (uint64_t o = 0; o < c.outer; ++o, sp += row)
+              std::memcpy(dst + c.dst_byte + static_cast<int64_t>(o) * c.dst_outer, sp, row);
           }
         });
         st.exchange_cycles += costs[s].cycles;

@@ -129,6 +129,29 @@ class Executable {
   // Exchanges that read a variable they also write: their sources are staged.
   bool staged(uint32_t exchange) const { return staged_[exchange]; }
 
+  // Fused exchanges (host execution order only). An exchange step followed
+  // by a compute step may be run by the host tile by tile: each tile's
+  // incoming copies, then at once that tile's vertices, while the bytes just
+  // copied are still in the host's caches. The results are those of the two
+  // steps one after the other: the exchange is not staged; each vertex reads
+  // only its own tile's memory, or a sender's bytes that a receive alias
+  // guarantees nothing writes in between; and a tile whose vertices write
+  // bytes a copy to another tile reads (memory a dead variable left, say)
+  // runs them only after every copy of the exchange (fused_late).
+  // fused(s) is empty unless program step s is such an exchange; otherwise it
+  // lists every tile either step touches, ascending, with its byte copies (a
+  // range of byte_copies()[exchange]) and the vertices it runs at once;
+  // fused_late(s) lists the tiles that run theirs after all copies. The
+  // device still runs the two steps apart: cycles and bytes are those of
+  // each step.
+  struct FusedTile {
+    uint32_t tile;
+    uint32_t begin, end;  // byte copies, as TileByteCopies
+    VertexSpan vertices;
+  };
+  const std::vector<FusedTile>& fused(size_t step) const { return fused_[step]; }
+  const std::vector<TileVertices>& fused_late(size_t step) const { return fused_late_[step]; }
+
   // Receive aliases. A copy that delivers data every reader of which is a
   // vertex that can read it where it came from is not performed by the host:
   // those vertices' fields address the sender's bytes (Field::address). That
@@ -164,6 +187,8 @@ class Executable {
   std::vector<std::vector<TileByteCopies>> byte_schedule_;
   std::vector<std::vector<ByteCopy>> byte_copies_;
   std::vector<bool> staged_;
+  std::vector<std::vector<FusedTile>> fused_;        // per program step
+  std::vector<std::vector<TileVertices>> fused_late_;  // per program step
   std::vector<uint64_t> arena_offsets_;
   uint64_t block_bytes_ = 0;
   std::vector<std::vector<uint32_t>> aliased_copies_;

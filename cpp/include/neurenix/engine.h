@@ -32,7 +32,9 @@ struct RunStats {
   uint64_t copied_bytes = 0;
   uint64_t host_bytes = 0;
   double wall_seconds = 0;  // host time the simulation took
-  // ... of which in compute steps, in exchanges, and streaming to and from the host.
+  // ... of which in compute steps, in exchanges, and streaming to and from the
+  // host. A fused exchange (Executable::fused) runs interleaved with the
+  // compute step after it: its time counts as compute.
   double compute_seconds = 0;
   double exchange_seconds = 0;
   double host_io_seconds = 0;
@@ -112,6 +114,8 @@ class Engine {
 
  private:
   void run_steps(size_t first, size_t last);
+  // Performs byte copies [first, last) into the tile memory at `dst`.
+  void copy_into_tile(uint8_t* dst, const Executable::ByteCopy* first, const Executable::ByteCopy* last) const;
   void scatter(const Tensor& t, const uint8_t* data);
   void gather(const Tensor& t, uint8_t* data) const;
 

@@ -741,7 +741,8 @@ class ExecutionReport:
     host_memory_bytes: int
     clock_hz: float
     batch_size: int = 1
-    # Host time of the simulation by kind of step.
+    # Host time of the simulation by kind of step (an exchange the simulator
+    # fuses with the compute set after it counts as compute).
     compute_seconds: float = 0.0
     exchange_seconds: float = 0.0
     host_io_seconds: float = 0.0
