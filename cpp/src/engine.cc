@@ -16,7 +16,6 @@
 
 #include "neurenix/error.h"
 #include "neurenix/half.h"
-#include "neurenix/huge_pages.h"
 
 namespace neurenix {
 
@@ -203,8 +202,7 @@ Engine::Engine(std::shared_ptr<const Executable> exe, const EngineOptions& optio
   // One block for all arenas: a receive alias addresses its sender's arena
   // relative to its own (Executable::aliased_copies).
   const auto& sizes = exe_->arena_bytes();
-  // Every run walks all of it: huge pages (huge_pages.h).
-  block_ = static_cast<uint8_t*>(map_huge_pages(exe_->block_bytes()));
+  block_ = static_cast<uint8_t*>(std::calloc(std::max<uint64_t>(exe_->block_bytes(), 1), 1));
   if (!block_)
     fail(ErrorCode::kOutOfMemory, "the host cannot hold the simulated tile memory (" +
                                       std::to_string(exe_->block_bytes()) + " bytes for all tiles)");
@@ -243,7 +241,7 @@ Engine::Engine(std::shared_ptr<const Executable> exe, const EngineOptions& optio
   for (size_t i = 0; i < g.outputs().size(); ++i) out_buf_[i].assign(output_bytes(static_cast<uint32_t>(i)), 0);
 }
 
-Engine::~Engine() { release_huge_pages(block_, exe_->block_bytes()); }
+Engine::~Engine() { std::free(block_); }
 
 size_t Engine::num_inputs() const { return exe_->graph().inputs().size(); }
 size_t Engine::num_outputs() const { return exe_->graph().outputs().size(); }

@@ -4,12 +4,8 @@
 #include <sstream>
 
 #include "neurenix/error.h"
-#include "neurenix/huge_pages.h"
 
 namespace neurenix {
-
-void* Vertex::operator new(size_t bytes) { return allocate_packed(bytes); }
-void Vertex::operator delete(void* p, size_t bytes) { free_packed(p, bytes); }
 
 uint64_t shape_numel(const Shape& shape) {
   uint64_t n = 1;

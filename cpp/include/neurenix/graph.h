@@ -157,10 +157,6 @@ void for_each_field_run(const uint8_t* mem, const Field& f, uint64_t first, uint
 class Vertex {
  public:
   virtual ~Vertex() = default;
-  // Vertices are packed together in memory backed by huge pages: a run reads
-  // every one of them (huge_pages.h).
-  static void* operator new(size_t bytes);
-  static void operator delete(void* p, size_t bytes);
   virtual const char* name() const = 0;
   // Runs on the tile's memory only; fields hold resolved byte offsets.
   virtual void compute(uint8_t* tile_memory) const = 0;
