@@ -718,14 +718,27 @@ std::unique_ptr<Executable> compile(std::unique_ptr<Graph> gp) {
   exe->fused_.assign(exe->program_.size(), {});
   exe->fused_late_.assign(exe->program_.size(), {});
   {
-    std::vector<std::vector<std::pair<uint64_t, uint64_t>>> writes(ntiles);  // per tile: byte ranges, merged
-    std::vector<uint8_t> late(ntiles, 0);
-    std::vector<uint32_t> touched;
-    for (size_t s = 0; s + 1 < exe->program_.size(); ++s) {
+    // Pairs are independent: examined on the host's threads, each with its
+    // own scratch.
+    struct FuseScratch {
+      std::vector<std::vector<std::pair<uint64_t, uint64_t>>> writes;  // per tile: byte ranges, merged
+      std::vector<uint8_t> late;
+      std::vector<uint32_t> touched;
+    };
+    const int64_t nprog = static_cast<int64_t>(exe->program_.size());
+    on_host_threads<FuseScratch>(nprog - 1, [&](int64_t si, FuseScratch& sc) {
+      const size_t s = static_cast<size_t>(si);
       const Step& ex = exe->program_[s];
       const Step& cs = exe->program_[s + 1];
-      if (ex.kind != StepKind::kExchange || cs.kind != StepKind::kCompute || exe->staged_[ex.index]) continue;
-      if (std::find(exe->segment_starts_.begin(), exe->segment_starts_.end(), s + 1) != exe->segment_starts_.end()) continue;
+      if (ex.kind != StepKind::kExchange || cs.kind != StepKind::kCompute || exe->staged_[ex.index]) return;
+      if (std::find(exe->segment_starts_.begin(), exe->segment_starts_.end(), s + 1) != exe->segment_starts_.end()) return;
+      if (sc.writes.size() < ntiles) {
+        sc.writes.resize(ntiles);
+        sc.late.assign(ntiles, 0);
+      }
+      auto& writes = sc.writes;
+      auto& late = sc.late;
+      auto& touched = sc.touched;
       const auto& vsched = exe->compute_schedule_[cs.index];
       for (const auto& tv : vsched) {
         auto& w = writes[tv.tile];
@@ -789,7 +802,7 @@ std::unique_ptr<Executable> compile(std::unique_ptr<Graph> gp) {
         late[tile] = 0;
       }
       touched.clear();
-    }
+    });
   }
   return exe;
 }
