@@ -46,15 +46,17 @@ size_t step_of_exchange(const Executable& exe, uint32_t exchange) {
   return 0;
 }
 
-// b[tile t] = a[tile t + 1 (mod 4)], then on tiles below `overwriting`
-// a = b + 1 (in place: the exchange's source, which the copies to the
-// tile before read) and on the others c = b + 1. Streams a and c out.
+// b[tile t] = a[tile t + 1 (mod 4)] (read backwards when `reversed`), then
+// on tiles below `overwriting` a = b + 1 (in place: the exchange's source,
+// which the copies to the tile before read; only a's first element on each
+// of those tiles when `reversed`, the byte a reversed copy reads last, below
+// where it starts) and on the others c = b + 1. Streams a and c out.
 struct Rotation {
   std::shared_ptr<Executable> exe;
   size_t exchange_step = 0;
 };
 
-Rotation rotation(uint32_t overwriting) {
+Rotation rotation(uint32_t overwriting, bool reversed = false) {
   auto g = std::make_unique<Graph>(tiny(kTiles), 1);
   Tensor a = g->add_variable("a", kI32, {kTiles * kPer}, VarKind::kInput, 0);
   Tensor b = g->add_variable("b", kI32, {kTiles * kPer}, VarKind::kIntermediate, 0);
@@ -64,15 +66,16 @@ Rotation rotation(uint32_t overwriting) {
   const uint32_t ex = g->add_exchange("rotate");
   for (uint32_t t = 0; t < kTiles; ++t) {
     const uint32_t from = (t + 1) % kTiles;
-    copy_view(*g, ex, View{a.var, static_cast<int64_t>(from * kPer), {kPer}, {1}},
-              View{b.var, static_cast<int64_t>(t * kPer), {kPer}, {1}});
+    const View src = reversed ? View{a.var, static_cast<int64_t>(from * kPer + kPer - 1), {kPer}, {-1}}
+                              : View{a.var, static_cast<int64_t>(from * kPer), {kPer}, {1}};
+    copy_view(*g, ex, src, View{b.var, static_cast<int64_t>(t * kPer), {kPer}, {1}});
   }
   g->execute_exchange(ex);
   const uint32_t cs = g->add_compute_set("increment");
   for (uint32_t t = 0; t < kTiles; ++t) {
-    const Field in{b.var, t, 0, kPer};
-    const Field out{t < overwriting ? a.var : c.var, t, 0, kPer};
-    g->add_vertex(cs, std::make_unique<IncrementVertex>(in, out));
+    const uint64_t n = t < overwriting && reversed ? 1 : kPer;
+    g->add_vertex(cs, std::make_unique<IncrementVertex>(Field{b.var, t, 0, n},
+                                                        Field{t < overwriting ? a.var : c.var, t, 0, n}));
   }
   g->execute(cs);
   g->add_output_stream("a", a);
@@ -131,33 +134,9 @@ TEST(FusedExchange, ATileOverwritingAnotherTilesSourceRunsAfterEveryCopy) {
 }
 
 // The same with each copy reading its source backwards, and tiles 0 and 1
-// overwriting only the first element of their a: the byte a reversed copy
-// reads last, below where it starts.
+// overwriting only the first element of their a.
 TEST(FusedExchange, ReversedSourcesCountWhollyAsRead) {
-  auto g = std::make_unique<Graph>(tiny(kTiles), 1);
-  Tensor a = g->add_variable("a", kI32, {kTiles * kPer}, VarKind::kInput, 0);
-  Tensor b = g->add_variable("b", kI32, {kTiles * kPer}, VarKind::kIntermediate, 0);
-  Tensor c = g->add_variable("c", kI32, {kTiles * kPer}, VarKind::kIntermediate, 0);
-  for (Tensor t : {a, b, c}) g->map_linearly(t.var, kPer);
-  g->add_input_stream("a", a);
-  const uint32_t ex = g->add_exchange("rotate backwards");
-  for (uint32_t t = 0; t < kTiles; ++t)
-    copy_view(*g, ex, View{a.var, static_cast<int64_t>(((t + 1) % kTiles) * kPer + kPer - 1), {kPer}, {-1}},
-              View{b.var, static_cast<int64_t>(t * kPer), {kPer}, {1}});
-  g->execute_exchange(ex);
-  const uint32_t cs = g->add_compute_set("increment");
-  for (uint32_t t = 0; t < kTiles; ++t) {
-    if (t < 2)
-      g->add_vertex(cs, std::make_unique<IncrementVertex>(Field{b.var, t, 0, 1}, Field{a.var, t, 0, 1}));
-    else
-      g->add_vertex(cs, std::make_unique<IncrementVertex>(Field{b.var, t, 0, kPer}, Field{c.var, t, 0, kPer}));
-  }
-  g->execute(cs);
-  g->add_output_stream("a", a);
-  g->add_output_stream("c", c);
-  Rotation r;
-  r.exe = compile(std::move(g));
-  r.exchange_step = step_of_exchange(*r.exe, ex);
+  const Rotation r = rotation(2, true);
   std::vector<int32_t> in(kTiles * kPer);
   for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<int32_t>(10 * i + 1);
   std::vector<int32_t> want_a = in, want_c(kTiles * kPer, 0);

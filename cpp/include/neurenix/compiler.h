@@ -173,6 +173,7 @@ class Executable {
 
  private:
   friend std::unique_ptr<Executable> compile(std::unique_ptr<Graph> g);
+  friend void fuse_exchanges(Executable& exe);
   std::unique_ptr<Graph> graph_;
   std::vector<TileOverflow> overflows_;
   std::vector<TileMemory> tile_memory_;  // tiles that hold anything
