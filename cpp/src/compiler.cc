@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <type_traits>
 #include <map>
-#include <set>
+#include <cstring>
 #include <unordered_set>
 
 #include "neurenix/error.h"
@@ -161,20 +161,25 @@ std::unique_ptr<Executable> compile(std::unique_ptr<Graph> gp) {
         // An exchange reads memory as it was before the exchange (every tile
         // sends, then every tile receives). When it reads a variable it also
         // writes, the engine stages the sources first.
+        // (Copies come in long runs between the same two variables: a run
+        // after its first copy changes nothing here.)
         const uint32_t mark = st.index + 1;
-        for (const Copy& c : g.exchanges()[st.index].copies) source_mark[c.src] = mark;
-        for (const Copy& c : g.exchanges()[st.index].copies)
-          if (source_mark[c.dst] == mark) {
-            staged_exchanges.insert(st.index);
-            break;
-          }
-        for (const Copy& c : g.exchanges()[st.index].copies) {
+        const auto& copies = g.exchanges()[st.index].copies;
+        for (size_t i = 0; i < copies.size(); ++i) {
+          const Copy& c = copies[i];
+          if (i && c.src == copies[i - 1].src && c.dst == copies[i - 1].dst) continue;
+          source_mark[c.src] = mark;
           live[c.src].touch(s);
           live[c.dst].touch(s);
           NX_CHECK(written[c.src] || g.var(c.src).kind == VarKind::kConstant,
                    "exchange '" + g.exchanges()[st.index].name + "' reads '" + g.var(c.src).name + "' before it is written");
           written[c.dst] = true;
         }
+        for (size_t i = 0; i < copies.size(); ++i)
+          if ((!i || copies[i].dst != copies[i - 1].dst) && source_mark[copies[i].dst] == mark) {
+            staged_exchanges.insert(st.index);
+            break;
+          }
         break;
       }
       case StepKind::kHostToDevice: {
@@ -246,7 +251,7 @@ std::unique_ptr<Executable> compile(std::unique_ptr<Graph> gp) {
       if (g.var(v).kind == VarKind::kConstant)
         mem[tile].constants += align_up(g.var(v).tiles[si].count * device_type_size(g.var(v).dtype));
   }
-  std::vector<std::set<std::string>> codelets(ntiles);
+  std::vector<std::vector<const char*>> codelets(ntiles);  // the kinds of vertex on each tile (a few)
   std::vector<int64_t> last_step_on_tile(ntiles, -1);
   auto control = [&](uint32_t tile, int64_t s) {
     if (last_step_on_tile[tile] != s) {
@@ -259,7 +264,12 @@ std::unique_ptr<Executable> compile(std::unique_ptr<Graph> gp) {
     if (st.kind == StepKind::kCompute) {
       for (const auto& v : g.compute_sets()[st.index].vertices) {
         mem[v->tile].vertex_state += kVertexStateBase + kVertexStatePerField * v->all_fields().size();
-        if (codelets[v->tile].insert(v->name()).second) mem[v->tile].code += v->code_bytes();
+        auto& kinds = codelets[v->tile];
+        const char* kind = v->name();
+        if (std::none_of(kinds.begin(), kinds.end(), [&](const char* k) { return std::strcmp(k, kind) == 0; })) {
+          kinds.push_back(kind);
+          mem[v->tile].code += v->code_bytes();
+        }
         control(v->tile, s);
       }
     } else if (st.kind == StepKind::kExchange) {

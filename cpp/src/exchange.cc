@@ -185,6 +185,60 @@ void copy_view(Graph& g, uint32_t ex, const View& src_in, const View& dst_in) {
   for (size_t i = 0; i < n_open; ++i) close(slots[order[i]]);
 }
 
+namespace {
+
+// Whether `v` is a dense row-major block of its variable lying inside one
+// interval of its mapping: then its tile and the tile-local index of its
+// first element.
+bool one_run(const Graph& g, const View& v, uint32_t* tile, uint64_t* local) {
+  int64_t dense = 1;
+  for (size_t d = v.shape.size(); d-- > 0;) {
+    if (v.shape[d] != 1 && v.strides[d] != dense) return false;
+    dense *= static_cast<int64_t>(v.shape[d]);
+  }
+  const Variable& var = g.var(v.var);
+  const uint64_t n = v.numel();
+  if (n == 0 || v.offset < 0 || static_cast<uint64_t>(v.offset) + n > var.numel) return false;
+  size_t at = 0;
+  g.locate(v.var, static_cast<uint64_t>(v.offset), tile, local, &at);
+  return static_cast<uint64_t>(v.offset) + n <= var.mapping[at].end;
+}
+
+}  // namespace
+
+void RepeatedCopies::copy(Graph& g, uint32_t ex, const View& src, const View& dst) {
+  auto [it, fresh] = first_.try_emplace(std::make_tuple(ex, src.var, src.offset, src.shape, src.strides));
+  First& first = it->second;
+  uint32_t to_tile = 0;
+  uint64_t to_local = 0;
+  if (!fresh && first.one_run && first.dst.shape == dst.shape &&
+      g.var(first.dst.var).dtype == g.var(dst.var).dtype && one_run(g, dst, &to_tile, &to_local) &&
+      to_local + dst.numel() - 1 <= UINT32_MAX) {
+    // Every copy of the first lands in [local, local + n) of one tile;
+    // copy_view's runs and merges do not depend on where that range is, so
+    // it would build these copies for `dst`.
+    std::vector<Copy>& out = g.exchange(ex).copies;
+    for (size_t i = first.begin; i < first.end; ++i) {
+      Copy c = out[i];
+      c.dst = dst.var;
+      c.dst_tile = to_tile;
+      c.dst_local = static_cast<uint32_t>(c.dst_local - first.local + to_local);
+      out.push_back(c);
+    }
+    repeated_ += first.end - first.begin;
+    return;
+  }
+  const size_t begin = g.exchange(ex).copies.size();
+  copy_view(g, ex, src, dst);
+  if (fresh) {
+    first.begin = begin;
+    first.end = g.exchange(ex).copies.size();
+    first.dst = dst;
+    uint32_t tile = 0;
+    first.one_run = one_run(g, dst, &tile, &first.local);
+  }
+}
+
 View broadcast_view(const Tensor& t, const Shape& shape) {
   NX_CHECK(t.shape.size() <= shape.size(), "broadcast to a lower rank");
   View base = View::of(t);

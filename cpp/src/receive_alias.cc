@@ -2,10 +2,9 @@
 // bytes vertices can read where they came from, so the host skips the copy.
 #include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <unordered_map>
 #include <vector>
-
-#include <sys/mman.h>
 
 #include "host_threads.h"
 #include "receive_alias.h"
@@ -29,35 +28,6 @@ struct Run {
   uint32_t byte_copy;
   uint32_t begin;
   uint32_t end;
-};
-
-// An array of trivially copyable records in fresh memory backed by huge
-// pages where the host offers them: the records are written in scattered
-// order, and with 4 KiB pages the page faults cost more than the writes.
-template <typename T>
-class FreshArray {
- public:
-  explicit FreshArray(size_t n) : bytes_(std::max<size_t>(n * sizeof(T), 1) + kHuge) {
-    void* p = mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) throw std::bad_alloc();
-    base_ = p;
-    const uintptr_t at = (reinterpret_cast<uintptr_t>(p) + kHuge - 1) / kHuge * kHuge;
-#ifdef MADV_HUGEPAGE
-    madvise(reinterpret_cast<void*>(at), bytes_ - (at - reinterpret_cast<uintptr_t>(p)), MADV_HUGEPAGE);
-#endif
-    data_ = reinterpret_cast<T*>(at);
-  }
-  ~FreshArray() { munmap(base_, bytes_); }
-  FreshArray(const FreshArray&) = delete;
-  FreshArray& operator=(const FreshArray&) = delete;
-  T* data() { return data_; }
-  T& operator[](size_t i) { return data_[i]; }
-
- private:
-  static constexpr size_t kHuge = size_t{2} << 20;
-  size_t bytes_;
-  void* base_;
-  T* data_;
 };
 
 struct Bytes {
@@ -148,7 +118,11 @@ std::vector<std::vector<uint8_t>> alias_receives(Executable& exe, const std::vec
     skip[e][k] = 1;  // until a reader needs it
   });
   for (size_t i = 1; i < run_start.size(); ++i) run_start[i] += run_start[i - 1];
-  FreshArray<Run> runs(run_start.back());
+  // Left uninitialized (`new Run[n]`): the runs are written in scattered
+  // order, each once. (Huge pages for this array made later compiles in a
+  // process faster but the first slower: docs/benchmarks.md.)
+  const std::unique_ptr<Run[]> runs_block(new Run[run_start.back()]);
+  Run* const runs = runs_block.get();
   {
     std::vector<uint32_t> fill(run_start.begin(), run_start.end() - 1);
     for_each_receive([&](uint32_t e, uint32_t k, uint32_t tile, const Executable::ByteCopy& b) {
@@ -183,7 +157,7 @@ std::vector<std::vector<uint8_t>> alias_receives(Executable& exe, const std::vec
   auto src_var = [&](const Run& r) { return vars[r.exchange][r.byte_copy].src; };
   for (size_t s = 0; s + 1 < run_start.size(); ++s)
     if (run_start[s + 1] - run_start[s] > 1)
-      std::sort(runs.data() + run_start[s], runs.data() + run_start[s + 1],
+      std::sort(runs + run_start[s], runs + run_start[s + 1],
                 [](const Run& a, const Run& b) { return a.begin < b.begin; });
 
   // Whether anything writes bytes [begin, end) of `tile` in program steps
@@ -285,11 +259,11 @@ std::vector<std::vector<uint8_t>> alias_receives(Executable& exe, const std::vec
       for (Field* f : vx->all_fields()) {
         if (f->access != Access::kRead || !f->count || !ok[f->var]) continue;
         const uint64_t s = share_of(f->var, f->tile);
-        Run* last = runs.data() + run_start[s + 1];
+        Run* last = runs + run_start[s + 1];
         const uint64_t es = device_type_size(g.var(f->var).dtype);
         const uint64_t begin = f->byte_offset, end = begin + f->count * es;
         // Shares hold few runs: scan from the first.
-        Run* r = runs.data() + run_start[s];
+        Run* r = runs + run_start[s];
         while (r != last && r->end <= begin) ++r;
         stretches.clear();
         bool disjoint = true;

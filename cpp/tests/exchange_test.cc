@@ -482,6 +482,78 @@ TEST(Exchange, CopyViewChecksShapesAndTypes) {
 // Copy descriptors hold tile-local indices in 32 bits: a view reaching past
 // element 2^32 of one tile's share (more than any tile holds) is reported as
 // out of memory, not truncated; one just below the limit is copied exactly.
+// Windows of a [channels, rows, width] source that the tiles of several
+// blocks all receive (a convolution's input windows): RepeatedCopies must
+// make exactly the copies copy_view makes, in the same order, whether it
+// repeats them (a destination that is one run of one tile) or not (a block
+// split over two tiles, which copy_view builds afresh).
+TEST(Exchange, RepeatedCopiesAreTheCopiesCopyViewMakes) {
+  std::mt19937 rng(11);
+  size_t repeated = 0;
+  for (int trial = 0; trial < 40; ++trial) {
+    Graph g(tiny(8), 1);
+    const uint64_t c = 2 + rng() % 5, h = 3 + rng() % 6, w = 2 + rng() % 7;
+    Tensor x = g.add_variable("x", kF32, {c, h, w}, VarKind::kInput, 0);
+    lay_out(g, x.var, trial % 2 ? Layout::kRandom : Layout::kLinear, rng);
+    // Windows: channels [c0, c0 + kc), rows [r0, r0 + kr), every column.
+    struct Win {
+      uint64_t c0, kc, r0, kr;
+    };
+    std::vector<Win> wins;
+    for (int i = 0; i < 3; ++i) {
+      const uint64_t kc = 1 + rng() % c, kr = 1 + rng() % h;
+      wins.push_back(Win{rng() % (c - kc + 1), kc, rng() % (h - kr + 1), kr});
+    }
+    // Each destination block holds one window, at a random place of one
+    // tile's run; some blocks straddle two tiles.
+    const size_t blocks = 12;
+    std::vector<size_t> which(blocks);
+    std::vector<uint64_t> at(blocks);
+    std::vector<TileInterval> ivs;
+    uint64_t pos = 0;
+    for (size_t b = 0; b < blocks; ++b) {
+      which[b] = rng() % wins.size();
+      const uint64_t n = wins[which[b]].kc * wins[which[b]].kr * w, lead = rng() % 3;
+      const uint32_t tile = static_cast<uint32_t>(rng() % 8);
+      at[b] = pos + lead;
+      if (rng() % 4 == 0) {  // split over two tiles
+        const uint64_t cut = at[b] + 1 + rng() % n;
+        ivs.push_back(TileInterval{pos, cut, tile, 0});
+        ivs.push_back(TileInterval{cut, at[b] + n, (tile + 1) % 8, 0});
+      } else {
+        ivs.push_back(TileInterval{pos, at[b] + n, tile, 0});
+      }
+      pos = at[b] + n;
+    }
+    Tensor y = g.add_variable("y", kF32, {pos}, VarKind::kIntermediate, 0);
+    g.set_mapping(y.var, ivs);
+    const uint32_t fresh = g.add_exchange("fresh"), again = g.add_exchange("again");
+    RepeatedCopies rc;
+    for (size_t b = 0; b < blocks; ++b) {
+      const Win& wn = wins[which[b]];
+      View src{x.var, static_cast<int64_t>((wn.c0 * h + wn.r0) * w), {wn.kc, wn.kr, w},
+               {static_cast<int64_t>(h * w), static_cast<int64_t>(w), 1}};
+      View dst{y.var, static_cast<int64_t>(at[b]), {wn.kc, wn.kr, w},
+               {static_cast<int64_t>(wn.kr * w), static_cast<int64_t>(w), 1}};
+      copy_view(g, fresh, src, dst);
+      rc.copy(g, again, src, dst);
+    }
+    const auto& want = g.exchange(fresh).copies;
+    const auto& got = g.exchange(again).copies;
+    ASSERT_EQ(got.size(), want.size()) << "trial " << trial;
+    for (size_t i = 0; i < want.size(); ++i) {
+      const Copy &a = got[i], &e = want[i];
+      ASSERT_TRUE(a.src == e.src && a.src_tile == e.src_tile && a.src_local == e.src_local &&
+                  a.src_stride == e.src_stride && a.dst == e.dst && a.dst_tile == e.dst_tile &&
+                  a.dst_local == e.dst_local && a.count == e.count && a.outer == e.outer &&
+                  a.src_outer == e.src_outer && a.dst_outer == e.dst_outer)
+          << "trial " << trial << ", copy " << i;
+    }
+    repeated += rc.repeated();
+  }
+  EXPECT_GT(repeated, 0u);  // the repeating path ran
+}
+
 TEST(Exchange, TileLocalIndicesBeyondThirtyTwoBitsAreOutOfMemory) {
   Graph g(tiny(2), 1);
   const uint64_t big = (uint64_t{1} << 32) + 16;

@@ -1,6 +1,10 @@
 // Lowering data movement to exchange copies.
 #pragma once
 
+#include <map>
+#include <tuple>
+#include <vector>
+
 #include "neurenix/graph.h"
 
 namespace neurenix {
@@ -9,6 +13,29 @@ namespace neurenix {
 // matching element of `dst` (two views of the same shape and element type).
 // Runs of elements that are consecutive on both sides become one copy.
 void copy_view(Graph& g, uint32_t ex, const View& src, const View& dst);
+
+// copy_view for views that many destinations receive alike (a convolution's
+// input window that the tiles of every output-channel block read): the
+// first copy of a source view into an exchange is built by copy_view; a
+// later one into a destination that, like the first, is one contiguous run
+// of one tile repeats the first's copies with their destination moved (the
+// same copies copy_view would build, in the same order, without walking the
+// source's mapping again).
+class RepeatedCopies {
+ public:
+  void copy(Graph& g, uint32_t ex, const View& src, const View& dst);
+  size_t repeated() const { return repeated_; }  // copies made by repeating
+
+ private:
+  struct First {
+    size_t begin = 0, end = 0;  // its copies in the exchange
+    View dst;
+    bool one_run = false;  // dst is one contiguous run of one tile, from tile-local element `local`
+    uint64_t local = 0;
+  };
+  std::map<std::tuple<uint32_t, VarId, int64_t, Shape, std::vector<int64_t>>, First> first_;
+  size_t repeated_ = 0;
+};
 
 // The view of `t` broadcast (numpy rules) to `shape`.
 View broadcast_view(const Tensor& t, const Shape& shape);

@@ -262,6 +262,7 @@ Tensor conv(Graph& g, const Tensor& x, const Tensor& w, const Tensor* bias, cons
       wk.win_base = blocks.add(wk.tile, pos);
     }
     win = blocks.create(g, o.name + "/input_window", in, ipu);
+    RepeatedCopies windows;  // the tiles of every output-channel block read the same windows
     for (const Work& wk : work) {
       size_t idx = 0;
       for (uint64_t gg = wk.gr.begin; gg < wk.gr.end; ++gg)
@@ -279,7 +280,7 @@ Tensor conv(Graph& g, const Tensor& x, const Tensor& w, const Tensor* bias, cons
           dst.offset = static_cast<int64_t>(wk.win_base + wk.seg_win[idx]);
           dst.shape = src.shape;
           dst.strides = {static_cast<int64_t>(static_cast<uint64_t>(hi - lo) * d.w), static_cast<int64_t>(d.w), 1};
-          copy_view(g, ex0, src, dst);
+          windows.copy(g, ex0, src, dst);
         }
     }
   }

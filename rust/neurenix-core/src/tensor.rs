@@ -404,19 +404,20 @@ impl HostTensor {
         }
     }
     pub fn to_device_bytes(&self, dev: DeviceType, what: &str) -> Result<Vec<u8>> {
-        let mut out = Vec::with_capacity(self.numel() * dev.size());
-        match dev {
-            DeviceType::F32 => {
-                for v in self.float_values().iter() {
-                    out.extend_from_slice(&(*v as f32).to_le_bytes());
-                }
+        // Floats are written into a buffer of their final size, element by
+        // element (a weight has millions: no per-element capacity checks).
+        fn encode<const N: usize>(values: &[f64], f: impl Fn(f64) -> [u8; N]) -> Vec<u8> {
+            let mut out = vec![0u8; values.len() * N];
+            for (o, &v) in out.chunks_exact_mut(N).zip(values) {
+                o.copy_from_slice(&f(v));
             }
-            DeviceType::F16 => {
-                for v in self.float_values().iter() {
-                    out.extend_from_slice(&f64_to_f16(*v).to_le_bytes());
-                }
-            }
+            out
+        }
+        Ok(match dev {
+            DeviceType::F32 => encode(&self.float_values(), |v| (v as f32).to_le_bytes()),
+            DeviceType::F16 => encode(&self.float_values(), |v| f64_to_f16(v).to_le_bytes()),
             DeviceType::I32 => {
+                let mut out = Vec::with_capacity(self.numel() * 4);
                 for v in self.as_int().iter() {
                     let x = i32::try_from(*v).map_err(|_| {
                         Error::InvalidArgument(format!(
@@ -425,18 +426,17 @@ impl HostTensor {
                     })?;
                     out.extend_from_slice(&x.to_le_bytes());
                 }
+                out
             }
-            DeviceType::Bool => out.extend(self.as_bool().iter().map(|&b| b as u8)),
+            DeviceType::Bool => self.as_bool().iter().map(|&b| b as u8).collect(),
             DeviceType::F8E4M3FNUZ | DeviceType::F8E5M2FNUZ => {
                 let f = dev.float8().expect("a float8 device type");
-                out.extend(
-                    self.as_float()
-                        .iter()
-                        .map(|&v| f.encode(v, crate::float8::Overflow::Saturate)),
-                );
+                self.as_float()
+                    .iter()
+                    .map(|&v| f.encode(v, crate::float8::Overflow::Saturate))
+                    .collect()
             }
-        }
-        Ok(out)
+        })
     }
 }
 

@@ -249,11 +249,32 @@ impl Gemm {
     }
 }
 
+/// The transpose of a 2-D constant, in blocks (a classifier's weights have
+/// millions of values; element by element, every read misses the cache).
+/// The values are unchanged, so they need no rounding again.
 fn transpose2(t: &HostTensor) -> HostTensor {
+    const B: usize = 32;
     let a = t.as_float();
     let v = a.view().into_dimensionality::<ndarray::Ix2>().unwrap();
-    let tr = v.t().as_standard_layout().into_owned().into_dyn();
-    HostTensor::float(t.dtype, tr)
+    let (rows, cols) = v.dim();
+    let src = v.as_standard_layout();
+    let s = src.as_slice().expect("standard layout");
+    let mut out = vec![0.0f64; rows * cols];
+    for i0 in (0..rows).step_by(B) {
+        for j0 in (0..cols).step_by(B) {
+            for i in i0..(i0 + B).min(rows) {
+                for j in j0..(j0 + B).min(cols) {
+                    out[j * rows + i] = s[i * cols + j];
+                }
+            }
+        }
+    }
+    let tr =
+        ndarray::ArrayD::from_shape_vec(IxDyn(&[cols, rows]), out).expect("the transposed shape");
+    HostTensor {
+        dtype: t.dtype,
+        data: crate::tensor::Data::Float(tr),
+    }
 }
 
 impl Operator for Gemm {
