@@ -258,6 +258,7 @@ Tensor matmul(Graph& g, const Tensor& a, const Tensor& b, const MatMulOptions& o
     for (const Need& nd : needs) blocks.add(nd.tile, nd.gr.size() * nd.rr.size() * nd.cr.size());
     if (needs.empty()) return;
     Tensor tmp = blocks.create(g, name, in, ipu);
+    RepeatedCopies blocks_alike;  // the tiles of every block of the other operand receive the same block
     uint64_t pos = 0;
     for (const Need& nd : needs) {
       uint64_t per_group = nd.rr.size() * nd.cr.size();
@@ -271,7 +272,7 @@ Tensor matmul(Graph& g, const Tensor& a, const Tensor& b, const MatMulOptions& o
       dst.offset = static_cast<int64_t>(pos);
       dst.shape = src.shape;
       dst.strides = {static_cast<int64_t>(per_group), static_cast<int64_t>(nd.cr.size()), 1};
-      copy_view(g, ex, src, dst);
+      blocks_alike.copy(g, ex, src, dst);
       out.push_back(OperandBlock{tmp.var, g.locate(tmp.var, pos).local, per_group, nd.cr.size(), per_group});
       pos += nd.gr.size() * per_group;
     }
