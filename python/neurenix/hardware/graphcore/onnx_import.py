@@ -179,8 +179,9 @@ def _bits(t: Any, size: int, what: str) -> bytes:
         except Exception as e:
             raise ModelFormatError(f"{what} cannot be read: {e}") from None
         return np.ascontiguousarray(arr).view(np.uint8).tobytes()
-    if t.raw_data:
-        return bytes(t.raw_data)
+    raw = t.raw_data  # (each read of the field copies it)
+    if raw:
+        return raw
     words = np.asarray(t.int32_data, dtype=np.int64)
     return (words & (0xFFFF if size == 2 else 0xFF)).astype("<u2" if size == 2 else "u1").tobytes()
 
@@ -199,10 +200,13 @@ def _tensor(t: Any, what: str):
         # A type the core refuses by name (UnsupportedOperatorError) or as
         # undefined (ModelFormatError): its data is not needed for that.
         return _native.TensorParts(t.name, code, dims, b"")
-    if t.data_location != onnx.TensorProto.EXTERNAL and t.raw_data:
+    if t.data_location != onnx.TensorProto.EXTERNAL and t.HasField("raw_data"):
         # Raw data is already the little-endian bytes the core takes (the
         # core checks its length against the dims): no numpy round trip.
-        return _native.TensorParts(t.name, code, dims, t.raw_data)
+        # Read once: each read of the field copies it (100 MB for ResNet-50).
+        raw = t.raw_data
+        if raw:
+            return _native.TensorParts(t.name, code, dims, raw)
     try:
         arr = onnx.numpy_helper.to_array(t)
     except Exception as e:
