@@ -479,9 +479,12 @@ TEST(Exchange, CopyViewChecksShapesAndTypes) {
   EXPECT_TRUE(g.exchange(ex).copies.empty());
 }
 
-// Copy descriptors hold tile-local indices in 32 bits: a view reaching past
-// element 2^32 of one tile's share (more than any tile holds) is reported as
-// out of memory, not truncated; one just below the limit is copied exactly.
+bool same_copy(const Copy& a, const Copy& e) {
+  return a.src == e.src && a.src_tile == e.src_tile && a.src_local == e.src_local && a.src_stride == e.src_stride &&
+         a.dst == e.dst && a.dst_tile == e.dst_tile && a.dst_local == e.dst_local && a.count == e.count &&
+         a.outer == e.outer && a.src_outer == e.src_outer && a.dst_outer == e.dst_outer;
+}
+
 // Windows of a [channels, rows, width] source that the tiles of several
 // blocks all receive (a convolution's input windows): RepeatedCopies must
 // make exactly the copies copy_view makes, in the same order, whether it
@@ -541,19 +544,125 @@ TEST(Exchange, RepeatedCopiesAreTheCopiesCopyViewMakes) {
     const auto& want = g.exchange(fresh).copies;
     const auto& got = g.exchange(again).copies;
     ASSERT_EQ(got.size(), want.size()) << "trial " << trial;
-    for (size_t i = 0; i < want.size(); ++i) {
-      const Copy &a = got[i], &e = want[i];
-      ASSERT_TRUE(a.src == e.src && a.src_tile == e.src_tile && a.src_local == e.src_local &&
-                  a.src_stride == e.src_stride && a.dst == e.dst && a.dst_tile == e.dst_tile &&
-                  a.dst_local == e.dst_local && a.count == e.count && a.outer == e.outer &&
-                  a.src_outer == e.src_outer && a.dst_outer == e.dst_outer)
-          << "trial " << trial << ", copy " << i;
-    }
+    for (size_t i = 0; i < want.size(); ++i)
+      ASSERT_TRUE(same_copy(got[i], want[i])) << "trial " << trial << ", copy " << i;
     repeated += rc.repeated();
   }
   EXPECT_GT(repeated, 0u);  // the repeating path ran
 }
 
+// The same on arbitrary views: sources of rank 0-4 with unit dimensions and
+// negative, zero and large strides over any layout; destinations in three
+// variables (two float32 on either IPU, one float16 the sources cannot be
+// copied into), dense with odd strides on unit dimensions, sometimes not
+// dense (reversed strides) or straddling intervals. Copies and failures must
+// be copy_view's. (Fails if the destination variable is not replaced, if
+// the run test ignores strides, or if the element type is not compared.)
+TEST(Exchange, RepeatedCopiesMatchCopyViewOnRandomViews) {
+  std::mt19937 rng(12345);
+  size_t repeated = 0, throws = 0;
+  for (int trial = 0; trial < 3000; ++trial) {
+    Graph g(tiny(8, 2), 2);
+    const uint64_t n = 60 + rng() % 200;
+    Tensor x = g.add_variable("x", kF32, {n}, VarKind::kInput, rng() % 2);
+    lay_out(g, x.var, static_cast<Layout>(rng() % 3), rng);
+    std::vector<View> srcs;
+    while (srcs.size() < 3) {
+      View v{x.var, 0, {}, {}};
+      const size_t rank = rng() % 5;
+      int64_t lo = 0, hi = 0;
+      for (size_t d = 0; d < rank; ++d) {
+        const uint64_t len = rng() % 5 == 0 ? 1 : 1 + rng() % 5;
+        int64_t st = static_cast<int64_t>(rng() % 9) - 3;
+        if (rng() % 3 == 0) st = 1;
+        if (rng() % 5 == 0) st = static_cast<int64_t>(rng() % 30) - 10;
+        v.shape.push_back(len);
+        v.strides.push_back(st);
+        (st < 0 ? lo : hi) += st * static_cast<int64_t>(len - 1);
+      }
+      if (hi - lo >= static_cast<int64_t>(n)) continue;
+      v.offset = -lo + static_cast<int64_t>(rng() % (n - static_cast<uint64_t>(hi - lo)));
+      srcs.push_back(v);
+    }
+    std::vector<Tensor> ys;
+    for (int k = 0; k < 3; ++k) {
+      Tensor y = g.add_variable("y" + std::to_string(k), k == 2 ? kF16 : kF32, {300}, VarKind::kIntermediate, rng() % 2);
+      lay_out(g, y.var, rng() % 2 ? Layout::kRandom : Layout::kOneTile, rng);
+      ys.push_back(y);
+    }
+    const uint32_t fresh = g.add_exchange("fresh"), again = g.add_exchange("again");
+    RepeatedCopies rc;
+    for (int b = 0; b < 30; ++b) {
+      const View& src = srcs[rng() % srcs.size()];
+      const Tensor& y = ys[rng() % 10 == 0 ? 2 : rng() % 2];
+      View dst{y.var, 0, src.shape, std::vector<int64_t>(src.shape.size(), 0)};
+      int64_t dense = 1;
+      for (size_t d = src.shape.size(); d-- > 0;) {
+        dst.strides[d] = src.shape[d] == 1 ? static_cast<int64_t>(rng() % 7) - 3 : dense;
+        dense *= static_cast<int64_t>(src.shape[d]);
+      }
+      if (rng() % 8 == 0 && src.shape.size() >= 2) std::reverse(dst.strides.begin(), dst.strides.end());
+      int64_t span = 0, neg = 0;
+      for (size_t d = 0; d < src.shape.size(); ++d)
+        (dst.strides[d] > 0 ? span : neg) += dst.strides[d] * static_cast<int64_t>(src.shape[d] - 1);
+      const int64_t room = 300 - (span - neg);  // <= 0: outside the variable, both calls fail
+      dst.offset = -neg + (room > 0 ? static_cast<int64_t>(rng() % static_cast<uint64_t>(room)) : 0);
+      bool failed_fresh = false, failed_again = false;
+      try {
+        copy_view(g, fresh, src, dst);
+      } catch (const Error&) {
+        failed_fresh = true;
+      }
+      try {
+        rc.copy(g, again, src, dst);
+      } catch (const Error&) {
+        failed_again = true;
+      }
+      ASSERT_EQ(failed_fresh, failed_again) << "trial " << trial << ", call " << b;
+      throws += failed_fresh;
+    }
+    const auto& want = g.exchange(fresh).copies;
+    const auto& got = g.exchange(again).copies;
+    ASSERT_EQ(got.size(), want.size()) << "trial " << trial;
+    for (size_t i = 0; i < want.size(); ++i)
+      ASSERT_TRUE(same_copy(got[i], want[i])) << "trial " << trial << ", copy " << i;
+    repeated += rc.repeated();
+  }
+  EXPECT_GT(repeated, 1000u);  // the repeating path ran often
+  EXPECT_GT(throws, 0u);       // and so did failing calls
+}
+
+// The 32-bit limit on the repeating path: a repeat reaching past tile-local
+// element 2^32 is out of memory, as copy_view's copy is; a first call that
+// failed leaves the source to copy_view.
+TEST(Exchange, RepeatedCopiesKeepTheThirtyTwoBitLimit) {
+  Graph g(tiny(2), 1);
+  const uint64_t big = (uint64_t{1} << 32) + 16;
+  Tensor x = g.add_variable("x", kBool, {8}, VarKind::kIntermediate, 0);
+  Tensor y = g.add_variable("y", kBool, {big}, VarKind::kIntermediate, 0);
+  g.map_to_tile(x.var, 0);
+  g.map_to_tile(y.var, 1);
+  const uint32_t ex = g.add_exchange("e");
+  RepeatedCopies rc;
+  View src{x.var, 0, {2, 2}, {4, 1}};  // two rows: one 2-D copy
+  rc.copy(g, ex, src, View{y.var, 0, {2, 2}, {2, 1}});
+  rc.copy(g, ex, src, View{y.var, static_cast<int64_t>(UINT32_MAX) - 3, {2, 2}, {2, 1}});
+  EXPECT_EQ(rc.repeated(), 1u);
+  EXPECT_EQ(g.exchange(ex).copies.back().dst_local, UINT32_MAX - 3);
+  EXPECT_NX_ERROR(kOutOfMemory, rc.copy(g, ex, src, View{y.var, static_cast<int64_t>(UINT32_MAX) - 2, {2, 2}, {2, 1}}),
+                  "2^32");
+  View src2{x.var, 4, {4}, {1}};
+  EXPECT_NX_ERROR(kOutOfMemory, rc.copy(g, ex, src2, View{y.var, static_cast<int64_t>(UINT32_MAX) - 1, {4}, {1}}), "2^32");
+  const size_t before = g.exchange(ex).copies.size();
+  rc.copy(g, ex, src2, View{y.var, 0, {4}, {1}});
+  rc.copy(g, ex, src2, View{y.var, 8, {4}, {1}});
+  EXPECT_EQ(g.exchange(ex).copies.size(), before + 2);
+  EXPECT_EQ(g.exchange(ex).copies.back().dst_local, 8u);
+}
+
+// Copy descriptors hold tile-local indices in 32 bits: a view reaching past
+// element 2^32 of one tile's share (more than any tile holds) is reported as
+// out of memory, not truncated; one just below the limit is copied exactly.
 TEST(Exchange, TileLocalIndicesBeyondThirtyTwoBitsAreOutOfMemory) {
   Graph g(tiny(2), 1);
   const uint64_t big = (uint64_t{1} << 32) + 16;
