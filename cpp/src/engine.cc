@@ -424,7 +424,10 @@ void Engine::run_steps(size_t first, size_t last) {
   // 12% faster than handing tiles to whichever thread asks: docs/benchmarks.md).
   const size_t nthreads = pool_->size();
   std::vector<size_t> home_at(nthreads + 1);
-  auto homes = [&](size_t n, auto tile_of) -> const size_t* {
+  // fn(i) for every entry of `list` (entries by ascending tile, `tile_of`
+  // giving an entry's tile), each thread starting with its home tiles.
+  auto on_tiles = [&](const auto& list, auto tile_of, const std::function<void(size_t)>& fn) {
+    const size_t n = list.size();
     const uint64_t T = g.num_tiles();
     size_t i = 0;
     home_at[0] = 0;
@@ -433,14 +436,15 @@ void Engine::run_steps(size_t first, size_t last) {
       size_t lo = i, hi = n;
       while (lo < hi) {
         const size_t mid = (lo + hi) / 2;
-        if (tile_of(mid) < bound) lo = mid + 1;
+        if (tile_of(list[mid]) < bound) lo = mid + 1;
         else hi = mid;
       }
       home_at[j] = i = lo;
     }
     home_at[nthreads] = n;
-    return home_at.data();
+    pool_->parallel_for(n, fn, home_at.data());
   };
+  auto tile_of = [](const auto& entry) { return entry.tile; };
   for (size_t s = first; s < last; ++s) {
     const Step& step = program[s];
     const auto step_start = std::chrono::steady_clock::now();
@@ -449,28 +453,22 @@ void Engine::run_steps(size_t first, size_t last) {
         const auto& sched = exe_->compute_schedule()[step.index];
         const bool random = random_cs_[step.index];
         if (!options_.stochastic_rounding && !options_.fp_exceptions && !random) {
-          pool_->parallel_for(
-              sched.size(),
-              [&](size_t i) {
-                uint8_t* mem = arenas_[sched[i].tile];
-                for (const Vertex* v : sched[i].vertices) v->compute(mem);
-              },
-              homes(sched.size(), [&](size_t i) { return sched[i].tile; }));
+          on_tiles(sched, tile_of, [&](size_t i) {
+            uint8_t* mem = arenas_[sched[i].tile];
+            for (const Vertex* v : sched[i].vertices) v->compute(mem);
+          });
         } else {
           std::vector<std::string> found(options_.fp_exceptions ? sched.size() : 0);
-          pool_->parallel_for(
-              sched.size(),
-              [&](size_t i) {
-                uint8_t* mem = arenas_[sched[i].tile];
-                ScopedRounding rounding(options_.stochastic_rounding ? &rngs_[sched[i].tile] : nullptr);
-                ScopedRandom draws(random ? &random_rngs_[sched[i].tile] : nullptr);
-                for (const Vertex* v : sched[i].vertices) {
-                  if (options_.fp_exceptions) std::feclearexcept(FE_ALL_EXCEPT);
-                  v->compute(mem);
-                  if (options_.fp_exceptions && !(found[i] = floating_point_exception(g, *v, mem)).empty()) break;
-                }
-              },
-              homes(sched.size(), [&](size_t i) { return sched[i].tile; }));
+          on_tiles(sched, tile_of, [&](size_t i) {
+            uint8_t* mem = arenas_[sched[i].tile];
+            ScopedRounding rounding(options_.stochastic_rounding ? &rngs_[sched[i].tile] : nullptr);
+            ScopedRandom draws(random ? &random_rngs_[sched[i].tile] : nullptr);
+            for (const Vertex* v : sched[i].vertices) {
+              if (options_.fp_exceptions) std::feclearexcept(FE_ALL_EXCEPT);
+              v->compute(mem);
+              if (options_.fp_exceptions && !(found[i] = floating_point_exception(g, *v, mem)).empty()) break;
+            }
+          });
           if (options_.fp_exceptions) check_floating_point(step.index, found);
         }
         st.compute_cycles += costs[s].cycles;
@@ -500,23 +498,17 @@ void Engine::run_steps(size_t first, size_t last) {
             !random_cs_[next->index]) {
           // A fused exchange (Executable::fused): each tile's copies, then
           // its vertices of the next step, while the copied bytes are hot.
-          pool_->parallel_for(
-              fused.size(),
-              [&](size_t i) {
-                const Executable::FusedTile& ft = fused[i];
-                uint8_t* mem = arenas_[ft.tile];
-                copy_into_tile(mem, copies.data() + ft.begin, copies.data() + ft.end);
-                for (const Vertex* v : ft.vertices) v->compute(mem);
-              },
-              homes(fused.size(), [&](size_t i) { return fused[i].tile; }));
+          on_tiles(fused, tile_of, [&](size_t i) {
+            const Executable::FusedTile& ft = fused[i];
+            uint8_t* mem = arenas_[ft.tile];
+            copy_into_tile(mem, copies.data() + ft.begin, copies.data() + ft.end);
+            for (const Vertex* v : ft.vertices) v->compute(mem);
+          });
           const auto& late = exe_->fused_late(s);
-          pool_->parallel_for(
-              late.size(),
-              [&](size_t i) {
-                uint8_t* mem = arenas_[late[i].tile];
-                for (const Vertex* v : late[i].vertices) v->compute(mem);
-              },
-              homes(late.size(), [&](size_t i) { return late[i].tile; }));
+          on_tiles(late, tile_of, [&](size_t i) {
+            uint8_t* mem = arenas_[late[i].tile];
+            for (const Vertex* v : late[i].vertices) v->compute(mem);
+          });
           st.exchange_cycles += costs[s].cycles;
           st.exchanged_bytes += costs[s].bytes;
           st.copied_bytes += exe_->copied_bytes(step.index);
@@ -527,8 +519,7 @@ void Engine::run_steps(size_t first, size_t last) {
           st.compute_seconds += since(step_start);
           break;
         }
-        pool_->parallel_for(
-            sched.size(), [&](size_t i) {
+        on_tiles(sched, [](const auto& entry) { return entry.dst_tile; }, [&](size_t i) {
           uint8_t* dst = arenas_[sched[i].dst_tile];
           if (stage_at.empty()) {
             copy_into_tile(dst, copies.data() + sched[i].begin, copies.data() + sched[i].end);
@@ -541,7 +532,7 @@ void Engine::run_steps(size_t first, size_t last) {
             for (uint64_t o = 0; o < c.outer; ++o, sp += row)
               std::memcpy(dst + c.dst_byte + static_cast<int64_t>(o) * c.dst_outer, sp, row);
           }
-        }, homes(sched.size(), [&](size_t i) { return sched[i].dst_tile; }));
+        });
         st.exchange_cycles += costs[s].cycles;
         st.exchanged_bytes += costs[s].bytes;
         st.copied_bytes += exe_->copied_bytes(step.index);

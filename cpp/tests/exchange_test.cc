@@ -479,10 +479,18 @@ TEST(Exchange, CopyViewChecksShapesAndTypes) {
   EXPECT_TRUE(g.exchange(ex).copies.empty());
 }
 
-bool same_copy(const Copy& a, const Copy& e) {
-  return a.src == e.src && a.src_tile == e.src_tile && a.src_local == e.src_local && a.src_stride == e.src_stride &&
-         a.dst == e.dst && a.dst_tile == e.dst_tile && a.dst_local == e.dst_local && a.count == e.count &&
-         a.outer == e.outer && a.src_outer == e.src_outer && a.dst_outer == e.dst_outer;
+// Exchange `again` holds exactly the copies of exchange `want`, field by
+// field, in the same order.
+void expect_same_copies(const Graph& g, uint32_t want, uint32_t again, int trial) {
+  const auto& w = g.exchanges()[want].copies;
+  const auto& a = g.exchanges()[again].copies;
+  ASSERT_EQ(a.size(), w.size()) << "trial " << trial;
+  for (size_t i = 0; i < w.size(); ++i)
+    ASSERT_TRUE(a[i].src == w[i].src && a[i].src_tile == w[i].src_tile && a[i].src_local == w[i].src_local &&
+                a[i].src_stride == w[i].src_stride && a[i].dst == w[i].dst && a[i].dst_tile == w[i].dst_tile &&
+                a[i].dst_local == w[i].dst_local && a[i].count == w[i].count && a[i].outer == w[i].outer &&
+                a[i].src_outer == w[i].src_outer && a[i].dst_outer == w[i].dst_outer)
+        << "trial " << trial << ", copy " << i;
 }
 
 // Windows of a [channels, rows, width] source that the tiles of several
@@ -541,11 +549,8 @@ TEST(Exchange, RepeatedCopiesAreTheCopiesCopyViewMakes) {
       copy_view(g, fresh, src, dst);
       rc.copy(g, again, src, dst);
     }
-    const auto& want = g.exchange(fresh).copies;
-    const auto& got = g.exchange(again).copies;
-    ASSERT_EQ(got.size(), want.size()) << "trial " << trial;
-    for (size_t i = 0; i < want.size(); ++i)
-      ASSERT_TRUE(same_copy(got[i], want[i])) << "trial " << trial << ", copy " << i;
+    expect_same_copies(g, fresh, again, trial);
+    if (HasFatalFailure()) return;
     repeated += rc.repeated();
   }
   EXPECT_GT(repeated, 0u);  // the repeating path ran
@@ -621,11 +626,8 @@ TEST(Exchange, RepeatedCopiesMatchCopyViewOnRandomViews) {
       ASSERT_EQ(failed_fresh, failed_again) << "trial " << trial << ", call " << b;
       throws += failed_fresh;
     }
-    const auto& want = g.exchange(fresh).copies;
-    const auto& got = g.exchange(again).copies;
-    ASSERT_EQ(got.size(), want.size()) << "trial " << trial;
-    for (size_t i = 0; i < want.size(); ++i)
-      ASSERT_TRUE(same_copy(got[i], want[i])) << "trial " << trial << ", copy " << i;
+    expect_same_copies(g, fresh, again, trial);
+    if (HasFatalFailure()) return;
     repeated += rc.repeated();
   }
   EXPECT_GT(repeated, 1000u);  // the repeating path ran often
