@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <tuple>
 #include <vector>
@@ -89,7 +90,8 @@ TEST(Gemm, RowsThroughPointersMatchTheReferenceAndReadOnlyTheRows) {
 TEST(Gemm, HalfPartialsInRegistersMatchTheAmpReference) {
   std::mt19937 rng(23);
   std::uniform_int_distribution<int> q(-40, 40);
-  for (auto [m, n, k] : std::vector<MNK>{{1, 1, 1}, {5, 7, 15}, {6, 33, 16}, {13, 49, 100}, {7, 16, 70}, {12, 64, 33}})
+  for (auto [m, n, k] :
+       std::vector<MNK>{{1, 1, 1}, {5, 7, 15}, {6, 33, 16}, {13, 49, 100}, {7, 16, 70}, {12, 64, 33}, {8, 48, 40}})
     for (uint32_t depth : {16u, 32u})
       for (float scale : {1.0f, 0.25f, 3.0f})
         for (bool readable : {false, true}) {
@@ -122,6 +124,82 @@ TEST(Gemm, HalfPartialsInRegistersMatchTheAmpReference) {
                                              << (readable ? " in place" : " copied") << " at " << i << "," << j;
             }
         }
+}
+
+// Each element of C, through every entry point and panel layout (one or two
+// vectors per panel row, a partial last panel of at most one vector's
+// columns on a one-vector kernel, read in place or copied; B packed when A
+// has many rows): the products of its row and column added from 0 in K
+// order, then added to C when accumulating. Compared bit for bit with that
+// sum made one element at a time, each product added through one fused
+// multiply-add where the build contracts the kernels' products (optimised
+// AVX2 and AVX-512 builds), else rounded first (sanitizer builds); every
+// path must agree with the same one, so a kernel that orders or rounds a
+// lane differently from the others fails.
+TEST(Gemm, EveryPanelLayoutSumsEachElementInKOrder) {
+  std::mt19937 rng(24);
+  std::normal_distribution<float> nd;
+  auto bits = [](float x) {
+    uint32_t u;
+    std::memcpy(&u, &x, 4);
+    return u;
+  };
+  int fused = -1;  // which reference this build's kernels follow, once seen
+  for (uint32_t n : {1u, 5u, 8u, 9u, 15u, 16u, 17u, 24u, 31u, 32u, 33u, 40u, 47u, 48u, 49u, 63u, 64u, 65u, 80u, 81u})
+    for (uint32_t m : {1u, 7u, 9u, 20u})
+      for (uint32_t k : {1u, 3u, 19u}) {
+        const uint32_t lda = k + 1, ldb = n + 3, ldc = n + 2;
+        // B's rows may be read up to a whole panel past n: slack after the last.
+        std::vector<float> a(m * lda), b(static_cast<size_t>(k) * ldb + 64), c0(m * ldc);
+        for (auto& v : a) v = nd(rng);
+        for (auto& v : b) v = nd(rng);
+        for (auto& v : c0) v = nd(rng);
+        std::vector<float> sum[2] = {std::vector<float>(m * n), std::vector<float>(m * n)};
+        for (uint32_t i = 0; i < m; ++i)
+          for (uint32_t j = 0; j < n; ++j) {
+            float with_fma = 0.0f, rounded = 0.0f;
+            for (uint32_t p = 0; p < k; ++p) {
+              with_fma = std::fma(a[i * lda + p], b[p * ldb + j], with_fma);
+              volatile float product = a[i * lda + p] * b[p * ldb + j];
+              rounded = rounded + product;
+            }
+            sum[0][i * n + j] = rounded;
+            sum[1][i * n + j] = with_fma;
+          }
+        std::vector<const float*> rows(k);
+        for (uint32_t p = 0; p < k; ++p) rows[p] = b.data() + static_cast<size_t>(p) * ldb;
+        auto check = [&](const std::vector<float>& c, bool accumulate, const char* how) {
+          for (uint32_t i = 0; i < m; ++i)
+            for (uint32_t j = 0; j < ldc; ++j) {
+              auto want = [&](int f) {
+                if (j >= n) return c0[i * ldc + j];  // padding: untouched
+                const float s = sum[f][i * n + j];
+                return accumulate ? c0[i * ldc + j] + s : s;
+              };
+              if (fused < 0 && j < n && bits(want(0)) != bits(want(1)))
+                fused = bits(c[i * ldc + j]) == bits(want(1)) ? 1 : 0;
+              ASSERT_EQ(bits(c[i * ldc + j]), bits(want(fused < 0 ? 1 : fused)))
+                  << how << " " << m << "x" << n << "x" << k << (accumulate ? " accumulated" : "") << " at " << i << ","
+                  << j;
+            }
+        };
+        for (bool accumulate : {false, true}) {
+          std::vector<float> c = c0;
+          gemm_f32(a.data(), b.data(), c.data(), m, n, k, lda, ldb, ldc, accumulate);
+          check(c, accumulate, "gemm_f32");
+          for (bool readable : {false, true}) {
+            c = c0;
+            gemm_f32_strided(a.data(), lda, 1, b.data(), ldb, c.data(), m, n, k, ldc, accumulate, readable);
+            check(c, accumulate, readable ? "strided, in place" : "strided, copied");
+          }
+        }
+        for (bool readable : {false, true}) {
+          std::vector<float> c = c0;
+          gemm_f32_rows(a.data(), lda, rows.data(), c.data(), m, n, k, ldc, readable);
+          check(c, false, readable ? "rows, in place" : "rows, copied");
+        }
+      }
+  EXPECT_GE(fused, 0) << "no element told the two references apart";
 }
 
 }  // namespace

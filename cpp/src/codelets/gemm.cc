@@ -1,9 +1,10 @@
 // The host kernel behind the matrix-product and convolution vertices:
 // single-precision C = A . B with B packed into column panels and a
-// register-blocked micro-kernel (GCC vector extensions: 16-wide panels with
-// AVX2/FMA, and 32-wide ones with AVX-512 for wide products, when the build
-// host has them). Only the simulator's speed depends on it: results are plain
-// float32 dot products.
+// register-blocked micro-kernel (GCC vector extensions: 16-column panels of
+// two 8-wide vectors with AVX2/FMA; with AVX-512, 32-column panels of two
+// 16-wide vectors for wide products and 16-column panels of one for narrow
+// ones, when the build host has them). Only the simulator's speed depends on
+// it: results are plain float32 dot products.
 #include "neurenix/codelets/gemm.h"
 
 #include <immintrin.h>
@@ -75,22 +76,30 @@ inline void store_tail(float* p, V v, uint32_t n, bool accumulate) {
   for (uint32_t j = 0; j < n; ++j) p[j] = accumulate ? p[j] + tmp[j] : tmp[j];
 }
 
-// dst[0, 2 * width) = the first n (< 2 * width) floats at src, then zeros;
-// nothing past them is read (masked loads where the build has them): one
-// row of a partial last panel, copied whole.
-template <typename V>
+// A panel is NV vectors of V wide (NR = NV x the vector width): two vectors
+// in general; one 16-wide vector for products of at most 16 columns where
+// the build has AVX-512 (the same 16-column panels as two 8-wide vectors,
+// in half the instructions), and one vector for a partial last panel of at
+// most one vector's columns (Panels, below). Every lane is its own sum, in
+// the same order, whatever the width.
+
+// dst[0, NR) = the first n (< NR) floats at src, then zeros; nothing past
+// them is read (masked loads where the build has them): one row of a
+// partial last panel, copied whole.
+template <typename V, uint32_t NV>
 inline void pack_tail(float* dst, const float* src, uint32_t n) {
   constexpr uint32_t VW = sizeof(V) / sizeof(float);
   const uint32_t n0 = std::min(n, VW), n1 = n > VW ? n - VW : 0;
 #if defined(__AVX512F__)
   if constexpr (VW == 16) {
     _mm512_storeu_ps(dst, _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << n0) - 1), src));
-    _mm512_storeu_ps(dst + VW, _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << n1) - 1), src + VW));
+    if constexpr (NV == 2)
+      _mm512_storeu_ps(dst + VW, _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << n1) - 1), src + VW));
     return;
   }
 #endif
 #if defined(__AVX2__)
-  if constexpr (VW == 8) {
+  if constexpr (VW == 8 && NV == 2) {
     alignas(32) static constexpr int32_t kLanes[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
     _mm256_storeu_ps(dst, _mm256_maskload_ps(src, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kLanes + 8 - n0))));
     _mm256_storeu_ps(dst + VW,
@@ -98,56 +107,58 @@ inline void pack_tail(float* dst, const float* src, uint32_t n) {
     return;
   }
 #endif
+  (void)n1;
   std::memcpy(dst, src, n * sizeof(float));
-  std::fill(dst + n, dst + 2 * VW, 0.0f);
+  std::fill(dst + n, dst + NV * VW, 0.0f);
 }
 
 // A partial last panel in per-thread scratch: for each kk < k, the `tail`
 // floats at row(kk) packed into a zero-padded panel row (rows NR floats
 // apart); returns the packed rows' pointers.
-template <typename V, typename Row>
+template <typename V, uint32_t NV, typename Row>
 const float* const* pack_last_panel(uint32_t k, uint32_t tail, Row row) {
-  constexpr uint32_t NR = 2 * sizeof(V) / sizeof(float);
+  constexpr uint32_t NR = NV * sizeof(V) / sizeof(float);
   thread_local std::vector<float> last;
   thread_local std::vector<const float*> last_rows;
   last.resize(static_cast<size_t>(k) * NR);
   last_rows.resize(k);
   for (uint32_t kk = 0; kk < k; ++kk) {
-    pack_tail<V>(last.data() + static_cast<size_t>(kk) * NR, row(kk), tail);
+    pack_tail<V, NV>(last.data() + static_cast<size_t>(kk) * NR, row(kk), tail);
     last_rows[kk] = last.data() + static_cast<size_t>(kk) * NR;
   }
   return last_rows.data();
 }
 
-// C[MR x NR] (+)= the accumulators (two vectors per row), `nr` valid columns.
-template <typename V, uint32_t MR>
+// C[MR x NR] (+)= the accumulators (NV vectors per row: acc0, then acc1),
+// `nr` valid columns.
+template <typename V, uint32_t NV, uint32_t MR>
 inline void store_block(const V* acc0, const V* acc1, float* __restrict c, uint32_t ldc, uint32_t nr, bool accumulate) {
-  constexpr uint32_t VW = sizeof(V) / sizeof(float), NR = 2 * VW;
+  constexpr uint32_t VW = sizeof(V) / sizeof(float), NR = NV * VW;
 #pragma GCC unroll 16
   for (uint32_t r = 0; r < MR; ++r) {
     float* cr = c + r * static_cast<size_t>(ldc);
     if (nr == NR) {
       if (accumulate) {
         storev(cr, loadv<V>(cr) + acc0[r]);
-        storev(cr + VW, loadv<V>(cr + VW) + acc1[r]);
+        if constexpr (NV == 2) storev(cr + VW, loadv<V>(cr + VW) + acc1[r]);
       } else {
         storev(cr, acc0[r]);
-        storev(cr + VW, acc1[r]);
+        if constexpr (NV == 2) storev(cr + VW, acc1[r]);
       }
     } else {
       store_tail(cr, acc0[r], std::min(nr, VW), accumulate);
-      if (nr > VW) store_tail(cr + VW, acc1[r], nr - VW, accumulate);
+      if (NV == 2 && nr > VW) store_tail(cr + VW, acc1[r], nr - VW, accumulate);
     }
   }
 }
 
-// C[MR x NR] (+)= A[MR x kc] . P[kc x NR] with NR = two vectors; `nr` valid
-// columns. A's k-th element of row r is a[r * lda + k * ak]; P's rows are `pld`
-// floats apart (NR when packed).
-template <typename V, uint32_t MR, bool PACKED>
+// C[MR x NR] (+)= A[MR x kc] . P[kc x NR]; `nr` valid columns. A's k-th
+// element of row r is a[r * lda + k * ak]; P's rows are `pld` floats apart
+// (NR when packed).
+template <typename V, uint32_t NV, uint32_t MR, bool PACKED>
 void micro(const float* __restrict a, uint32_t lda, uint32_t ak_arg, const float* __restrict p, uint32_t pld_arg,
            uint32_t kc, float* __restrict c, uint32_t ldc, uint32_t nr, bool accumulate) {
-  constexpr uint32_t VW = sizeof(V) / sizeof(float), NR = 2 * VW;
+  constexpr uint32_t VW = sizeof(V) / sizeof(float), NR = NV * VW;
   // Packed panels have compile-time strides, which the inner loop needs.
   const uint32_t pld = PACKED ? NR : pld_arg;
   const uint32_t ak = PACKED ? 1 : ak_arg;
@@ -159,20 +170,21 @@ void micro(const float* __restrict a, uint32_t lda, uint32_t ak_arg, const float
   }
   for (uint32_t kk = 0; kk < kc; ++kk) {
     const float* pk = p + static_cast<size_t>(kk) * pld;
-    const V b0 = loadv<V>(pk), b1 = loadv<V>(pk + VW);
+    const V b0 = loadv<V>(pk);
+    const V b1 = NV == 2 ? loadv<V>(pk + VW) : V{};
     for (uint32_t r = 0; r < MR; ++r) {
       const float x = a[r * static_cast<size_t>(lda) + static_cast<size_t>(kk) * ak];
       acc0[r] += b0 * x;
-      acc1[r] += b1 * x;
+      if constexpr (NV == 2) acc1[r] += b1 * x;
     }
   }
-  store_block<V, MR>(acc0, acc1, c, ldc, nr, accumulate);
+  store_block<V, NV, MR>(acc0, acc1, c, ldc, nr, accumulate);
 }
 
 // C[MR x NR] = A[MR x kc] . B with B's row kk at rows[kk] + j0 (rows
 // anywhere in memory: a convolution's taps read shifted views of its input
 // planes). The same accumulation, element by element, as `micro`.
-template <typename V, uint32_t MR>
+template <typename V, uint32_t NV, uint32_t MR>
 void micro_rows(const float* __restrict a, uint32_t lda, const float* const* __restrict rows, uint32_t j0, uint32_t kc,
                 float* __restrict c, uint32_t ldc, uint32_t nr) {
   constexpr uint32_t VW = sizeof(V) / sizeof(float);
@@ -184,50 +196,71 @@ void micro_rows(const float* __restrict a, uint32_t lda, const float* const* __r
   }
   for (uint32_t kk = 0; kk < kc; ++kk) {
     const float* pk = rows[kk] + j0;
-    const V b0 = loadv<V>(pk), b1 = loadv<V>(pk + VW);
+    const V b0 = loadv<V>(pk);
+    const V b1 = NV == 2 ? loadv<V>(pk + VW) : V{};
     for (uint32_t r = 0; r < MR; ++r) {
       const float x = a[r * static_cast<size_t>(lda) + kk];
       acc0[r] += b0 * x;
-      acc1[r] += b1 * x;
+      if constexpr (NV == 2) acc1[r] += b1 * x;
     }
   }
-  store_block<V, MR>(acc0, acc1, c, ldc, nr, false);
+  store_block<V, NV, MR>(acc0, acc1, c, ldc, nr, false);
 }
 
 using MicroRowsFn = void (*)(const float*, uint32_t, const float* const*, uint32_t, uint32_t, float*, uint32_t, uint32_t);
 
-template <typename V>
+template <typename V, uint32_t NV>
 constexpr MicroRowsFn micro_rows_for(uint32_t mr) {
   constexpr MicroRowsFn table[9] = {nullptr,
-                                    micro_rows<V, 1>,
-                                    micro_rows<V, 2>,
-                                    micro_rows<V, 3>,
-                                    micro_rows<V, 4>,
-                                    micro_rows<V, 5>,
-                                    micro_rows<V, 6>,
-                                    micro_rows<V, 7>,
-                                    micro_rows<V, 8>};
+                                    micro_rows<V, NV, 1>,
+                                    micro_rows<V, NV, 2>,
+                                    micro_rows<V, NV, 3>,
+                                    micro_rows<V, NV, 4>,
+                                    micro_rows<V, NV, 5>,
+                                    micro_rows<V, NV, 6>,
+                                    micro_rows<V, NV, 7>,
+                                    micro_rows<V, NV, 8>};
   return table[mr];
 }
 
-template <typename V>
+// How n columns fall into panels of NV vectors: `full` panels at full width
+// (the last of them partial when every row may be read past n, `readable`),
+// then `tail` columns. A partial last panel of at most one vector's columns
+// is the tail and runs on a one-vector kernel (`narrow`), read in place
+// when readable, else from a zero-padded copy; a wider one that is not
+// readable is copied too.
+template <typename V, uint32_t NV>
+struct Panels {
+  static constexpr uint32_t VW = sizeof(V) / sizeof(float), NR = NV * VW;
+  uint32_t full, tail;
+  bool narrow;
+  Panels(uint32_t n, bool readable) {
+    const uint32_t rem = n % NR;
+    narrow = NV == 2 && rem != 0 && rem <= VW;
+    full = readable && !narrow ? (n + NR - 1) / NR : n / NR;
+    tail = n - std::min(n, full * NR);
+  }
+};
+
+template <typename V, uint32_t NV>
 void run_rows(const float* a, uint32_t lda, const float* const* rows, float* c, uint32_t m, uint32_t n, uint32_t k,
               uint32_t ldc, bool readable_tail) {
-  constexpr uint32_t NR = 2 * sizeof(V) / sizeof(float);
-  // Without a readable tail, a partial last panel is read from a
-  // zero-padded copy of the rows' last columns.
-  const uint32_t full = readable_tail ? (n + NR - 1) / NR : n / NR;
-  const uint32_t tail = readable_tail ? 0 : n - full * NR;
-  const float* const* last_rows =
-      tail ? pack_last_panel<V>(k, tail, [&](uint32_t kk) { return rows[kk] + full * NR; }) : nullptr;
+  constexpr uint32_t NR = NV * sizeof(V) / sizeof(float);
+  const Panels<V, NV> p(n, readable_tail);
+  auto last_of = [&](uint32_t kk) { return rows[kk] + p.full * NR; };
+  const float* const* last_rows = !p.tail || readable_tail ? rows
+                                  : p.narrow               ? pack_last_panel<V, 1>(k, p.tail, last_of)
+                                                           : pack_last_panel<V, NV>(k, p.tail, last_of);
+  const uint32_t last_j0 = readable_tail ? p.full * NR : 0;
   for (uint32_t i0 = 0; i0 < m; i0 += kMR) {
     const uint32_t mr = std::min(kMR, m - i0);
-    for (uint32_t pj = 0; pj < full; ++pj)
-      micro_rows_for<V>(mr)(a + static_cast<size_t>(i0) * lda, lda, rows, pj * NR, k,
-                            c + static_cast<size_t>(i0) * ldc + pj * NR, ldc, std::min(NR, n - pj * NR));
-    if (tail)
-      micro_rows_for<V>(mr)(a + static_cast<size_t>(i0) * lda, lda, last_rows, 0, k,
-                            c + static_cast<size_t>(i0) * ldc + full * NR, ldc, tail);
+    const float* ai = a + static_cast<size_t>(i0) * lda;
+    float* ci = c + static_cast<size_t>(i0) * ldc;
+    for (uint32_t pj = 0; pj < p.full; ++pj)
+      micro_rows_for<V, NV>(mr)(ai, lda, rows, pj * NR, k, ci + pj * NR, ldc, std::min(NR, n - pj * NR));
+    if (p.tail)
+      (p.narrow ? micro_rows_for<V, 1>(mr) : micro_rows_for<V, NV>(mr))(ai, lda, last_rows, last_j0, k, ci + p.full * NR,
+                                                                        ldc, p.tail);
   }
 }
 
@@ -261,7 +294,7 @@ inline V round_half(V x) {
 // rounded to half and added to a running sum rounded to half after each
 // add: the arithmetic of sum_in_half_partials with add_rounded_to_half,
 // without a pass over memory per chunk.
-template <typename V, uint32_t MR>
+template <typename V, uint32_t NV, uint32_t MR>
 void micro_rows_half(const float* __restrict a, uint32_t lda, const float* const* __restrict rows, uint32_t j0, uint32_t k,
                      uint32_t depth, float scale, float* __restrict c, uint32_t ldc, uint32_t nr) {
   constexpr uint32_t VW = sizeof(V) / sizeof(float);
@@ -283,22 +316,22 @@ void micro_rows_half(const float* __restrict a, uint32_t lda, const float* const
     }
     for (uint32_t kk = k0; kk < k1; ++kk) {
       const float* pk = rows[kk] + j0;
-      const V b0 = loadv<V>(pk), b1 = loadv<V>(pk + VW);
+      const V b0 = loadv<V>(pk);
+      const V b1 = NV == 2 ? loadv<V>(pk + VW) : V{};
 #pragma GCC unroll 16
       for (uint32_t r = 0; r < MR; ++r) {
         const float x = a[r * static_cast<size_t>(lda) + kk];
         t0[r] += b0 * x;
-        t1[r] += b1 * x;
+        if constexpr (NV == 2) t1[r] += b1 * x;
       }
     }
 #pragma GCC unroll 16
     for (uint32_t r = 0; r < MR; ++r) {
-      const V u0 = round_half<V>(scaled ? t0[r] * sv : t0[r]), u1 = round_half<V>(scaled ? t1[r] * sv : t1[r]);
-      acc0[r] = round_half<V>(acc0[r] + u0);
-      acc1[r] = round_half<V>(acc1[r] + u1);
+      acc0[r] = round_half<V>(acc0[r] + round_half<V>(scaled ? t0[r] * sv : t0[r]));
+      if constexpr (NV == 2) acc1[r] = round_half<V>(acc1[r] + round_half<V>(scaled ? t1[r] * sv : t1[r]));
     }
   }
-  store_block<V, MR>(acc0, acc1, c, ldc, nr, false);
+  store_block<V, NV, MR>(acc0, acc1, c, ldc, nr, false);
 }
 
 // Rows of the running and the chunk sums both held in registers.
@@ -311,64 +344,68 @@ constexpr uint32_t kMRHalf = 3;
 using MicroRowsHalfFn = void (*)(const float*, uint32_t, const float* const*, uint32_t, uint32_t, uint32_t, float, float*,
                                  uint32_t, uint32_t);
 
-template <typename V>
+template <typename V, uint32_t NV>
 constexpr MicroRowsHalfFn micro_rows_half_for(uint32_t mr) {
   constexpr MicroRowsHalfFn table[7] = {nullptr,
-                                        micro_rows_half<V, 1>,
-                                        micro_rows_half<V, 2>,
-                                        micro_rows_half<V, 3>,
-                                        micro_rows_half<V, 4>,
-                                        micro_rows_half<V, 5>,
-                                        micro_rows_half<V, 6>};
+                                        micro_rows_half<V, NV, 1>,
+                                        micro_rows_half<V, NV, 2>,
+                                        micro_rows_half<V, NV, 3>,
+                                        micro_rows_half<V, NV, 4>,
+                                        micro_rows_half<V, NV, 5>,
+                                        micro_rows_half<V, NV, 6>};
   return table[mr];
 }
 
-template <typename V>
+template <typename V, uint32_t NV>
 void run_rows_half(const float* a, uint32_t lda, const float* const* rows, float* c, uint32_t m, uint32_t n, uint32_t k,
                    uint32_t ldc, uint32_t depth, float scale, bool readable_tail) {
-  constexpr uint32_t NR = 2 * sizeof(V) / sizeof(float);
-  const uint32_t full = readable_tail ? (n + NR - 1) / NR : n / NR;
-  const uint32_t tail = readable_tail ? 0 : n - full * NR;
-  const float* const* last_rows =
-      tail ? pack_last_panel<V>(k, tail, [&](uint32_t kk) { return rows[kk] + full * NR; }) : nullptr;
+  constexpr uint32_t NR = NV * sizeof(V) / sizeof(float);
+  const Panels<V, NV> p(n, readable_tail);
+  auto last_of = [&](uint32_t kk) { return rows[kk] + p.full * NR; };
+  const float* const* last_rows = !p.tail || readable_tail ? rows
+                                  : p.narrow               ? pack_last_panel<V, 1>(k, p.tail, last_of)
+                                                           : pack_last_panel<V, NV>(k, p.tail, last_of);
+  const uint32_t last_j0 = readable_tail ? p.full * NR : 0;
   for (uint32_t i0 = 0; i0 < m; i0 += kMRHalf) {
     const uint32_t mr = std::min(kMRHalf, m - i0);
     const float* ai = a + static_cast<size_t>(i0) * lda;
     float* ci = c + static_cast<size_t>(i0) * ldc;
-    for (uint32_t pj = 0; pj < full; ++pj)
-      micro_rows_half_for<V>(mr)(ai, lda, rows, pj * NR, k, depth, scale, ci + pj * NR, ldc, std::min(NR, n - pj * NR));
-    if (tail) micro_rows_half_for<V>(mr)(ai, lda, last_rows, 0, k, depth, scale, ci + full * NR, ldc, tail);
+    for (uint32_t pj = 0; pj < p.full; ++pj)
+      micro_rows_half_for<V, NV>(mr)(ai, lda, rows, pj * NR, k, depth, scale, ci + pj * NR, ldc, std::min(NR, n - pj * NR));
+    if (p.tail)
+      (p.narrow ? micro_rows_half_for<V, 1>(mr) : micro_rows_half_for<V, NV>(mr))(
+          ai, lda, last_rows, last_j0, k, depth, scale, ci + p.full * NR, ldc, p.tail);
   }
 }
 
 using MicroFn = void (*)(const float*, uint32_t, uint32_t, const float*, uint32_t, uint32_t, float*, uint32_t, uint32_t,
                          bool);
 
-template <typename V, bool PACKED>
+template <typename V, uint32_t NV, bool PACKED>
 constexpr MicroFn micro_for(uint32_t mr) {
   constexpr MicroFn table[9] = {nullptr,
-                                micro<V, 1, PACKED>,
-                                micro<V, 2, PACKED>,
-                                micro<V, 3, PACKED>,
-                                micro<V, 4, PACKED>,
-                                micro<V, 5, PACKED>,
-                                micro<V, 6, PACKED>,
-                                micro<V, 7, PACKED>,
-                                micro<V, 8, PACKED>};
+                                micro<V, NV, 1, PACKED>,
+                                micro<V, NV, 2, PACKED>,
+                                micro<V, NV, 3, PACKED>,
+                                micro<V, NV, 4, PACKED>,
+                                micro<V, NV, 5, PACKED>,
+                                micro<V, NV, 6, PACKED>,
+                                micro<V, NV, 7, PACKED>,
+                                micro<V, NV, 8, PACKED>};
   return table[mr];
 }
 
-template <typename V>
+template <typename V, uint32_t NV>
 void run_panels(const float* a, uint32_t lda, const float* packed, uint32_t ktot, float* c, uint32_t m, uint32_t n,
                 uint32_t k, uint32_t ldc, bool accumulate) {
-  constexpr uint32_t NR = 2 * sizeof(V) / sizeof(float);
+  constexpr uint32_t NR = NV * sizeof(V) / sizeof(float);
   const uint32_t panels = (n + NR - 1) / NR;
   for (uint32_t i0 = 0; i0 < m; i0 += kMR) {
     const uint32_t mr = std::min(kMR, m - i0);
     const float* ai = a + static_cast<size_t>(i0) * lda;
     for (uint32_t pj = 0; pj < panels; ++pj) {
       const uint32_t j0 = pj * NR;
-      micro_for<V, true>(mr)(ai, lda, 1, packed + static_cast<size_t>(pj) * ktot * NR, NR, k,
+      micro_for<V, NV, true>(mr)(ai, lda, 1, packed + static_cast<size_t>(pj) * ktot * NR, NR, k,
                        c + static_cast<size_t>(i0) * ldc + j0, ldc, std::min(NR, n - j0), accumulate);
     }
   }
@@ -376,23 +413,28 @@ void run_panels(const float* a, uint32_t lda, const float* packed, uint32_t ktot
 
 // Unpacked B (rows `ldb` apart): full panels are read in place, a partial
 // last panel through a small zero-padded copy.
-template <typename V>
+template <typename V, uint32_t NV>
 void run_strided(const float* a, uint32_t lda, uint32_t ak, const float* b, uint32_t ldb, float* c, uint32_t m,
                  uint32_t n, uint32_t k, uint32_t ldc, bool accumulate, bool readable_tail) {
-  constexpr uint32_t NR = 2 * sizeof(V) / sizeof(float);
-  const uint32_t full = readable_tail ? (n + NR - 1) / NR : n / NR;
-  const uint32_t tail = readable_tail ? 0 : n - full * NR;
-  // Packed rows lie NR floats apart: the first row's pointer is the panel.
-  const float* last =
-      tail ? pack_last_panel<V>(k, tail, [&](uint32_t kk) { return b + static_cast<size_t>(kk) * ldb + full * NR; })[0]
-           : nullptr;
+  constexpr uint32_t VW = sizeof(V) / sizeof(float), NR = NV * VW;
+  const Panels<V, NV> p(n, readable_tail);
+  // A copied last panel's rows lie its width apart: the first row's pointer
+  // is the panel.
+  auto last_of = [&](uint32_t kk) { return b + static_cast<size_t>(kk) * ldb + p.full * NR; };
+  const float* last = !p.tail || readable_tail ? b + p.full * NR
+                      : p.narrow               ? pack_last_panel<V, 1>(k, p.tail, last_of)[0]
+                                               : pack_last_panel<V, NV>(k, p.tail, last_of)[0];
+  const uint32_t last_ld = readable_tail ? ldb : p.narrow ? VW : NR;
   for (uint32_t i0 = 0; i0 < m; i0 += kMR) {
     const uint32_t mr = std::min(kMR, m - i0);
     const float* ai = a + static_cast<size_t>(i0) * lda;
     float* ci = c + static_cast<size_t>(i0) * ldc;
-    for (uint32_t pj = 0; pj < full; ++pj)
-      micro_for<V, false>(mr)(ai, lda, ak, b + pj * NR, ldb, k, ci + pj * NR, ldc, std::min(NR, n - pj * NR), accumulate);
-    if (tail) micro_for<V, false>(mr)(ai, lda, ak, last, NR, k, ci + full * NR, ldc, tail, accumulate);
+    for (uint32_t pj = 0; pj < p.full; ++pj)
+      micro_for<V, NV, false>(mr)(ai, lda, ak, b + pj * NR, ldb, k, ci + pj * NR, ldc, std::min(NR, n - pj * NR),
+                                  accumulate);
+    if (p.tail)
+      (p.narrow ? micro_for<V, 1, false>(mr) : micro_for<V, NV, false>(mr))(ai, lda, ak, last, last_ld, k,
+                                                                            ci + p.full * NR, ldc, p.tail, accumulate);
   }
 }
 
@@ -435,11 +477,13 @@ void gemm_f32_packed(uint32_t panel, const float* a, uint32_t lda, const float* 
   }
 #if defined(__AVX512F__)
   if (panel == 32) {
-    run_panels<v16>(a, lda, packed, ktot, c, m, n, k, ldc, accumulate);
-    return;
+    run_panels<v16, 2>(a, lda, packed, ktot, c, m, n, k, ldc, accumulate);
+  } else {
+    run_panels<v16, 1>(a, lda, packed, ktot, c, m, n, k, ldc, accumulate);
   }
+#else
+  run_panels<v8, 2>(a, lda, packed, ktot, c, m, n, k, ldc, accumulate);
 #endif
-  run_panels<v8>(a, lda, packed, ktot, c, m, n, k, ldc, accumulate);
 }
 
 void gemm_f32_strided(const float* a, uint32_t lda, uint32_t a_kstride, const float* b, uint32_t ldb, float* c, uint32_t m,
@@ -451,11 +495,13 @@ void gemm_f32_strided(const float* a, uint32_t lda, uint32_t a_kstride, const fl
   }
 #if defined(__AVX512F__)
   if (gemm_panel(n) == 32) {
-    run_strided<v16>(a, lda, a_kstride, b, ldb, c, m, n, k, ldc, accumulate, readable_tail);
-    return;
+    run_strided<v16, 2>(a, lda, a_kstride, b, ldb, c, m, n, k, ldc, accumulate, readable_tail);
+  } else {
+    run_strided<v16, 1>(a, lda, a_kstride, b, ldb, c, m, n, k, ldc, accumulate, readable_tail);
   }
+#else
+  run_strided<v8, 2>(a, lda, a_kstride, b, ldb, c, m, n, k, ldc, accumulate, readable_tail);
 #endif
-  run_strided<v8>(a, lda, a_kstride, b, ldb, c, m, n, k, ldc, accumulate, readable_tail);
 }
 
 void gemm_f32_rows(const float* a, uint32_t lda, const float* const* rows, float* c, uint32_t m, uint32_t n, uint32_t k,
@@ -467,11 +513,13 @@ void gemm_f32_rows(const float* a, uint32_t lda, const float* const* rows, float
   }
 #if defined(__AVX512F__)
   if (gemm_panel(n) == 32) {
-    run_rows<v16>(a, lda, rows, c, m, n, k, ldc, readable_tail);
-    return;
+    run_rows<v16, 2>(a, lda, rows, c, m, n, k, ldc, readable_tail);
+  } else {
+    run_rows<v16, 1>(a, lda, rows, c, m, n, k, ldc, readable_tail);
   }
+#else
+  run_rows<v8, 2>(a, lda, rows, c, m, n, k, ldc, readable_tail);
 #endif
-  run_rows<v8>(a, lda, rows, c, m, n, k, ldc, readable_tail);
 }
 
 void gemm_half_partials_rows(const float* a, uint32_t lda, const float* const* rows, float* c, uint32_t m, uint32_t n,
@@ -483,11 +531,13 @@ void gemm_half_partials_rows(const float* a, uint32_t lda, const float* const* r
   }
 #if defined(__AVX512F__)
   if (gemm_panel(n) == 32) {
-    run_rows_half<v16>(a, lda, rows, c, m, n, k, ldc, depth, scale, readable_tail);
-    return;
+    run_rows_half<v16, 2>(a, lda, rows, c, m, n, k, ldc, depth, scale, readable_tail);
+  } else {
+    run_rows_half<v16, 1>(a, lda, rows, c, m, n, k, ldc, depth, scale, readable_tail);
   }
+#else
+  run_rows_half<v8, 2>(a, lda, rows, c, m, n, k, ldc, depth, scale, readable_tail);
 #endif
-  run_rows_half<v8>(a, lda, rows, c, m, n, k, ldc, depth, scale, readable_tail);
 }
 
 void gemm_f32(const float* a, const float* b, float* c, uint32_t m, uint32_t n, uint32_t k, uint32_t lda, uint32_t ldb,
