@@ -233,13 +233,21 @@ template <typename V, uint32_t NV>
 struct Panels {
   static constexpr uint32_t VW = sizeof(V) / sizeof(float), NR = NV * VW;
   uint32_t full, tail;
-  bool narrow;
-  Panels(uint32_t n, bool readable) {
+  bool narrow, readable;
+  Panels(uint32_t n, bool readable_) : readable(readable_) {
     const uint32_t rem = n % NR;
     narrow = NV == 2 && rem != 0 && rem <= VW;
     full = readable && !narrow ? (n + NR - 1) / NR : n / NR;
     tail = n - std::min(n, full * NR);
   }
+  // For B's rows through pointers: the rows the tail is read from, and its
+  // first column in them (in place, or the zero-padded copy).
+  const float* const* tail_rows(const float* const* rows, uint32_t k) const {
+    if (!tail || readable) return rows;
+    auto last_of = [&](uint32_t kk) { return rows[kk] + full * NR; };
+    return narrow ? pack_last_panel<V, 1>(k, tail, last_of) : pack_last_panel<V, NV>(k, tail, last_of);
+  }
+  uint32_t tail_column() const { return readable ? full * NR : 0; }
 };
 
 template <typename V, uint32_t NV>
@@ -247,11 +255,8 @@ void run_rows(const float* a, uint32_t lda, const float* const* rows, float* c, 
               uint32_t ldc, bool readable_tail) {
   constexpr uint32_t NR = NV * sizeof(V) / sizeof(float);
   const Panels<V, NV> p(n, readable_tail);
-  auto last_of = [&](uint32_t kk) { return rows[kk] + p.full * NR; };
-  const float* const* last_rows = !p.tail || readable_tail ? rows
-                                  : p.narrow               ? pack_last_panel<V, 1>(k, p.tail, last_of)
-                                                           : pack_last_panel<V, NV>(k, p.tail, last_of);
-  const uint32_t last_j0 = readable_tail ? p.full * NR : 0;
+  const float* const* last_rows = p.tail_rows(rows, k);
+  const uint32_t last_j0 = p.tail_column();
   for (uint32_t i0 = 0; i0 < m; i0 += kMR) {
     const uint32_t mr = std::min(kMR, m - i0);
     const float* ai = a + static_cast<size_t>(i0) * lda;
@@ -361,11 +366,8 @@ void run_rows_half(const float* a, uint32_t lda, const float* const* rows, float
                    uint32_t ldc, uint32_t depth, float scale, bool readable_tail) {
   constexpr uint32_t NR = NV * sizeof(V) / sizeof(float);
   const Panels<V, NV> p(n, readable_tail);
-  auto last_of = [&](uint32_t kk) { return rows[kk] + p.full * NR; };
-  const float* const* last_rows = !p.tail || readable_tail ? rows
-                                  : p.narrow               ? pack_last_panel<V, 1>(k, p.tail, last_of)
-                                                           : pack_last_panel<V, NV>(k, p.tail, last_of);
-  const uint32_t last_j0 = readable_tail ? p.full * NR : 0;
+  const float* const* last_rows = p.tail_rows(rows, k);
+  const uint32_t last_j0 = p.tail_column();
   for (uint32_t i0 = 0; i0 < m; i0 += kMRHalf) {
     const uint32_t mr = std::min(kMRHalf, m - i0);
     const float* ai = a + static_cast<size_t>(i0) * lda;
