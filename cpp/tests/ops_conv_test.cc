@@ -236,6 +236,28 @@ TEST(OpsConv, HalfPrecision) {
   }
 }
 
+// 1x1 windows in half: a stride-1 unpadded window is its own phase plane,
+// read where it was converted (rows of every width, panels with and
+// without a tail, more channels than one half-partials chunk); stride 2 and
+// padding build planes.
+TEST(OpsConv, HalfPrecisionOneByOneWindows) {
+  std::mt19937 rng(6);
+  for (DeviceType partials : {kF32, kF16})
+    for (uint64_t w : {1, 7, 16, 17, 37})
+      for (uint32_t stride : {1, 2})
+        for (uint32_t pad : {0, 1}) {
+          ConvCase k = with(1, 20, 3, w, 9, 1, 1);
+          k.dtype = kF16;
+          k.o.partials = partials;
+          k.o.out_dtype = kF16;
+          k.o.sh = k.o.sw = stride;
+          k.o.pad_top = k.o.pad_left = k.o.pad_bottom = k.o.pad_right = pad;
+          k.bias = w % 2 == 1;
+          k.tiles = 3;
+          run_case(k, rng);
+        }
+}
+
 TEST(OpsConv, Errors) {
   Graph g(tiny(4), 1);
   Tensor x = g.add_variable("x", kF32, {1, 4, 5, 5}, VarKind::kInput, 0);

@@ -17,6 +17,12 @@
 #include "neurenix/stochastic_rounding.h"
 #include "amp.h"
 
+// GCC 12 reports the AVX-512 conversion intrinsics' own placeholder
+// operands as maybe uninitialized (a false positive in its headers).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
 namespace neurenix {
 namespace {
 
@@ -70,6 +76,27 @@ void store_row(float* __restrict dst, const float* __restrict src, size_t n, boo
 #endif
 }
 
+#if defined(__AVX512F__)
+// dst[j] = src[j] (+ bias, when `add`) rounded to half (to nearest, ties to
+// even) for j < n; nothing outside either row is touched.
+void store_row_half(half_bits* __restrict dst, const float* __restrict src, size_t n, bool add, float bias) {
+  constexpr int kRound = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+  const __m512 b = _mm512_set1_ps(bias);
+  size_t j = 0;
+  for (; j + 16 <= n; j += 16) {
+    const __m512 x = _mm512_loadu_ps(src + j);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + j), _mm512_cvtps_ph(add ? _mm512_add_ps(x, b) : x, kRound));
+  }
+  if (j < n) {
+    const __mmask16 m = static_cast<__mmask16>((1u << (n - j)) - 1);
+    const __m512 x = _mm512_maskz_loadu_ps(m, src + j);
+    alignas(32) half_bits h[16];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(h), _mm512_cvtps_ph(add ? _mm512_add_ps(x, b) : x, kRound));
+    std::memcpy(dst + j, h, (n - j) * sizeof(half_bits));
+  }
+}
+#endif
+
 }  // namespace
 
 ConvVertex::ConvVertex(uint32_t tile_, Field in, Field weights, Field out, ConvWindow shape, DeviceType in_dtype,
@@ -119,11 +146,14 @@ void ConvVertex::list_fields(std::vector<Field*>& out) {
   }
 }
 
-bool ConvVertex::reads_in_place() const {
+bool ConvVertex::window_is_plane() const {
   const ConvWindow& s = s_;
-  return in_dtype_ == DeviceType::kFloat32 && partials_ == DeviceType::kFloat32 && s.sh == 1 && s.sw == 1 && s.kh == 1 &&
-         s.kw == 1 && static_cast<int32_t>(s.ho0) - s.pad_top == s.hi0 && s.pad_left == 0 && s.in_rows == s.rows &&
-         s.out_w == s.in_w;
+  return s.sh == 1 && s.sw == 1 && s.kh == 1 && s.kw == 1 && static_cast<int32_t>(s.ho0) - s.pad_top == s.hi0 &&
+         s.pad_left == 0 && s.in_rows == s.rows && s.out_w == s.in_w;
+}
+
+bool ConvVertex::reads_in_place() const {
+  return in_dtype_ == DeviceType::kFloat32 && partials_ == DeviceType::kFloat32 && window_is_plane();
 }
 
 uint64_t ConvVertex::cycles(const TargetSpec& t) const {
@@ -147,6 +177,12 @@ void ConvVertex::compute(uint8_t* mem) const {
   // otherwise it is gathered first.
   const size_t win_n = static_cast<size_t>(s.cin) * s.in_rows * s.in_w;
   const bool in_place = reads_in_place();
+  // A window that is its own phase plane but is not read in place (half or
+  // float8 data, or float32 gathered from pieces): converted into `win`,
+  // with the slack a phase plane has, and read there.
+  const bool own_plane = !in_place && window_is_plane();
+  // (Its phase plane's rows are the window's: rq = in_rows, wq = in_w.)
+  const size_t own_slack = own_plane ? static_cast<size_t>(s.in_w) + 64 : 0;
   thread_local std::vector<const float*> chans;
   bool by_channel = false;
   const float* in_f = nullptr;
@@ -171,8 +207,9 @@ void ConvVertex::compute(uint8_t* mem) const {
       });
     }
     if (!by_channel) {
-      win.resize(win_n);
+      win.resize(win_n + own_slack);
       load_field_floats(mem, in_, in_dtype_, 0, win_n, win.data());
+      std::fill(win.begin() + static_cast<std::ptrdiff_t>(win_n), win.end(), 0.0f);
       in_f = win.data();
     }
   }
@@ -221,9 +258,9 @@ void ConvVertex::compute(uint8_t* mem) const {
   const int32_t first_row = static_cast<int32_t>(s.ho0 * s.sh) - s.pad_top;
   const int32_t first_col = -s.pad_left;
   // A 1x1 stride-1 window without padding is its own (only) phase plane
-  // (in_place, above).
+  // (in_place and own_plane, above).
   const uint32_t in_plane = in_place ? s.in_rows * s.in_w : plane;
-  if (!in_place) {
+  if (!in_place && !own_plane) {
     ph.resize(static_cast<size_t>(phases) * s.cin * plane + slack);
     // Only the phases some tap reads are built (a 1x1 stride-2 window reads
     // one of four). Each is zeroed whole, then its rows inside the image
@@ -327,6 +364,7 @@ void ConvVertex::compute(uint8_t* mem) const {
     }
     std::fill(ph.end() - static_cast<std::ptrdiff_t>(slack), ph.end(), 0.0f);
   }
+  const float* planes = own_plane ? in_f : ph.data();
   const uint32_t row_w = in_place ? s.in_w : wq;
   const uint32_t n = s.rows * row_w;
   if (in_place && out_dtype_ == DeviceType::kFloat32) {
@@ -347,16 +385,23 @@ void ConvVertex::compute(uint8_t* mem) const {
   acc.resize(static_cast<size_t>(s.cout) * n);
   const uint32_t khw = s.kh * s.kw;
   if (!by_tap) {
+    // Row kk = (ci * kh + a) * kw + b is tap (a, b)'s view of channel ci:
+    // each tap's offset from channel 0 once, then a plane further per
+    // channel.
     thread_local std::vector<const float*> rows;
+    thread_local std::vector<size_t> tap_at;
     rows.resize(k);
-    for (uint32_t ci = 0; ci < s.cin; ++ci)
-      for (uint32_t a = 0; a < s.kh; ++a)
-        for (uint32_t bb = 0; bb < s.kw; ++bb) {
-          const uint32_t ra = a * s.dh, cb = bb * s.dw;
-          rows[(ci * s.kh + a) * s.kw + bb] =
-              ph.data() + (static_cast<size_t>((ra % s.sh) * s.sw + cb % s.sw) * s.cin + ci) * plane +
-              static_cast<size_t>(ra / s.sh) * wq + cb / s.sw;
-        }
+    tap_at.resize(khw);
+    for (uint32_t a = 0; a < s.kh; ++a)
+      for (uint32_t bb = 0; bb < s.kw; ++bb) {
+        const uint32_t ra = a * s.dh, cb = bb * s.dw;
+        tap_at[a * s.kw + bb] = static_cast<size_t>((ra % s.sh) * s.sw + cb % s.sw) * s.cin * plane +
+                                static_cast<size_t>(ra / s.sh) * wq + cb / s.sw;
+      }
+    const float** row = rows.data();
+    const float* chan = planes;
+    for (uint32_t ci = 0; ci < s.cin; ++ci, chan += plane)
+      for (uint32_t t = 0; t < khw; ++t) *row++ = chan + tap_at[t];
     // The planes have slack: the product reads whole panels.
     if (!half_rows) {
       gemm_f32_rows(w_f, ldw, rows.data(), acc.data(), s.cout, n, k, n, true);
@@ -378,7 +423,7 @@ void ConvVertex::compute(uint8_t* mem) const {
         const uint32_t tap = a * s.kw + bb;
         const uint32_t ra = a * s.dh, cb = bb * s.dw;
         const float* base = in_place ? in_f
-                                     : ph.data() + static_cast<size_t>((ra % s.sh) * s.sw + cb % s.sw) * s.cin * plane +
+                                     : planes + static_cast<size_t>((ra % s.sh) * s.sw + cb % s.sw) * s.cin * plane +
                                            static_cast<size_t>(ra / s.sh) * wq + cb / s.sw;
         if (by_channel)  // in place: the one tap
           gemm_f32_rows(w_f, ldw, chans.data(), acc.data(), s.cout, n, s.cin, n, false);
@@ -402,6 +447,19 @@ void ConvVertex::compute(uint8_t* mem) const {
     }
     return;
   }
+#if defined(__AVX512F__)
+  if (out_dtype_ == DeviceType::kFloat16 && !active_rounding_rng()) {
+    // Each output (plus the bias) rounded to half once, as the general path
+    // below (rounding a sum already rounded to half changes nothing).
+    for (uint32_t co = 0; co < s.cout; ++co) {
+      const float bv = has_bias_ ? static_cast<float>(load_element(mem + bias_.address, bias_dtype_, co)) : 0.0f;
+      for (uint32_t r = 0; r < s.rows; ++r)
+        store_row_half(reinterpret_cast<half_bits*>(out) + static_cast<size_t>(co) * s.ld_out + static_cast<size_t>(r) * s.out_w,
+                       acc.data() + static_cast<size_t>(co) * acc_co + static_cast<size_t>(r) * acc_row, s.out_w, has_bias_, bv);
+    }
+    return;
+  }
+#endif
   thread_local std::vector<float> row_buf;
   row_buf.resize(s.out_w);
   for (uint32_t co = 0; co < s.cout; ++co) {

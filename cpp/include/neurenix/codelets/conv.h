@@ -41,8 +41,11 @@ class ConvVertex : public Vertex {
   void list_fields(std::vector<Field*>& out) override;
 
  private:
-  // A 1x1, stride-1, unpadded float32 window (partials in float) whose rows
-  // are the output's: the product reads it in place.
+  // A 1x1, stride-1, unpadded window whose rows are the output's: it is its
+  // own (only) phase plane.
+  bool window_is_plane() const;
+  // Such a window in float32 (partials in float): the product reads it in
+  // place, in tile memory.
   bool reads_in_place() const;
   Field in_, w_, out_;
   ConvWindow s_;
