@@ -142,8 +142,11 @@ void for_each_field_run(const uint8_t* mem, const Field& f, uint64_t first, uint
     if (n) visit(mem + f.address + static_cast<int64_t>(first * elem_size), uint64_t{0}, n);
     return;
   }
-  auto next = std::upper_bound(f.pieces.begin(), f.pieces.end(), first,
-                               [](uint64_t e, const Field::Piece& p) { return e < p.begin; });
+  // (From the start, the walk begins at the first piece: no search through
+  // pieces that have left the caches.)
+  auto next = first == 0 ? f.pieces.begin() + 1
+                         : std::upper_bound(f.pieces.begin(), f.pieces.end(), first,
+                                            [](uint64_t e, const Field::Piece& p) { return e < p.begin; });
   const uint64_t start = first, end = first + n;
   while (first < end) {
     const Field::Piece& p = *(next - 1);
