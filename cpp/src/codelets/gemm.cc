@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "neurenix/half.h"
@@ -83,50 +84,42 @@ inline void store_tail(float* p, V v, uint32_t n, bool accumulate) {
 // most one vector's columns (Panels, below). Every lane is its own sum, in
 // the same order, whatever the width.
 
-// dst[0, NR) = the first n (< NR) floats at src, then zeros; nothing past
-// them is read (masked loads where the build has them): one row of a
-// partial last panel, copied whole.
-template <typename V, uint32_t NV>
-inline void pack_tail(float* dst, const float* src, uint32_t n) {
+// The first `lanes` (1 to the width) floats at p, then zeros; nothing past
+// them is read (a masked load where the build has one): the last vector of
+// a partial last panel's row, read in place.
+template <typename V>
+inline V load_first(const float* p, uint32_t lanes) {
   constexpr uint32_t VW = sizeof(V) / sizeof(float);
-  const uint32_t n0 = std::min(n, VW), n1 = n > VW ? n - VW : 0;
 #if defined(__AVX512F__)
   if constexpr (VW == 16) {
-    _mm512_storeu_ps(dst, _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << n0) - 1), src));
-    if constexpr (NV == 2)
-      _mm512_storeu_ps(dst + VW, _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << n1) - 1), src + VW));
-    return;
+    const __m512 x = _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << lanes) - 1), p);
+    return reinterpret_cast<const V&>(x);
   }
 #endif
 #if defined(__AVX2__)
-  if constexpr (VW == 8 && NV == 2) {
+  if constexpr (VW == 8) {
     alignas(32) static constexpr int32_t kLanes[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
-    _mm256_storeu_ps(dst, _mm256_maskload_ps(src, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kLanes + 8 - n0))));
-    _mm256_storeu_ps(dst + VW,
-                     _mm256_maskload_ps(src + VW, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kLanes + 8 - n1))));
-    return;
+    const __m256 x = _mm256_maskload_ps(p, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kLanes + 8 - lanes)));
+    return reinterpret_cast<const V&>(x);
   }
 #endif
-  (void)n1;
-  std::memcpy(dst, src, n * sizeof(float));
-  std::fill(dst + n, dst + NV * VW, 0.0f);
+  float t[VW] = {};
+  std::memcpy(t, p, lanes * sizeof(float));
+  return loadv<V>(t);
 }
 
-// A partial last panel in per-thread scratch: for each kk < k, the `tail`
-// floats at row(kk) packed into a zero-padded panel row (rows NR floats
-// apart); returns the packed rows' pointers.
-template <typename V, uint32_t NV, typename Row>
-const float* const* pack_last_panel(uint32_t k, uint32_t tail, Row row) {
-  constexpr uint32_t NR = NV * sizeof(V) / sizeof(float);
-  thread_local std::vector<float> last;
-  thread_local std::vector<const float*> last_rows;
-  last.resize(static_cast<size_t>(k) * NR);
-  last_rows.resize(k);
-  for (uint32_t kk = 0; kk < k; ++kk) {
-    pack_tail<V, NV>(last.data() + static_cast<size_t>(kk) * NR, row(kk), tail);
-    last_rows[kk] = last.data() + static_cast<size_t>(kk) * NR;
+// A row of B's panel: NV vectors at p, the last of them only its first
+// `last` lanes when MASKED.
+template <typename V, uint32_t NV, bool MASKED>
+inline void load_panel_row(const float* p, uint32_t last, V& b0, V& b1) {
+  constexpr uint32_t VW = sizeof(V) / sizeof(float);
+  if constexpr (NV == 1) {
+    b0 = MASKED ? load_first<V>(p, last) : loadv<V>(p);
+    b1 = V{};
+  } else {
+    b0 = loadv<V>(p);
+    b1 = MASKED ? load_first<V>(p + VW, last) : loadv<V>(p + VW);
   }
-  return last_rows.data();
 }
 
 // C[MR x NR] (+)= the accumulators (NV vectors per row: acc0, then acc1),
@@ -154,14 +147,15 @@ inline void store_block(const V* acc0, const V* acc1, float* __restrict c, uint3
 
 // C[MR x NR] (+)= A[MR x kc] . P[kc x NR]; `nr` valid columns. A's k-th
 // element of row r is a[r * lda + k * ak]; P's rows are `pld` floats apart
-// (NR when packed).
-template <typename V, uint32_t NV, uint32_t MR, bool PACKED>
+// (NR when packed); MASKED: nothing past a row's `nr` columns is read.
+template <typename V, uint32_t NV, uint32_t MR, bool PACKED, bool MASKED>
 void micro(const float* __restrict a, uint32_t lda, uint32_t ak_arg, const float* __restrict p, uint32_t pld_arg,
            uint32_t kc, float* __restrict c, uint32_t ldc, uint32_t nr, bool accumulate) {
   constexpr uint32_t VW = sizeof(V) / sizeof(float), NR = NV * VW;
   // Packed panels have compile-time strides, which the inner loop needs.
   const uint32_t pld = PACKED ? NR : pld_arg;
   const uint32_t ak = PACKED ? 1 : ak_arg;
+  const uint32_t last = nr - (NV - 1) * VW;
   V acc0[MR], acc1[MR];
 #pragma GCC unroll 16
   for (uint32_t r = 0; r < MR; ++r) {
@@ -169,9 +163,8 @@ void micro(const float* __restrict a, uint32_t lda, uint32_t ak_arg, const float
     acc1[r] = V{};
   }
   for (uint32_t kk = 0; kk < kc; ++kk) {
-    const float* pk = p + static_cast<size_t>(kk) * pld;
-    const V b0 = loadv<V>(pk);
-    const V b1 = NV == 2 ? loadv<V>(pk + VW) : V{};
+    V b0, b1;
+    load_panel_row<V, NV, MASKED>(p + static_cast<size_t>(kk) * pld, last, b0, b1);
     for (uint32_t r = 0; r < MR; ++r) {
       const float x = a[r * static_cast<size_t>(lda) + static_cast<size_t>(kk) * ak];
       acc0[r] += b0 * x;
@@ -184,10 +177,11 @@ void micro(const float* __restrict a, uint32_t lda, uint32_t ak_arg, const float
 // C[MR x NR] = A[MR x kc] . B with B's row kk at rows[kk] + j0 (rows
 // anywhere in memory: a convolution's taps read shifted views of its input
 // planes). The same accumulation, element by element, as `micro`.
-template <typename V, uint32_t NV, uint32_t MR>
+template <typename V, uint32_t NV, uint32_t MR, bool MASKED>
 void micro_rows(const float* __restrict a, uint32_t lda, const float* const* __restrict rows, uint32_t j0, uint32_t kc,
                 float* __restrict c, uint32_t ldc, uint32_t nr) {
   constexpr uint32_t VW = sizeof(V) / sizeof(float);
+  const uint32_t last = nr - (NV - 1) * VW;
   V acc0[MR], acc1[MR];
 #pragma GCC unroll 16
   for (uint32_t r = 0; r < MR; ++r) {
@@ -195,9 +189,8 @@ void micro_rows(const float* __restrict a, uint32_t lda, const float* const* __r
     acc1[r] = V{};
   }
   for (uint32_t kk = 0; kk < kc; ++kk) {
-    const float* pk = rows[kk] + j0;
-    const V b0 = loadv<V>(pk);
-    const V b1 = NV == 2 ? loadv<V>(pk + VW) : V{};
+    V b0, b1;
+    load_panel_row<V, NV, MASKED>(rows[kk] + j0, last, b0, b1);
     for (uint32_t r = 0; r < MR; ++r) {
       const float x = a[r * static_cast<size_t>(lda) + kk];
       acc0[r] += b0 * x;
@@ -209,45 +202,46 @@ void micro_rows(const float* __restrict a, uint32_t lda, const float* const* __r
 
 using MicroRowsFn = void (*)(const float*, uint32_t, const float* const*, uint32_t, uint32_t, float*, uint32_t, uint32_t);
 
-template <typename V, uint32_t NV>
+template <typename V, uint32_t NV, bool MASKED>
 constexpr MicroRowsFn micro_rows_for(uint32_t mr) {
   constexpr MicroRowsFn table[9] = {nullptr,
-                                    micro_rows<V, NV, 1>,
-                                    micro_rows<V, NV, 2>,
-                                    micro_rows<V, NV, 3>,
-                                    micro_rows<V, NV, 4>,
-                                    micro_rows<V, NV, 5>,
-                                    micro_rows<V, NV, 6>,
-                                    micro_rows<V, NV, 7>,
-                                    micro_rows<V, NV, 8>};
+                                    micro_rows<V, NV, 1, MASKED>,
+                                    micro_rows<V, NV, 2, MASKED>,
+                                    micro_rows<V, NV, 3, MASKED>,
+                                    micro_rows<V, NV, 4, MASKED>,
+                                    micro_rows<V, NV, 5, MASKED>,
+                                    micro_rows<V, NV, 6, MASKED>,
+                                    micro_rows<V, NV, 7, MASKED>,
+                                    micro_rows<V, NV, 8, MASKED>};
   return table[mr];
 }
 
 // How n columns fall into panels of NV vectors: `full` panels at full width
 // (the last of them partial when every row may be read past n, `readable`),
-// then `tail` columns. A partial last panel of at most one vector's columns
-// is the tail and runs on a one-vector kernel (`narrow`), read in place
-// when readable, else from a zero-padded copy; a wider one that is not
-// readable is copied too.
+// then `tail` columns, read in place from column full x NR. A partial last
+// panel of at most one vector's columns is the tail and runs on a
+// one-vector kernel (`narrow`); a tail that is not readable past n is read
+// with masked loads (`masked`).
 template <typename V, uint32_t NV>
 struct Panels {
   static constexpr uint32_t VW = sizeof(V) / sizeof(float), NR = NV * VW;
   uint32_t full, tail;
-  bool narrow, readable;
-  Panels(uint32_t n, bool readable_) : readable(readable_) {
+  bool narrow, masked;
+  Panels(uint32_t n, bool readable) {
     const uint32_t rem = n % NR;
     narrow = NV == 2 && rem != 0 && rem <= VW;
     full = readable && !narrow ? (n + NR - 1) / NR : n / NR;
     tail = n - std::min(n, full * NR);
+    masked = !readable;
   }
-  // For B's rows through pointers: the rows the tail is read from, and its
-  // first column in them (in place, or the zero-padded copy).
-  const float* const* tail_rows(const float* const* rows, uint32_t k) const {
-    if (!tail || readable) return rows;
-    auto last_of = [&](uint32_t kk) { return rows[kk] + full * NR; };
-    return narrow ? pack_last_panel<V, 1>(k, tail, last_of) : pack_last_panel<V, NV>(k, tail, last_of);
+  // The tail's kernel, from `For<vectors per row, masked>(mr)`.
+  template <class Fn, class For>
+  Fn tail_kernel(For kernels, uint32_t mr) const {
+    return narrow ? (masked ? kernels(std::integral_constant<uint32_t, 1>{}, std::true_type{}, mr)
+                            : kernels(std::integral_constant<uint32_t, 1>{}, std::false_type{}, mr))
+                  : (masked ? kernels(std::integral_constant<uint32_t, NV>{}, std::true_type{}, mr)
+                            : kernels(std::integral_constant<uint32_t, NV>{}, std::false_type{}, mr));
   }
-  uint32_t tail_column() const { return readable ? full * NR : 0; }
 };
 
 template <typename V, uint32_t NV>
@@ -255,17 +249,15 @@ void run_rows(const float* a, uint32_t lda, const float* const* rows, float* c, 
               uint32_t ldc, bool readable_tail) {
   constexpr uint32_t NR = NV * sizeof(V) / sizeof(float);
   const Panels<V, NV> p(n, readable_tail);
-  const float* const* last_rows = p.tail_rows(rows, k);
-  const uint32_t last_j0 = p.tail_column();
+  auto kernels = [](auto nv, auto masked, uint32_t mr) { return micro_rows_for<V, decltype(nv)::value, decltype(masked)::value>(mr); };
   for (uint32_t i0 = 0; i0 < m; i0 += kMR) {
     const uint32_t mr = std::min(kMR, m - i0);
     const float* ai = a + static_cast<size_t>(i0) * lda;
     float* ci = c + static_cast<size_t>(i0) * ldc;
     for (uint32_t pj = 0; pj < p.full; ++pj)
-      micro_rows_for<V, NV>(mr)(ai, lda, rows, pj * NR, k, ci + pj * NR, ldc, std::min(NR, n - pj * NR));
+      micro_rows_for<V, NV, false>(mr)(ai, lda, rows, pj * NR, k, ci + pj * NR, ldc, std::min(NR, n - pj * NR));
     if (p.tail)
-      (p.narrow ? micro_rows_for<V, 1>(mr) : micro_rows_for<V, NV>(mr))(ai, lda, last_rows, last_j0, k, ci + p.full * NR,
-                                                                        ldc, p.tail);
+      p.template tail_kernel<MicroRowsFn>(kernels, mr)(ai, lda, rows, p.full * NR, k, ci + p.full * NR, ldc, p.tail);
   }
 }
 
@@ -299,10 +291,11 @@ inline V round_half(V x) {
 // rounded to half and added to a running sum rounded to half after each
 // add: the arithmetic of sum_in_half_partials with add_rounded_to_half,
 // without a pass over memory per chunk.
-template <typename V, uint32_t NV, uint32_t MR>
+template <typename V, uint32_t NV, uint32_t MR, bool MASKED>
 void micro_rows_half(const float* __restrict a, uint32_t lda, const float* const* __restrict rows, uint32_t j0, uint32_t k,
                      uint32_t depth, float scale, float* __restrict c, uint32_t ldc, uint32_t nr) {
   constexpr uint32_t VW = sizeof(V) / sizeof(float);
+  const uint32_t last = nr - (NV - 1) * VW;
   const bool scaled = scale != 1.0f;
   const V sv = V{} + scale;
   V acc0[MR], acc1[MR];
@@ -320,9 +313,8 @@ void micro_rows_half(const float* __restrict a, uint32_t lda, const float* const
       t1[r] = V{};
     }
     for (uint32_t kk = k0; kk < k1; ++kk) {
-      const float* pk = rows[kk] + j0;
-      const V b0 = loadv<V>(pk);
-      const V b1 = NV == 2 ? loadv<V>(pk + VW) : V{};
+      V b0, b1;
+      load_panel_row<V, NV, MASKED>(rows[kk] + j0, last, b0, b1);
 #pragma GCC unroll 16
       for (uint32_t r = 0; r < MR; ++r) {
         const float x = a[r * static_cast<size_t>(lda) + kk];
@@ -349,15 +341,15 @@ constexpr uint32_t kMRHalf = 3;
 using MicroRowsHalfFn = void (*)(const float*, uint32_t, const float* const*, uint32_t, uint32_t, uint32_t, float, float*,
                                  uint32_t, uint32_t);
 
-template <typename V, uint32_t NV>
+template <typename V, uint32_t NV, bool MASKED>
 constexpr MicroRowsHalfFn micro_rows_half_for(uint32_t mr) {
   constexpr MicroRowsHalfFn table[7] = {nullptr,
-                                        micro_rows_half<V, NV, 1>,
-                                        micro_rows_half<V, NV, 2>,
-                                        micro_rows_half<V, NV, 3>,
-                                        micro_rows_half<V, NV, 4>,
-                                        micro_rows_half<V, NV, 5>,
-                                        micro_rows_half<V, NV, 6>};
+                                        micro_rows_half<V, NV, 1, MASKED>,
+                                        micro_rows_half<V, NV, 2, MASKED>,
+                                        micro_rows_half<V, NV, 3, MASKED>,
+                                        micro_rows_half<V, NV, 4, MASKED>,
+                                        micro_rows_half<V, NV, 5, MASKED>,
+                                        micro_rows_half<V, NV, 6, MASKED>};
   return table[mr];
 }
 
@@ -366,34 +358,34 @@ void run_rows_half(const float* a, uint32_t lda, const float* const* rows, float
                    uint32_t ldc, uint32_t depth, float scale, bool readable_tail) {
   constexpr uint32_t NR = NV * sizeof(V) / sizeof(float);
   const Panels<V, NV> p(n, readable_tail);
-  const float* const* last_rows = p.tail_rows(rows, k);
-  const uint32_t last_j0 = p.tail_column();
+  auto kernels = [](auto nv, auto masked, uint32_t mr) { return micro_rows_half_for<V, decltype(nv)::value, decltype(masked)::value>(mr); };
   for (uint32_t i0 = 0; i0 < m; i0 += kMRHalf) {
     const uint32_t mr = std::min(kMRHalf, m - i0);
     const float* ai = a + static_cast<size_t>(i0) * lda;
     float* ci = c + static_cast<size_t>(i0) * ldc;
     for (uint32_t pj = 0; pj < p.full; ++pj)
-      micro_rows_half_for<V, NV>(mr)(ai, lda, rows, pj * NR, k, depth, scale, ci + pj * NR, ldc, std::min(NR, n - pj * NR));
+      micro_rows_half_for<V, NV, false>(mr)(ai, lda, rows, pj * NR, k, depth, scale, ci + pj * NR, ldc,
+                                            std::min(NR, n - pj * NR));
     if (p.tail)
-      (p.narrow ? micro_rows_half_for<V, 1>(mr) : micro_rows_half_for<V, NV>(mr))(
-          ai, lda, last_rows, last_j0, k, depth, scale, ci + p.full * NR, ldc, p.tail);
+      p.template tail_kernel<MicroRowsHalfFn>(kernels, mr)(ai, lda, rows, p.full * NR, k, depth, scale, ci + p.full * NR,
+                                                           ldc, p.tail);
   }
 }
 
 using MicroFn = void (*)(const float*, uint32_t, uint32_t, const float*, uint32_t, uint32_t, float*, uint32_t, uint32_t,
                          bool);
 
-template <typename V, uint32_t NV, bool PACKED>
+template <typename V, uint32_t NV, bool PACKED, bool MASKED = false>
 constexpr MicroFn micro_for(uint32_t mr) {
   constexpr MicroFn table[9] = {nullptr,
-                                micro<V, NV, 1, PACKED>,
-                                micro<V, NV, 2, PACKED>,
-                                micro<V, NV, 3, PACKED>,
-                                micro<V, NV, 4, PACKED>,
-                                micro<V, NV, 5, PACKED>,
-                                micro<V, NV, 6, PACKED>,
-                                micro<V, NV, 7, PACKED>,
-                                micro<V, NV, 8, PACKED>};
+                                micro<V, NV, 1, PACKED, MASKED>,
+                                micro<V, NV, 2, PACKED, MASKED>,
+                                micro<V, NV, 3, PACKED, MASKED>,
+                                micro<V, NV, 4, PACKED, MASKED>,
+                                micro<V, NV, 5, PACKED, MASKED>,
+                                micro<V, NV, 6, PACKED, MASKED>,
+                                micro<V, NV, 7, PACKED, MASKED>,
+                                micro<V, NV, 8, PACKED, MASKED>};
   return table[mr];
 }
 
@@ -413,20 +405,13 @@ void run_panels(const float* a, uint32_t lda, const float* packed, uint32_t ktot
   }
 }
 
-// Unpacked B (rows `ldb` apart): full panels are read in place, a partial
-// last panel through a small zero-padded copy.
+// Unpacked B (rows `ldb` apart), read in place.
 template <typename V, uint32_t NV>
 void run_strided(const float* a, uint32_t lda, uint32_t ak, const float* b, uint32_t ldb, float* c, uint32_t m,
                  uint32_t n, uint32_t k, uint32_t ldc, bool accumulate, bool readable_tail) {
-  constexpr uint32_t VW = sizeof(V) / sizeof(float), NR = NV * VW;
+  constexpr uint32_t NR = NV * sizeof(V) / sizeof(float);
   const Panels<V, NV> p(n, readable_tail);
-  // A copied last panel's rows lie its width apart: the first row's pointer
-  // is the panel.
-  auto last_of = [&](uint32_t kk) { return b + static_cast<size_t>(kk) * ldb + p.full * NR; };
-  const float* last = !p.tail || readable_tail ? b + p.full * NR
-                      : p.narrow               ? pack_last_panel<V, 1>(k, p.tail, last_of)[0]
-                                               : pack_last_panel<V, NV>(k, p.tail, last_of)[0];
-  const uint32_t last_ld = readable_tail ? ldb : p.narrow ? VW : NR;
+  auto kernels = [](auto nv, auto masked, uint32_t mr) { return micro_for<V, decltype(nv)::value, false, decltype(masked)::value>(mr); };
   for (uint32_t i0 = 0; i0 < m; i0 += kMR) {
     const uint32_t mr = std::min(kMR, m - i0);
     const float* ai = a + static_cast<size_t>(i0) * lda;
@@ -435,8 +420,8 @@ void run_strided(const float* a, uint32_t lda, uint32_t ak, const float* b, uint
       micro_for<V, NV, false>(mr)(ai, lda, ak, b + pj * NR, ldb, k, ci + pj * NR, ldc, std::min(NR, n - pj * NR),
                                   accumulate);
     if (p.tail)
-      (p.narrow ? micro_for<V, 1, false>(mr) : micro_for<V, NV, false>(mr))(ai, lda, ak, last, last_ld, k,
-                                                                            ci + p.full * NR, ldc, p.tail, accumulate);
+      p.template tail_kernel<MicroFn>(kernels, mr)(ai, lda, ak, b + p.full * NR, ldb, k, ci + p.full * NR, ldc, p.tail,
+                                                   accumulate);
   }
 }
 

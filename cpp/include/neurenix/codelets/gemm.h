@@ -26,14 +26,15 @@ void gemm_f32_packed(uint32_t panel, const float* a, uint32_t lda, const float* 
 // Unpacked B read in place (rows `ldb` apart), A's k-th element of row r at
 // a[r * lda + k * a_kstride]. With `readable_tail`, every row of B may be read
 // up to a whole panel (gemm_panel(n) floats) past its n-th element (the
-// values there are ignored); otherwise a partial last panel is copied.
+// values there are ignored); otherwise nothing past it is read (masked
+// loads).
 void gemm_f32_strided(const float* a, uint32_t lda, uint32_t a_kstride, const float* b, uint32_t ldb, float* c, uint32_t m,
                       uint32_t n, uint32_t k, uint32_t ldc, bool accumulate, bool readable_tail);
 // C = A . B (not accumulated) where row kk of B is the `n` floats at
 // rows[kk]. With `readable_tail`, every row may be read up to n rounded up
-// to a whole panel (32 floats), the values there ignored; otherwise a
-// partial last panel is copied. Each element of C is the same sum, in the
-// same order, as gemm_f32_packed computes.
+// to a whole panel (32 floats), the values there ignored; otherwise
+// nothing past it is read. Each element of C is the same sum, in the same
+// order, as gemm_f32_packed computes.
 void gemm_f32_rows(const float* a, uint32_t lda, const float* const* rows, float* c, uint32_t m, uint32_t n, uint32_t k,
                    uint32_t ldc, bool readable_tail);
 void gemm_f32(const float* a, const float* b, float* c, uint32_t m, uint32_t n, uint32_t k, uint32_t lda, uint32_t ldb,
