@@ -104,4 +104,24 @@ void add_rounded_to_half(float* acc, float* part, size_t n, float scale) {
   }
 }
 
+void add_half_rounded(float* acc, const half_bits* src, size_t n) {
+  size_t i = 0;
+#if defined(__AVX512F__)
+  constexpr int kRound = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+  for (; i + 16 <= n; i += 16) {
+    const __m512 a = _mm512_add_ps(_mm512_loadu_ps(acc + i),
+                                   _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i))));
+    _mm512_storeu_ps(acc + i, _mm512_cvtph_ps(_mm512_cvtps_ph(a, kRound)));
+  }
+#endif
+#if defined(__F16C__) && defined(__AVX__)
+  for (; i + 8 <= n; i += 8) {
+    const __m256 a = _mm256_add_ps(_mm256_loadu_ps(acc + i),
+                                   _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i))));
+    _mm256_storeu_ps(acc + i, _mm256_cvtph_ps(_mm256_cvtps_ph(a, _MM_FROUND_TO_NEAREST_INT)));
+  }
+#endif
+  for (; i < n; ++i) acc[i] = round_to_half(acc[i] + half_to_float(src[i]));
+}
+
 }  // namespace neurenix

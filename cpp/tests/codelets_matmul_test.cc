@@ -174,7 +174,7 @@ TEST(MatMulCodelet, CyclesGrowWithWorkAndFavourHalf) {
 TEST(SumPartialsCodelet, FloatAndHalf) {
   std::mt19937 rng(25);
   std::uniform_int_distribution<int> q(-3000, 3000);
-  for (auto [parts, rows, cols] : std::vector<MNK>{{1, 2, 3}, {3, 4, 5}, {7, 1, 9}, {2, 3, 1}}) {
+  for (auto [parts, rows, cols] : std::vector<MNK>{{1, 2, 3}, {3, 4, 5}, {7, 1, 9}, {2, 3, 1}, {4, 2, 37}, {5, 1, 64}}) {
     const uint32_t ld = cols + 2;
     for (DeviceType pd : {kF32, kF16}) {
       for (DeviceType od : {kF32, kF16}) {

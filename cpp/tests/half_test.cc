@@ -172,6 +172,32 @@ TEST(Half, BulkConversionsMatchScalar) {
   }
 }
 
+// A running sum of half values, rounded after each add, against the scalar
+// rounding: lengths around the vector widths, overflow, infinities and NaN.
+TEST(Half, AddHalfRoundedMatchesScalar) {
+  std::mt19937 rng(9);
+  std::uniform_int_distribution<uint32_t> hbits(0, 65535);
+  for (size_t n = 0; n <= 41; ++n) {
+    std::vector<float> acc(n + 1, -7.0f), want(n);
+    std::vector<half_bits> src(n);
+    for (size_t i = 0; i < n; ++i) {
+      acc[i] = half_to_float(static_cast<half_bits>(hbits(rng)));
+      src[i] = static_cast<half_bits>(hbits(rng));
+      if (i % 7 == 3) acc[i] = 65504.0f, src[i] = 0x7bff;  // 65504 + 65504 overflows to infinity
+      want[i] = round_to_half(acc[i] + half_to_float(src[i]));
+    }
+    add_half_rounded(acc.data(), src.data(), n);
+    for (size_t i = 0; i < n; ++i) {
+      if (std::isnan(want[i])) {
+        ASSERT_TRUE(std::isnan(acc[i])) << n << " " << i;
+      } else {
+        ASSERT_EQ(float_to_bits(acc[i]), float_to_bits(want[i])) << n << " " << i;
+      }
+    }
+    ASSERT_EQ(acc[n], -7.0f) << "wrote past the end";
+  }
+}
+
 TEST(Half, RoundToHalf) {
   EXPECT_EQ(round_to_half(0.1f), static_cast<float>(ref_round_half(0.1f)));
   EXPECT_EQ(round_to_half(2049.0f), 2048.0f);
