@@ -437,44 +437,42 @@ void ConvVertex::compute(uint8_t* mem) const {
   // output type.
   uint8_t* out = mem + out_.address;
   const size_t es = device_type_size(out_dtype_);
-  if (out_dtype_ == DeviceType::kFloat32 && partials_ == DeviceType::kFloat32) {
-    // Short rows: copied (or added to the bias) inline, not a call per row.
+  // write(co, r, src, bias) for every output row, src its out_w valid sums.
+  auto each_row = [&](auto write) {
     for (uint32_t co = 0; co < s.cout; ++co) {
       const float bv = has_bias_ ? static_cast<float>(load_element(mem + bias_.address, bias_dtype_, co)) : 0.0f;
       for (uint32_t r = 0; r < s.rows; ++r)
-        store_row(reinterpret_cast<float*>(out) + static_cast<size_t>(co) * s.ld_out + static_cast<size_t>(r) * s.out_w,
-                  acc.data() + static_cast<size_t>(co) * acc_co + static_cast<size_t>(r) * acc_row, s.out_w, has_bias_, bv);
+        write(static_cast<size_t>(co) * s.ld_out + static_cast<size_t>(r) * s.out_w,
+              acc.data() + static_cast<size_t>(co) * acc_co + static_cast<size_t>(r) * acc_row, bv);
     }
+  };
+  if (out_dtype_ == DeviceType::kFloat32 && partials_ == DeviceType::kFloat32) {
+    // Short rows: copied (or added to the bias) inline, not a call per row.
+    each_row([&](size_t at, const float* src, float bv) {
+      store_row(reinterpret_cast<float*>(out) + at, src, s.out_w, has_bias_, bv);
+    });
     return;
   }
 #if defined(__AVX512F__)
   if (out_dtype_ == DeviceType::kFloat16 && !active_rounding_rng()) {
     // Each output (plus the bias) rounded to half once, as the general path
     // below (rounding a sum already rounded to half changes nothing).
-    for (uint32_t co = 0; co < s.cout; ++co) {
-      const float bv = has_bias_ ? static_cast<float>(load_element(mem + bias_.address, bias_dtype_, co)) : 0.0f;
-      for (uint32_t r = 0; r < s.rows; ++r)
-        store_row_half(reinterpret_cast<half_bits*>(out) + static_cast<size_t>(co) * s.ld_out + static_cast<size_t>(r) * s.out_w,
-                       acc.data() + static_cast<size_t>(co) * acc_co + static_cast<size_t>(r) * acc_row, s.out_w, has_bias_, bv);
-    }
+    each_row([&](size_t at, const float* src, float bv) {
+      store_row_half(reinterpret_cast<half_bits*>(out) + at, src, s.out_w, has_bias_, bv);
+    });
     return;
   }
 #endif
   thread_local std::vector<float> row_buf;
   row_buf.resize(s.out_w);
-  for (uint32_t co = 0; co < s.cout; ++co) {
-    const float bv = has_bias_ ? static_cast<float>(load_element(mem + bias_.address, bias_dtype_, co)) : 0.0f;
-    for (uint32_t r = 0; r < s.rows; ++r) {
-      const float* src = acc.data() + static_cast<size_t>(co) * acc_co + static_cast<size_t>(r) * acc_row;
-      uint8_t* dst = out + (static_cast<size_t>(co) * s.ld_out + static_cast<size_t>(r) * s.out_w) * es;
-      if (has_bias_) {
-        for (uint32_t i = 0; i < s.out_w; ++i) row_buf[i] = src[i] + bv;
-        if (partials_ == DeviceType::kFloat16) round_to_half_n(row_buf.data(), s.out_w);
-        src = row_buf.data();
-      }
-      store_floats(src, out_dtype_, dst, s.out_w);
+  each_row([&](size_t at, const float* src, float bv) {
+    if (has_bias_) {
+      for (uint32_t i = 0; i < s.out_w; ++i) row_buf[i] = src[i] + bv;
+      if (partials_ == DeviceType::kFloat16) round_to_half_n(row_buf.data(), s.out_w);
+      src = row_buf.data();
     }
-  }
+    store_floats(src, out_dtype_, out + at * es, s.out_w);
+  });
 }
 
 }  // namespace neurenix
