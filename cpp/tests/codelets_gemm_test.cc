@@ -91,7 +91,8 @@ TEST(Gemm, HalfPartialsInRegistersMatchTheAmpReference) {
   std::mt19937 rng(23);
   std::uniform_int_distribution<int> q(-40, 40);
   for (auto [m, n, k] :
-       std::vector<MNK>{{1, 1, 1}, {5, 7, 15}, {6, 33, 16}, {13, 49, 100}, {7, 16, 70}, {12, 64, 33}, {8, 48, 40}})
+       std::vector<MNK>{{1, 1, 1}, {5, 7, 15}, {6, 33, 16}, {13, 49, 100}, {7, 16, 70}, {12, 64, 33}, {8, 48, 40},
+                        {9, 40, 48}, {17, 31, 32}, {20, 70, 17}, {25, 16, 50}})
     for (uint32_t depth : {16u, 32u})
       for (float scale : {1.0f, 0.25f, 3.0f})
         for (bool readable : {false, true}) {
@@ -124,6 +125,52 @@ TEST(Gemm, HalfPartialsInRegistersMatchTheAmpReference) {
                                              << (readable ? " in place" : " copied") << " at " << i << "," << j;
             }
         }
+}
+
+// The running sums in half at their edges, where AVX-512 FP16 builds add
+// them in half lanes: chunk sums scaled into half's subnormal range (and
+// rounded there), past its largest value (infinities, and NaN where
+// infinities of both signs meet), and across the blocks of rows (1 to 25
+// rows). Each lane must equal the AMP reference bit for bit (any NaN for a
+// NaN).
+TEST(Gemm, HalfPartialsAtTheEdgesOfHalf) {
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<int> q(-40, 40);
+  for (uint32_t m : {1u, 3u, 8u, 11u, 25u})
+    for (uint32_t n : {16u, 45u})
+      for (float scale : {0x1p-27f, 0x1p-20f, 0x1p6f, 0x1p10f}) {
+        const uint32_t k = 70, lda = k, ldc = n;
+        std::vector<float> a(m * lda);
+        for (auto& v : a) v = static_cast<float>(q(rng)) / 4.0f;
+        std::vector<std::vector<float>> rows(k, std::vector<float>(n + 64, 0.0f));
+        std::vector<const float*> ptrs(k);
+        for (uint32_t p = 0; p < k; ++p) {
+          for (uint32_t j = 0; j < n; ++j) rows[p][j] = static_cast<float>(q(rng)) + 0.5f;
+          ptrs[p] = rows[p].data();
+        }
+        std::vector<float> c(m * ldc);
+        gemm_half_partials_rows(a.data(), lda, ptrs.data(), c.data(), m, n, k, ldc, 16, scale, false);
+        uint64_t special = 0;
+        for (uint32_t i = 0; i < m; ++i)
+          for (uint32_t j = 0; j < n; ++j) {
+            double acc = 0;
+            for (uint32_t c0 = 0; c0 < k; c0 += 16) {
+              double chunk = 0;
+              for (uint32_t p = c0; p < std::min(k, c0 + 16); ++p) chunk += static_cast<double>(a[i * lda + p]) * rows[p][j];
+              acc = ref_round_half(acc + ref_round_half(chunk * scale));
+            }
+            const float got = c[i * ldc + j];
+            special += !std::isfinite(acc) || (acc != 0 && std::fabs(acc) < 0x1p-14);
+            if (std::isnan(acc)) {
+              ASSERT_TRUE(std::isnan(got)) << m << "x" << n << " scale " << scale << " at " << i << "," << j;
+            } else {
+              ASSERT_EQ(got, acc) << m << "x" << n << " scale " << scale << " at " << i << "," << j;
+            }
+          }
+        if (scale == 0x1p-27f || scale == 0x1p10f) {
+          EXPECT_GT(special, 0u) << "scale " << scale << " reaches no edge";
+        }
+      }
 }
 
 // Each element of C, through every entry point and panel layout (one or two

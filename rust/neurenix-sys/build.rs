@@ -60,6 +60,10 @@ fn main() {
         build.flag("-mavx2").flag("-mfma").flag("-mf16c");
         if std::is_x86_feature_detected!("avx512f") {
             build.flag("-mavx512f");
+            // Half additions in half lanes (the half-partials kernels).
+            if std::is_x86_feature_detected!("avx512fp16") {
+                build.flag_if_supported("-mavx512fp16");
+            }
         }
     }
     let _ = (native, &target, &host);

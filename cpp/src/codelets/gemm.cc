@@ -3,8 +3,10 @@
 // register-blocked micro-kernel (GCC vector extensions: 16-column panels of
 // two 8-wide vectors with AVX2/FMA; with AVX-512, 32-column panels of two
 // 16-wide vectors for wide products and 16-column panels of one for narrow
-// ones, when the build host has them). Only the simulator's speed depends on
-// it: results are plain float32 dot products.
+// ones, when the build host has them; with AVX-512 FP16 the half-partials
+// kernels keep their running sums in half lanes). Only the simulator's speed
+// depends on it: results are plain float32 dot products, and half partials
+// the documented roundings, bit for bit in every build.
 #include "neurenix/codelets/gemm.h"
 
 #include <immintrin.h>
@@ -16,10 +18,12 @@
 
 #include "neurenix/half.h"
 
-// GCC 12 reports the AVX-512 conversion intrinsics' own placeholder
-// operands as maybe uninitialized (a false positive in its headers).
+// GCC 12 reports the AVX-512 conversion and extraction intrinsics' own
+// placeholder operands as (maybe) uninitialized (a false positive in its
+// headers).
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
 
 namespace neurenix {
@@ -289,25 +293,63 @@ inline V round_half(V x) {
   return loadv<V>(t);
 }
 
+// A row's running sums in half (NV vectors of V lanes): add(t0, t1) rounds
+// the float chunk sums to half and adds them, each sum rounded to half
+// again (round_half(sum + round_half(t))). Where the build has AVX-512 FP16
+// a row's sums stay in one register of 32 half lanes and are added there
+// (vaddph): for two binary16 values the float sum rounded to half is the
+// half sum rounded once (a float holds the exact sum of two halves whenever
+// it matters), so every lane is bit for bit the same.
+template <typename V, uint32_t NV, bool FP16 = false>
+struct HalfRow {
+  V s0{}, s1{};
+  void add(V t0, V t1) {
+    s0 = round_half<V>(s0 + round_half<V>(t0));
+    if constexpr (NV == 2) s1 = round_half<V>(s1 + round_half<V>(t1));
+  }
+  void widen(V& o0, V& o1) const {
+    o0 = s0;
+    o1 = s1;
+  }
+};
+#if defined(__AVX512FP16__)
+inline constexpr bool kHalfAdd = true;
+template <uint32_t NV>
+struct HalfRow<v16, NV, true> {
+  __m512h s = _mm512_setzero_ph();
+  void add(v16 t0, v16 t1) {
+    constexpr int kNearest = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+    __m512i h = _mm512_zextsi256_si512(_mm512_cvtps_ph(reinterpret_cast<const __m512&>(t0), kNearest));
+    if constexpr (NV == 2) h = _mm512_inserti64x4(h, _mm512_cvtps_ph(reinterpret_cast<const __m512&>(t1), kNearest), 1);
+    s = _mm512_add_ph(s, _mm512_castsi512_ph(h));
+  }
+  void widen(v16& o0, v16& o1) const {
+    const __m512i h = _mm512_castph_si512(s);
+    const __m512 lo = _mm512_cvtph_ps(_mm512_castsi512_si256(h));
+    const __m512 hi = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(h, 1));
+    o0 = reinterpret_cast<const v16&>(lo);
+    o1 = reinterpret_cast<const v16&>(hi);
+  }
+};
+#else
+inline constexpr bool kHalfAdd = false;
+#endif
+
 // Half partials in registers: C[MR x NR] = the chunks of `depth` products
 // of A[MR x k] . B (rows as micro_rows), each chunk summed in float from 0
 // in order (as micro_rows sums it), times `scale` when that is not 1,
 // rounded to half and added to a running sum rounded to half after each
-// add: the arithmetic of sum_in_half_partials with add_rounded_to_half,
-// without a pass over memory per chunk.
+// add (HalfRow): the arithmetic of sum_in_half_partials with
+// add_rounded_to_half, without a pass over memory per chunk.
 template <typename V, uint32_t NV, uint32_t MR, bool MASKED>
 void micro_rows_half(const float* __restrict a, uint32_t lda, const float* const* __restrict rows, uint32_t j0, uint32_t k,
                      uint32_t depth, float scale, float* __restrict c, uint32_t ldc, uint32_t nr) {
   constexpr uint32_t VW = sizeof(V) / sizeof(float);
+  using Sums = HalfRow<V, NV, kHalfAdd && VW == 16>;
   const uint32_t last = nr - (NV - 1) * VW;
   const bool scaled = scale != 1.0f;
   const V sv = V{} + scale;
-  V acc0[MR], acc1[MR];
-#pragma GCC unroll 16
-  for (uint32_t r = 0; r < MR; ++r) {
-    acc0[r] = V{};
-    acc1[r] = V{};
-  }
+  Sums acc[MR];
   for (uint32_t k0 = 0; k0 < k; k0 += depth) {
     const uint32_t k1 = std::min(k, k0 + depth);
     V t0[MR], t1[MR];
@@ -327,16 +369,20 @@ void micro_rows_half(const float* __restrict a, uint32_t lda, const float* const
       }
     }
 #pragma GCC unroll 16
-    for (uint32_t r = 0; r < MR; ++r) {
-      acc0[r] = round_half<V>(acc0[r] + round_half<V>(scaled ? t0[r] * sv : t0[r]));
-      if constexpr (NV == 2) acc1[r] = round_half<V>(acc1[r] + round_half<V>(scaled ? t1[r] * sv : t1[r]));
-    }
+    for (uint32_t r = 0; r < MR; ++r) acc[r].add(scaled ? t0[r] * sv : t0[r], scaled ? t1[r] * sv : t1[r]);
   }
-  store_block<V, NV, MR>(acc0, acc1, c, ldc, nr, false);
+  V out0[MR], out1[MR];
+#pragma GCC unroll 16
+  for (uint32_t r = 0; r < MR; ++r) acc[r].widen(out0[r], out1[r]);
+  store_block<V, NV, MR>(out0, out1, c, ldc, nr, false);
 }
 
-// Rows of the running and the chunk sums both held in registers.
-#if defined(__AVX512F__)
+// Rows of the running and the chunk sums both held in registers (with
+// AVX-512 FP16 a row's running sums take one register: 8 rows, 16 chunk
+// sums, 8 running sums, 2 of B and A's broadcast).
+#if defined(__AVX512FP16__)
+constexpr uint32_t kMRHalf = 8;
+#elif defined(__AVX512F__)
 constexpr uint32_t kMRHalf = 6;
 #else
 constexpr uint32_t kMRHalf = 3;
@@ -346,13 +392,15 @@ using MicroRowsHalfFn = void (*)(const float*, uint32_t, const float* const*, ui
                                  uint32_t, uint32_t);
 
 template <typename V, uint32_t NV, bool MASKED>
-inline constexpr MicroRowsHalfFn kMicroRowsHalf[7] = {nullptr,
+inline constexpr MicroRowsHalfFn kMicroRowsHalf[9] = {nullptr,
                                                       micro_rows_half<V, NV, 1, MASKED>,
                                                       micro_rows_half<V, NV, 2, MASKED>,
                                                       micro_rows_half<V, NV, 3, MASKED>,
                                                       micro_rows_half<V, NV, 4, MASKED>,
                                                       micro_rows_half<V, NV, 5, MASKED>,
-                                                      micro_rows_half<V, NV, 6, MASKED>};
+                                                      micro_rows_half<V, NV, 6, MASKED>,
+                                                      micro_rows_half<V, NV, 7, MASKED>,
+                                                      micro_rows_half<V, NV, 8, MASKED>};
 template <typename V, uint32_t NV, bool MASKED>
 inline MicroRowsHalfFn micro_rows_half_for(uint32_t mr) {
   return kMicroRowsHalf<V, NV, MASKED>[mr];
@@ -364,8 +412,11 @@ void run_rows_half(const float* a, uint32_t lda, const float* const* rows, float
   constexpr uint32_t NR = NV * sizeof(V) / sizeof(float);
   const Panels<V, NV> p(n, readable_tail);
   auto kernels = [](auto nv, auto masked, uint32_t mr) { return micro_rows_half_for<V, decltype(nv)::value, decltype(masked)::value>(mr); };
-  for (uint32_t i0 = 0; i0 < m; i0 += kMRHalf) {
-    const uint32_t mr = std::min(kMRHalf, m - i0);
+  // Blocks of rows as even as kMRHalf allows (16 rows as 6, 5, 5, not 6,
+  // 6, 4): every block reads all of B's rows once, whatever its rows.
+  const uint32_t blocks = (m + kMRHalf - 1) / kMRHalf;
+  for (uint32_t bi = 0, i0 = 0, mr; bi < blocks; ++bi, i0 += mr) {
+    mr = m / blocks + (bi < m % blocks ? 1 : 0);
     const float* ai = a + static_cast<size_t>(i0) * lda;
     float* ci = c + static_cast<size_t>(i0) * ldc;
     for (uint32_t pj = 0; pj < p.full; ++pj)
