@@ -721,6 +721,18 @@ std::unique_ptr<Executable> compile(std::unique_ptr<Graph> gp) {
       sched.erase(std::remove_if(sched.begin(), sched.end(), [](const auto& tb) { return tb.begin == tb.end; }), sched.end());
     });
     for (uint64_t b : aliased_bytes) exe->aliased_bytes_ += b;
+    // The copies as the host runs them.
+    exe->host_copies_.assign(g.exchanges().size(), {});
+    on_host_threads<NoScratch>(static_cast<int64_t>(g.exchanges().size()), [&](int64_t x, NoScratch&) {
+      const size_t ei = static_cast<size_t>(x);
+      auto& hc = exe->host_copies_[ei];
+      hc.reserve(exe->byte_copies_[ei].size());
+      for (const auto& b : exe->byte_copies_[ei]) {
+        const bool run = b.outer == 1 && (b.count == 1 || b.src_stride == static_cast<int32_t>(b.elem));
+        hc.push_back(run ? Executable::HostCopy{exe->arena_offsets_[b.src_tile] + b.src_byte, b.dst_byte, b.count * b.elem}
+                         : Executable::HostCopy{Executable::kPatternCopy, 0, 0});
+      }
+    });
   }
   fuse_exchanges(*exe);
   return exe;

@@ -370,29 +370,65 @@ void Engine::read_output(uint32_t i, uint8_t* data, size_t bytes) const {
   if (bytes) std::memcpy(data, out_buf_[i].data(), bytes);  // an empty output has no buffer to copy from
 }
 
-void Engine::copy_into_tile(uint8_t* dst, const Executable::ByteCopy* first, const Executable::ByteCopy* last) const {
-  for (const Executable::ByteCopy* cp = first; cp != last; ++cp) {
-    const Executable::ByteCopy& c = *cp;
-    const uint8_t* src = arenas_[c.src_tile] + c.src_byte;
-    uint8_t* d = dst + c.dst_byte;
-    const uint64_t row = static_cast<uint64_t>(c.count) * c.elem;
-    for (uint64_t o = 0; o < c.outer; ++o, src += c.src_outer, d += c.dst_outer) {
-      if (c.count == 1 || c.src_stride == static_cast<int32_t>(c.elem)) {
-        std::memmove(d, src, row);
-      } else if (c.src_stride == 0) {
-        // One element repeated: double the filled prefix.
-        std::memcpy(d, src, c.elem);
-        uint64_t done = c.elem;
-        while (done < row) {
-          const uint64_t n = std::min(done, row - done);
-          std::memcpy(d + done, d, n);
-          done += n;
-        }
-      } else {
-        const uint8_t* sp = src;
-        for (uint64_t k = 0; k < c.count; ++k, sp += c.src_stride) std::memcpy(d + k * c.elem, sp, c.elem);
+void Engine::copy_pattern(uint8_t* dst, const Executable::ByteCopy& c) const {
+  const uint8_t* src = arenas_[c.src_tile] + c.src_byte;
+  uint8_t* d = dst + c.dst_byte;
+  const uint64_t row = static_cast<uint64_t>(c.count) * c.elem;
+  for (uint64_t o = 0; o < c.outer; ++o, src += c.src_outer, d += c.dst_outer) {
+    if (c.count == 1 || c.src_stride == static_cast<int32_t>(c.elem)) {
+      std::memmove(d, src, row);
+    } else if (c.src_stride == 0) {
+      // One element repeated: double the filled prefix.
+      std::memcpy(d, src, c.elem);
+      uint64_t done = c.elem;
+      while (done < row) {
+        const uint64_t n = std::min(done, row - done);
+        std::memcpy(d + done, d, n);
+        done += n;
       }
+    } else {
+      const uint8_t* sp = src;
+      for (uint64_t k = 0; k < c.count; ++k, sp += c.src_stride) std::memcpy(d + k * c.elem, sp, c.elem);
     }
+  }
+}
+
+namespace {
+
+// n bytes from `from` to `to`, as memmove. Up to 64 bytes (most exchange
+// copies are a few dozen) inline: both ends loaded before either is stored
+// (two overlapping halves), without a call.
+inline void move_bytes(uint8_t* to, const uint8_t* from, uint32_t n) {
+  auto halves = [&](auto word) {
+    constexpr uint32_t w = sizeof(word);
+    decltype(word) a, b;
+    std::memcpy(&a, from, w);
+    std::memcpy(&b, from + n - w, w);
+    std::memcpy(to, &a, w);
+    std::memcpy(to + n - w, &b, w);
+  };
+  struct Bytes32 {
+    uint8_t b[32];
+  };
+  struct Bytes16 {
+    uint8_t b[16];
+  };
+  if (n > 64) std::memmove(to, from, n);
+  else if (n > 32) halves(Bytes32{});
+  else if (n > 16) halves(Bytes16{});
+  else if (n > 8) halves(uint64_t{});
+  else if (n >= 4) halves(uint32_t{});
+  else std::memmove(to, from, n);
+}
+
+}  // namespace
+
+void Engine::copy_into_tile(uint8_t* dst, uint32_t e, uint32_t first, uint32_t last) const {
+  const Executable::HostCopy* hc = exe_->host_copies()[e].data();
+  for (uint32_t k = first; k < last; ++k) {
+    const Executable::HostCopy& c = hc[k];
+    if (c.src != Executable::kPatternCopy) move_bytes(dst + c.dst_byte, block_ + c.src, c.bytes);
+    else copy_pattern(dst, exe_->byte_copies()[e][k]);
   }
 }
 
@@ -501,7 +537,7 @@ void Engine::run_steps(size_t first, size_t last) {
           on_tiles(fused, tile_of, [&](size_t i) {
             const Executable::FusedTile& ft = fused[i];
             uint8_t* mem = arenas_[ft.tile];
-            copy_into_tile(mem, copies.data() + ft.begin, copies.data() + ft.end);
+            copy_into_tile(mem, step.index, ft.begin, ft.end);
             for (const Vertex* v : ft.vertices) v->compute(mem);
           });
           const auto& late = exe_->fused_late(s);
@@ -522,7 +558,7 @@ void Engine::run_steps(size_t first, size_t last) {
         on_tiles(sched, [](const auto& entry) { return entry.dst_tile; }, [&](size_t i) {
           uint8_t* dst = arenas_[sched[i].dst_tile];
           if (stage_at.empty()) {
-            copy_into_tile(dst, copies.data() + sched[i].begin, copies.data() + sched[i].end);
+            copy_into_tile(dst, step.index, sched[i].begin, sched[i].end);
             return;
           }
           for (uint32_t ci = sched[i].begin; ci < sched[i].end; ++ci) {

@@ -143,6 +143,20 @@ class Checker {
       violation(who() + " writes " + str(write) + " of " + where(c.dst_tile) + " but '" + dv.name + "' there is " + str(dst));
   }
 
+  // The form the host runs must be the byte copy it stands for.
+  template <typename Who>
+  void host_copy(const std::vector<Executable::HostCopy>& hc, uint32_t k, const Executable::ByteCopy& b,
+                 const Who& who) const {
+    if (k >= hc.size()) violation(who() + " has no host copy");
+    const Executable::HostCopy& h = hc[k];
+    const bool run = b.outer == 1 && (b.count == 1 || b.src_stride == static_cast<int32_t>(b.elem));
+    if (h.src == Executable::kPatternCopy ? run
+                                          : !run || h.src != exe_.arena_offset(b.src_tile) + b.src_byte ||
+                                                h.dst_byte != b.dst_byte ||
+                                                h.bytes != static_cast<uint64_t>(b.count) * b.elem)
+      violation(who() + " is run by the host as another copy");
+  }
+
   void stream(const Tensor& t, const std::string& who) const {
     if (t.var >= g_.num_vars()) violation(who + " names a variable that does not exist");
     for (const TileShare& s : g_.var(t.var).tiles) slice(t.var, s.tile, [&] { return who; });
@@ -190,6 +204,7 @@ class Checker {
                    where(c.dst_tile);
           };
           copy(c, copies[k], tb.dst_tile, who);
+          if (exe_.fits()) host_copy(exe_.host_copies()[ei], k, copies[k], who);
         }
       }
     }

@@ -224,6 +224,22 @@ TEST(EngineChecked, CopiesOutsideTheirSlicesAreCaught) {
                   "reads bytes [-16, 32)");
 }
 
+// The compact form the host runs a copy in (Executable::host_copies) must
+// be that copy: one moved, lengthened or turned into a pattern is caught.
+TEST(EngineChecked, HostCopiesMustBeTheirByteCopies) {
+  const std::string where = "copy 0 of exchange 'move' from IPU 0 tile 0 to IPU 0 tile 1";
+  EXPECT_NO_THROW(Engine(hand_copy(pattern(0, 1, 0, 16)), EngineOptions{1, true}));
+  for (int how = 0; how < 4; ++how) {
+    std::shared_ptr<Executable> exe = hand_copy(pattern(0, 1, 0, 16));
+    auto& host = const_cast<std::vector<std::vector<Executable::HostCopy>>&>(exe->host_copies())[0][0];
+    if (how == 0) host.src += 4;
+    if (how == 1) host.dst_byte += 4;
+    if (how == 2) host.bytes -= 4;
+    if (how == 3) host.src = Executable::kPatternCopy;
+    EXPECT_NX_ERROR(kInternal, Engine(exe, EngineOptions{1, true}), where, "is run by the host as another copy");
+  }
+}
+
 TEST(EngineChecked, CopiesInsideTheirSlicesPassAndRun) {
   // A transposing 2-D copy (4 rows of 4, read down the columns) and a
   // broadcast of one element, both in bounds: checked mode lets them run.

@@ -2,6 +2,7 @@
 // simulated BSP execution across runs and host thread counts.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <random>
 
@@ -269,6 +270,44 @@ TEST(Engine, ExchangeReadsThePreExchangeState) {
     ASSERT_EQ(out.size(), 2u);
     EXPECT_EQ(from_bytes<int32_t>(out[0]), (std::vector<int32_t>{5, 6, 7, 8})) << threads << " thread(s)";
     EXPECT_EQ(from_bytes<int32_t>(out[1]), (std::vector<int32_t>{1, 2, 3, 4})) << threads << " thread(s)";
+  }
+}
+
+// Copies of every length from 1 to 70 bytes (the host moves short ones
+// inline, longer ones through memmove), each from its own place on one tile
+// to a shuffled place on another: every byte must arrive where its copy
+// says, and nothing else be written.
+TEST(Engine, CopiesOfEveryLengthArriveWhole) {
+  constexpr uint32_t kLongest = 70, kTotal = kLongest * (kLongest + 1) / 2;
+  std::mt19937 rng(31);
+  std::vector<uint32_t> order(kLongest);
+  for (uint32_t i = 0; i < kLongest; ++i) order[i] = i + 1;
+  std::shuffle(order.begin(), order.end(), rng);
+  for (unsigned threads : {1u, 2u}) {
+    auto g = std::make_unique<Graph>(tiny(2), 1);
+    Tensor a = g->add_variable("a", kBool, {kTotal}, VarKind::kInput, 0);
+    Tensor b = g->add_variable("b", kBool, {kTotal + 1}, VarKind::kInput, 0);
+    g->map_to_tile(a.var, 0);
+    g->map_to_tile(b.var, 1);
+    g->add_input_stream("a", a);
+    g->add_input_stream("b", b);
+    const uint32_t ex = g->add_exchange("lengths");
+    std::vector<uint32_t> want(kTotal + 1, UINT32_MAX);  // the byte of `a` each byte of `b` receives
+    // The runs laid out in `b` in shuffled order of their lengths.
+    std::vector<uint32_t> dst_of(kLongest + 1);
+    for (uint32_t i = 0, at = 0; i < kLongest; at += order[i], ++i) dst_of[order[i]] = at;
+    for (uint32_t len = 1, src = 0; len <= kLongest; src += len, ++len) {
+      g->exchange(ex).copies.push_back(Copy{a.var, 0, src, 1, b.var, 1, dst_of[len], len});
+      for (uint32_t j = 0; j < len; ++j) want[dst_of[len] + j] = src + j;
+    }
+    g->execute_exchange(ex);
+    g->add_output_stream("b", b);
+    std::vector<uint8_t> av(kTotal), bv(kTotal + 1, 0xee);
+    for (auto& x : av) x = static_cast<uint8_t>(rng());
+    auto out = run_graph(std::move(g), {av, bv}, threads);
+    ASSERT_EQ(out.size(), 1u);
+    for (uint32_t i = 0; i <= kTotal; ++i)
+      ASSERT_EQ(out[0][i], want[i] == UINT32_MAX ? 0xee : av[want[i]]) << "byte " << i << ", " << threads << " thread(s)";
   }
 }
 

@@ -125,6 +125,20 @@ class Executable {
   };
   const std::vector<std::vector<TileByteCopies>>& byte_schedule() const { return byte_schedule_; }
   const std::vector<std::vector<ByteCopy>>& byte_copies() const { return byte_copies_; }
+  // The same copies in the form the host runs them: host_copies()[e][k] is
+  // byte_copies()[e][k]. Most copies move one contiguous run (one row, read
+  // and written element after element): 16 bytes here, the source as its
+  // offset in the block of all tile memories (arena_offset). Any other (2-D
+  // patterns, strided or repeated reads) is marked kPatternCopy and run from
+  // its ByteCopy. The engine walks this table every run (a copy is often a
+  // few dozen bytes: its descriptor is as much memory traffic as its data).
+  struct HostCopy {
+    uint64_t src;  // offset in the block, or kPatternCopy
+    uint32_t dst_byte;
+    uint32_t bytes;
+  };
+  static constexpr uint64_t kPatternCopy = ~uint64_t{0};
+  const std::vector<std::vector<HostCopy>>& host_copies() const { return host_copies_; }
   const std::vector<std::vector<uint32_t>>& copy_order() const { return copy_order_; }
   // Exchanges that read a variable they also write: their sources are staged.
   bool staged(uint32_t exchange) const { return staged_[exchange]; }
@@ -187,6 +201,7 @@ class Executable {
   std::vector<std::vector<uint32_t>> copy_order_;
   std::vector<std::vector<TileByteCopies>> byte_schedule_;
   std::vector<std::vector<ByteCopy>> byte_copies_;
+  std::vector<std::vector<HostCopy>> host_copies_;
   std::vector<bool> staged_;
   std::vector<std::vector<FusedTile>> fused_;        // per program step
   std::vector<std::vector<TileVertices>> fused_late_;  // per program step

@@ -114,8 +114,11 @@ class Engine {
 
  private:
   void run_steps(size_t first, size_t last);
-  // Performs byte copies [first, last) into the tile memory at `dst`.
-  void copy_into_tile(uint8_t* dst, const Executable::ByteCopy* first, const Executable::ByteCopy* last) const;
+  // Performs copies [first, last) of exchange `e` into the tile memory at
+  // `dst` (Executable::host_copies).
+  void copy_into_tile(uint8_t* dst, uint32_t e, uint32_t first, uint32_t last) const;
+  // Performs one byte copy (any pattern) into the tile memory at `dst`.
+  void copy_pattern(uint8_t* dst, const Executable::ByteCopy& c) const;
   void scatter(const Tensor& t, const uint8_t* data);
   void gather(const Tensor& t, uint8_t* data) const;
 
