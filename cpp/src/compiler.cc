@@ -728,8 +728,7 @@ std::unique_ptr<Executable> compile(std::unique_ptr<Graph> gp) {
       auto& hc = exe->host_copies_[ei];
       hc.reserve(exe->byte_copies_[ei].size());
       for (const auto& b : exe->byte_copies_[ei]) {
-        const bool run = b.outer == 1 && (b.count == 1 || b.src_stride == static_cast<int32_t>(b.elem));
-        hc.push_back(run ? Executable::HostCopy{exe->arena_offsets_[b.src_tile] + b.src_byte, b.dst_byte, b.count * b.elem}
+        hc.push_back(b.is_run() ? Executable::HostCopy{exe->arena_offsets_[b.src_tile] + b.src_byte, b.dst_byte, b.count * b.elem}
                          : Executable::HostCopy{Executable::kPatternCopy, 0, 0});
       }
     });

@@ -375,7 +375,7 @@ void Engine::copy_pattern(uint8_t* dst, const Executable::ByteCopy& c) const {
   uint8_t* d = dst + c.dst_byte;
   const uint64_t row = static_cast<uint64_t>(c.count) * c.elem;
   for (uint64_t o = 0; o < c.outer; ++o, src += c.src_outer, d += c.dst_outer) {
-    if (c.count == 1 || c.src_stride == static_cast<int32_t>(c.elem)) {
+    if (c.contiguous_rows()) {
       std::memmove(d, src, row);
     } else if (c.src_stride == 0) {
       // One element repeated: double the filled prefix.

@@ -149,9 +149,8 @@ class Checker {
                  const Who& who) const {
     if (k >= hc.size()) violation(who() + " has no host copy");
     const Executable::HostCopy& h = hc[k];
-    const bool run = b.outer == 1 && (b.count == 1 || b.src_stride == static_cast<int32_t>(b.elem));
-    if (h.src == Executable::kPatternCopy ? run
-                                          : !run || h.src != exe_.arena_offset(b.src_tile) + b.src_byte ||
+    if (h.src == Executable::kPatternCopy ? b.is_run()
+                                          : !b.is_run() || h.src != exe_.arena_offset(b.src_tile) + b.src_byte ||
                                                 h.dst_byte != b.dst_byte ||
                                                 h.bytes != static_cast<uint64_t>(b.count) * b.elem)
       violation(who() + " is run by the host as another copy");

@@ -152,7 +152,7 @@ std::vector<std::vector<uint8_t>> alias_receives(Executable& exe, const std::vec
     return Source{static_cast<int64_t>(exe.arena_offset(b.src_tile) + b.src_byte) -
                       static_cast<int64_t>(exe.arena_offset(receiver) + b.dst_byte),
                   b.src_tile, r.exchange,
-                  ex_at[r.exchange] >= 0 && rows_follow && (b.count == 1 || b.src_stride == static_cast<int32_t>(b.elem))};
+                  ex_at[r.exchange] >= 0 && rows_follow && b.contiguous_rows()};
   };
   auto src_var = [&](const Run& r) { return vars[r.exchange][r.byte_copy].src; };
   for (size_t s = 0; s + 1 < run_start.size(); ++s)

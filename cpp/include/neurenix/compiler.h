@@ -118,6 +118,10 @@ class Executable {
     uint32_t src_byte, dst_byte, count, outer;
     int32_t src_stride, src_outer, dst_outer;  // in bytes
     uint32_t elem;                             // element size
+    // A row reads its elements one after the other.
+    bool contiguous_rows() const { return count == 1 || src_stride == static_cast<int32_t>(elem); }
+    // One contiguous run of bytes (what a HostCopy holds).
+    bool is_run() const { return outer == 1 && contiguous_rows(); }
   };
   struct TileByteCopies {
     uint32_t dst_tile;
