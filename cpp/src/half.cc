@@ -104,24 +104,34 @@ void add_rounded_to_half(float* acc, float* part, size_t n, float scale) {
   }
 }
 
-void add_half_rounded(float* acc, const half_bits* src, size_t n) {
+void add_half_n(half_bits* acc, const half_bits* src, size_t n) {
   size_t i = 0;
-#if defined(__AVX512F__)
+#if defined(__AVX512FP16__)
+  // vaddph: for two binary16 values the float sum rounded to half is the
+  // correctly rounded half sum (the half-partials kernels rely on the same,
+  // codelets/gemm.cc), so 32 lanes at a time, the tail under a mask.
+  for (; i < n; i += 32) {
+    const __mmask32 m = n - i >= 32 ? ~__mmask32{0} : (__mmask32{1} << (n - i)) - 1;
+    const __m512h a = _mm512_castsi512_ph(_mm512_maskz_loadu_epi16(m, acc + i));
+    const __m512h b = _mm512_castsi512_ph(_mm512_maskz_loadu_epi16(m, src + i));
+    _mm512_mask_storeu_epi16(acc + i, m, _mm512_castph_si512(_mm512_add_ph(a, b)));
+  }
+#elif defined(__AVX512F__)
   constexpr int kRound = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
   for (; i + 16 <= n; i += 16) {
-    const __m512 a = _mm512_add_ps(_mm512_loadu_ps(acc + i),
+    const __m512 a = _mm512_add_ps(_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(acc + i))),
                                    _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i))));
-    _mm512_storeu_ps(acc + i, _mm512_cvtph_ps(_mm512_cvtps_ph(a, kRound)));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(acc + i), _mm512_cvtps_ph(a, kRound));
   }
 #endif
-#if defined(__F16C__) && defined(__AVX__)
+#if defined(__F16C__) && defined(__AVX__) && !defined(__AVX512FP16__)
   for (; i + 8 <= n; i += 8) {
-    const __m256 a = _mm256_add_ps(_mm256_loadu_ps(acc + i),
+    const __m256 a = _mm256_add_ps(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(acc + i))),
                                    _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i))));
-    _mm256_storeu_ps(acc + i, _mm256_cvtph_ps(_mm256_cvtps_ph(a, _MM_FROUND_TO_NEAREST_INT)));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(acc + i), _mm256_cvtps_ph(a, _MM_FROUND_TO_NEAREST_INT));
   }
 #endif
-  for (; i < n; ++i) acc[i] = round_to_half(acc[i] + half_to_float(src[i]));
+  for (; i < n; ++i) acc[i] = float_to_half(half_to_float(acc[i]) + half_to_float(src[i]));
 }
 
 }  // namespace neurenix

@@ -187,6 +187,15 @@ TEST(SumPartialsCodelet, FloatAndHalf) {
         }
         for (uint64_t i = 0; i < out.count; ++i) mem.put(out, od, i, -1);
         SumPartialsVertex sp(0, in, out, parts, rows, cols, ld, pd, od);
+        // Every other shape with a bias per row (added to the sum, then
+        // rounded once to the output's type).
+        const bool with_bias = (parts + cols) % 2 == 1;
+        std::vector<double> bias(rows);
+        if (with_bias) {
+          Field b = mem.field(rows, kF32);
+          for (uint32_t r = 0; r < rows; ++r) mem.put(b, kF32, r, bias[r] = q(rng) * 0.125);
+          sp.set_bias(b, kF32);
+        }
         sp.compute(mem.bytes.data());
         for (uint32_t r = 0; r < rows; ++r)
           for (uint32_t c = 0; c < ld && r * ld + c < out.count; ++c) {
@@ -198,9 +207,11 @@ TEST(SumPartialsCodelet, FloatAndHalf) {
             double want = 0;
             if (pd == kF16) {
               for (uint32_t p = 0; p < parts; ++p) want = ref_round_half(want + v[(p * rows + r) * cols + c]);
+              if (with_bias) want = ref_round_half(want + bias[r]);
               ASSERT_EQ(got, want);
             } else {
-              double mag = 0;
+              double mag = std::fabs(bias[r]);
+              want = bias[r];
               for (uint32_t p = 0; p < parts; ++p) {
                 want += v[(p * rows + r) * cols + c];
                 mag += std::fabs(v[(p * rows + r) * cols + c]);

@@ -172,29 +172,34 @@ TEST(Half, BulkConversionsMatchScalar) {
   }
 }
 
-// A running sum of half values, rounded after each add, against the scalar
-// rounding: lengths around the vector widths, overflow, infinities and NaN.
-TEST(Half, AddHalfRoundedMatchesScalar) {
+// A running sum kept in half: each add rounded to half, against the exact
+// sum (in double) rounded by the reference: lengths around and past the
+// vector widths (the masked tail), every special the sums meet (signed
+// zeros, subnormals, overflow to infinity, infinities of both signs, NaN).
+TEST(Half, AddHalfMatchesTheRoundedExactSum) {
   std::mt19937 rng(9);
   std::uniform_int_distribution<uint32_t> hbits(0, 65535);
-  for (size_t n = 0; n <= 41; ++n) {
-    std::vector<float> acc(n + 1, -7.0f), want(n);
-    std::vector<half_bits> src(n);
+  const half_bits special[] = {0x0000, 0x8000, 0x0001, 0x8001, 0x03ff, 0x0400, 0x7bff, 0xfbff, 0x7c00, 0xfc00, 0x7e00, 0x3c00};
+  for (size_t n = 0; n <= 70; ++n) {
+    std::vector<half_bits> acc(n + 1, 0x1234), src(n);
+    std::vector<half_bits> a0(n);
     for (size_t i = 0; i < n; ++i) {
-      acc[i] = half_to_float(static_cast<half_bits>(hbits(rng)));
+      acc[i] = static_cast<half_bits>(hbits(rng));
       src[i] = static_cast<half_bits>(hbits(rng));
-      if (i % 7 == 3) acc[i] = 65504.0f, src[i] = 0x7bff;  // 65504 + 65504 overflows to infinity
-      want[i] = round_to_half(acc[i] + half_to_float(src[i]));
+      if (i % 5 == 1) acc[i] = special[hbits(rng) % 12], src[i] = special[hbits(rng) % 12];
+      if (i % 9 == 4) acc[i] = 0x7bff, src[i] = 0x7bff;  // 65504 + 65504 overflows to infinity
+      a0[i] = acc[i];
     }
-    add_half_rounded(acc.data(), src.data(), n);
+    add_half_n(acc.data(), src.data(), n);
     for (size_t i = 0; i < n; ++i) {
-      if (std::isnan(want[i])) {
-        ASSERT_TRUE(std::isnan(acc[i])) << n << " " << i;
+      const double exact = ref_half_to_double(a0[i]) + ref_half_to_double(src[i]);
+      if (std::isnan(exact)) {
+        ASSERT_TRUE(std::isnan(half_to_float(acc[i]))) << n << " " << i;
       } else {
-        ASSERT_EQ(float_to_bits(acc[i]), float_to_bits(want[i])) << n << " " << i;
+        ASSERT_EQ(acc[i], ref_double_to_half(exact)) << n << " " << i << ": " << a0[i] << " + " << src[i];
       }
     }
-    ASSERT_EQ(acc[n], -7.0f) << "wrote past the end";
+    ASSERT_EQ(acc[n], 0x1234) << "wrote past the end";
   }
 }
 

@@ -97,10 +97,10 @@ void round_to_half_n(float* x, size_t n);
 // the order in which the generator's draws are documented; `part` is
 // overwritten then.
 void add_rounded_to_half(float* acc, float* part, size_t n, float scale);
-// acc[i] = acc[i] + src[i] (a half value, widened) rounded to the nearest
-// binary16 value (ties to even), for i < n, in one pass: a running sum of
-// half partials. Round to nearest only (with stochastic rounding, widen
-// `src` and use round_to_half_n, which draws per element).
-void add_half_rounded(float* acc, const half_bits* src, size_t n);
+// acc[i] = acc[i] + src[i] rounded to the nearest binary16 value (ties to
+// even), for i < n, both in half: a running sum of half partials, kept in
+// half. Round to nearest only (with stochastic rounding, widen `src` and use
+// round_to_half_n, which draws per element).
+void add_half_n(half_bits* acc, const half_bits* src, size_t n);
 
 }  // namespace neurenix

@@ -9,6 +9,7 @@
 #include "neurenix/codelets/matmul.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "neurenix/codelets/gemm.h"
 #include "neurenix/error.h"
@@ -177,12 +178,22 @@ void SumPartialsVertex::compute(uint8_t* mem) const {
         }
       });
   } else if (partials_ == DeviceType::kFloat16 && !active_rounding_rng()) {
-    // The same sums in one pass per part, straight from its half bytes.
-    acc.assign(n, 0.0f);
+    // The same sums kept in half, each part added straight from its bytes.
+    thread_local std::vector<half_bits> hacc;
+    hacc.assign(n, 0);
     for (uint32_t p = 0; p < parts_; ++p)
       for_each_field_run(mem, in_, p * n, n, sizeof(half_bits), [&](const uint8_t* src, uint64_t at, uint64_t len) {
-        add_half_rounded(acc.data() + at, reinterpret_cast<const half_bits*>(src), len);
+        add_half_n(hacc.data() + at, reinterpret_cast<const half_bits*>(src), len);
       });
+    if (!has_bias_ && out_dtype_ == DeviceType::kFloat16) {
+      uint8_t* o = mem + out_.address;
+      for (uint32_t r = 0; r < rows_; ++r)
+        std::memcpy(o + static_cast<size_t>(r) * ld_out_ * sizeof(half_bits),
+                    hacc.data() + static_cast<size_t>(r) * cols_, cols_ * sizeof(half_bits));
+      return;
+    }
+    acc.resize(n);
+    half_to_float_n(hacc.data(), acc.data(), n);
   } else {
     acc.assign(n, 0.0f);
     part.resize(n);
