@@ -9,6 +9,7 @@ pub mod error;
 pub mod executable;
 pub mod expr;
 pub mod float8;
+pub mod host_threads;
 pub mod ir;
 pub mod lower;
 pub mod model_parts;

@@ -11,6 +11,7 @@ use ndarray::{ArrayD, IxDyn};
 use crate::dtype::{DeviceType, ElemType};
 use crate::error::{Error, Result};
 use crate::float8::Overflow;
+use crate::host_threads::map_blocks;
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Data {
@@ -302,33 +303,29 @@ impl HostTensor {
             }};
         }
         let data = match dtype {
+            // Floats decoded on the host's threads (weights are millions; the
+            // blocks of 4096 are not needed, long runs are).
             ElemType::F32 => Data::Float(host_array(
                 shape,
-                bytes
-                    .chunks_exact(4)
-                    .map(|c| f32::from_le_bytes(c.try_into().unwrap()) as f64)
-                    .collect(),
+                map_blocks(bytes, 4096, |_| {
+                    |b: &[u8; 4]| [f32::from_le_bytes(*b) as f64]
+                }),
             )?),
             ElemType::F64 => Data::Float(host_array(
                 shape,
-                bytes
-                    .chunks_exact(8)
-                    .map(|c| f64::from_le_bytes(c.try_into().unwrap()))
-                    .collect(),
+                map_blocks(bytes, 4096, |_| |b: &[u8; 8]| [f64::from_le_bytes(*b)]),
             )?),
             ElemType::F16 => Data::Float(host_array(
                 shape,
-                bytes
-                    .chunks_exact(2)
-                    .map(|c| f16::from_le_bytes(c.try_into().unwrap()).to_f64())
-                    .collect(),
+                map_blocks(bytes, 4096, |_| {
+                    |b: &[u8; 2]| [f16::from_le_bytes(*b).to_f64()]
+                }),
             )?),
             ElemType::BF16 => Data::Float(host_array(
                 shape,
-                bytes
-                    .chunks_exact(2)
-                    .map(|c| bf16::from_le_bytes(c.try_into().unwrap()).to_f64())
-                    .collect(),
+                map_blocks(bytes, 4096, |_| {
+                    |b: &[u8; 2]| [bf16::from_le_bytes(*b).to_f64()]
+                }),
             )?),
             ElemType::F8E4M3FN | ElemType::F8E4M3FNUZ | ElemType::F8E5M2 | ElemType::F8E5M2FNUZ => {
                 let f = dtype.float8().expect("a float8 type");
@@ -391,10 +388,9 @@ impl HostTensor {
         out
     }
 
-    /// Encodes for tile memory of type `dev`; integers outside int32 are an error.
     /// The values as floats in row-major order, borrowed when they already
     /// are (weights: no copy of millions of values).
-    fn float_values(&self) -> std::borrow::Cow<'_, [f64]> {
+    pub fn float_values(&self) -> std::borrow::Cow<'_, [f64]> {
         match &self.data {
             Data::Float(a) => match a.as_slice() {
                 Some(s) => std::borrow::Cow::Borrowed(s),
@@ -403,15 +399,12 @@ impl HostTensor {
             _ => std::borrow::Cow::Owned(self.to_f64_vec()),
         }
     }
+    /// Encodes for tile memory of type `dev`; integers outside int32 are an error.
     pub fn to_device_bytes(&self, dev: DeviceType, what: &str) -> Result<Vec<u8>> {
-        // Floats are written into a buffer of their final size, element by
-        // element (a weight has millions: no per-element capacity checks).
-        fn encode<const N: usize>(values: &[f64], f: impl Fn(f64) -> [u8; N]) -> Vec<u8> {
-            let mut out = vec![0u8; values.len() * N];
-            for (o, &v) in out.chunks_exact_mut(N).zip(values) {
-                o.copy_from_slice(&f(v));
-            }
-            out
+        // Floats are encoded on the host's threads (a weight has millions;
+        // any long blocks will do).
+        fn encode<const N: usize>(values: &[f64], f: impl Fn(f64) -> [u8; N] + Sync) -> Vec<u8> {
+            map_blocks(values, 4096, |_| |&[v]: &[f64; 1]| f(v))
         }
         Ok(match dev {
             DeviceType::F32 => encode(&self.float_values(), |v| (v as f32).to_le_bytes()),

@@ -131,6 +131,8 @@ fn matmul_add_to_gemm(model: &mut Model) -> usize {
 /// statistics: the normalisation is folded into the convolution's weights and
 /// bias (w' = w * a per output channel, b' = (b - mean) * a + beta).
 fn fold_batchnorm_into_conv(model: &mut Model) -> usize {
+    use crate::dtype::ElemType;
+    use crate::host_threads::map_blocks;
     use crate::ops::norm::batchnorm_affine;
     use crate::tensor::{round_float, Data, HostTensor};
     use ndarray::{ArrayD, IxDyn};
@@ -184,21 +186,20 @@ fn fold_batchnorm_into_conv(model: &mut Model) -> usize {
         let dt = w.dtype;
         let co = w.shape()[0];
         let per = w.numel() / co.max(1);
-        // Scaled and rounded to the weights' type in one pass (weights are
-        // millions of values).
-        let mut wv = Vec::with_capacity(w.numel());
-        let (mut c, mut k) = (0, 0);
-        let mut scale = |x: f64| {
-            wv.push(round_float(dt, x * a[c]));
-            k += 1;
-            if k == per {
-                (c, k) = (c + 1, 0);
-            }
+        // Scaled and rounded to the weights' type in one pass, whole output
+        // channels on each of the host's threads (weights are millions of
+        // values).
+        let wv: Vec<f64> = if dt == ElemType::F32 {
+            map_blocks(&w.float_values(), per, |c| {
+                let a = a[c];
+                move |&[x]: &[f64; 1]| [(x * a) as f32 as f64]
+            })
+        } else {
+            map_blocks(&w.float_values(), per, |c| {
+                let a = a[c];
+                move |&[x]: &[f64; 1]| [round_float(dt, x * a)]
+            })
         };
-        match &w.data {
-            Data::Float(arr) => arr.iter().for_each(|&x| scale(x)),
-            _ => w.to_f64_vec().into_iter().for_each(scale),
-        }
         let old_b: Vec<f64> = match conv.input(2) {
             Some(v) => g.constant(v).unwrap().to_f64_vec(),
             None => vec![0.0; co],
