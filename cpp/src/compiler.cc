@@ -139,6 +139,18 @@ std::unique_ptr<Executable> compile(std::unique_ptr<Graph> gp) {
 
   // Liveness per variable, in program steps.
   const int64_t nsteps = static_cast<int64_t>(program.size());
+  // Copies come in long runs between the same two variables: a run after
+  // its first copy changes nothing here. The runs' first copies are found
+  // on several host threads (exchanges hold millions of copies).
+  struct NoScratch {};
+  std::vector<std::vector<uint32_t>> run_starts(g.exchanges().size());
+  on_host_threads<NoScratch>(static_cast<int64_t>(g.exchanges().size()), [&](int64_t x, NoScratch&) {
+    const auto& copies = g.exchanges()[static_cast<size_t>(x)].copies;
+    auto& starts = run_starts[static_cast<size_t>(x)];
+    for (size_t i = 0; i < copies.size(); ++i)
+      if (!i || copies[i].src != copies[i - 1].src || copies[i].dst != copies[i - 1].dst)
+        starts.push_back(static_cast<uint32_t>(i));
+  });
   std::vector<LiveRange> live(g.num_vars());
   std::unordered_set<uint32_t> staged_exchanges;
   std::vector<bool> written(g.num_vars(), false);
@@ -161,13 +173,10 @@ std::unique_ptr<Executable> compile(std::unique_ptr<Graph> gp) {
         // An exchange reads memory as it was before the exchange (every tile
         // sends, then every tile receives). When it reads a variable it also
         // writes, the engine stages the sources first.
-        // (Copies come in long runs between the same two variables: a run
-        // after its first copy changes nothing here.)
         const uint32_t mark = st.index + 1;
         const auto& copies = g.exchanges()[st.index].copies;
-        for (size_t i = 0; i < copies.size(); ++i) {
+        for (uint32_t i : run_starts[st.index]) {
           const Copy& c = copies[i];
-          if (i && c.src == copies[i - 1].src && c.dst == copies[i - 1].dst) continue;
           source_mark[c.src] = mark;
           live[c.src].touch(s);
           live[c.dst].touch(s);
@@ -175,7 +184,7 @@ std::unique_ptr<Executable> compile(std::unique_ptr<Graph> gp) {
                    "exchange '" + g.exchanges()[st.index].name + "' reads '" + g.var(c.src).name + "' before it is written");
           written[c.dst] = true;
         }
-        for (size_t i = 0; i < copies.size(); ++i)
+        for (uint32_t i : run_starts[st.index])
           if ((!i || copies[i].dst != copies[i - 1].dst) && source_mark[copies[i].dst] == mark) {
             staged_exchanges.insert(st.index);
             break;
@@ -219,7 +228,6 @@ std::unique_ptr<Executable> compile(std::unique_ptr<Graph> gp) {
   exe->arena_bytes_.assign(ntiles, 0);
   std::vector<std::vector<std::pair<VarId, uint64_t>>> peaks(ntiles);
   // Tiles are placed independently, on several host threads.
-  struct NoScratch {};
   on_host_threads<NoScratch>(ntiles, [&](int64_t x, NoScratch&) {
     const uint32_t tile = static_cast<uint32_t>(x);
     auto& items = per_tile[tile];
@@ -272,15 +280,39 @@ std::unique_ptr<Executable> compile(std::unique_ptr<Graph> gp) {
         }
         control(v->tile, s);
       }
-    } else if (st.kind == StepKind::kExchange) {
-      for (const Copy& c : g.exchanges()[st.index].copies) {
-        mem[c.dst_tile].exchange_code += kExchangeCodePerCopy;
-        if (c.src_tile != c.dst_tile) mem[c.src_tile].exchange_code += kExchangeCodePerCopy / 2;
-        control(c.dst_tile, s);
-        control(c.src_tile, s);
-      }
     }
   }
+  // Exchanges (millions of copies) are tallied on several host threads, each
+  // tile's code and the exchange steps that touch it, and summed.
+  struct CodeTallies {
+    std::vector<uint64_t> code, steps;
+    std::vector<int64_t> last_step;
+  };
+  for (const CodeTallies& ct : on_host_threads<CodeTallies>(nsteps, [&](int64_t s, CodeTallies& ct) {
+         const Step& st = program[s];
+         if (st.kind != StepKind::kExchange) return;
+         if (ct.code.empty()) {
+           ct.code.assign(ntiles, 0);
+           ct.steps.assign(ntiles, 0);
+           ct.last_step.assign(ntiles, -1);
+         }
+         auto touch = [&](uint32_t tile) {
+           if (ct.last_step[tile] != s) {
+             ct.last_step[tile] = s;
+             ct.steps[tile] += 1;
+           }
+         };
+         for (const Copy& c : g.exchanges()[st.index].copies) {
+           ct.code[c.dst_tile] += kExchangeCodePerCopy;
+           if (c.src_tile != c.dst_tile) ct.code[c.src_tile] += kExchangeCodePerCopy / 2;
+           touch(c.dst_tile);
+           touch(c.src_tile);
+         }
+       }))
+    for (uint32_t tile = 0; tile < ct.code.size(); ++tile) {
+      mem[tile].exchange_code += ct.code[tile];
+      mem[tile].control_code += kControlPerStep * ct.steps[tile];
+    }
   const uint64_t capacity = g.bytes_per_tile();
   for (uint32_t tile = 0; tile < ntiles; ++tile) {
     TileMemory& m = mem[tile];
@@ -353,9 +385,9 @@ std::unique_ptr<Executable> compile(std::unique_ptr<Graph> gp) {
     }
     return tb.base[tile];
   };
-  BaseTable field_bases;
-  for (auto& cs : g.compute_sets())
-    for (auto& v : cs.vertices)
+  // (Compute sets on several host threads, each with its own table.)
+  on_host_threads<BaseTable>(static_cast<int64_t>(g.compute_sets().size()), [&](int64_t ci, BaseTable& field_bases) {
+    for (auto& v : g.compute_sets()[static_cast<size_t>(ci)].vertices)
       for (Field* f : v->all_fields()) {
         if (f->count == 0) continue;
         f->byte_offset = tile_base(field_bases, f->var, f->tile) + f->local * device_type_size(g.var(f->var).dtype);
@@ -363,6 +395,7 @@ std::unique_ptr<Executable> compile(std::unique_ptr<Graph> gp) {
         f->alias_tile = UINT32_MAX;
         f->pieces.clear();
       }
+  });
 
   // Execution schedule and static step costs. Vertices and copies are
   // grouped by tile, ascending, each tile's in program order (a stable
