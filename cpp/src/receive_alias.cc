@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <memory>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -84,6 +85,7 @@ std::vector<std::vector<uint8_t>> alias_receives(Executable& exe, const std::vec
   // local index. Shares are numbered variable x tile when that table is
   // not much larger than the copies, else as the variables' shares (found
   // by binary search).
+  struct NoScratch {};
   std::vector<uint64_t> share_base(nvars + 1, 0);
   uint64_t copies = 0;
   for (const auto& bc : byte_copies) copies += bc.size();
@@ -103,35 +105,73 @@ std::vector<std::vector<uint8_t>> alias_receives(Executable& exe, const std::vec
     const Variable& var = g.var(v);
     return share_base[v] + static_cast<uint64_t>(var.share(tile) - var.tiles.data());
   };
-  std::vector<uint32_t> run_start(share_base[nvars] + 1, 0);
-  // Receives, by exchange and receiving tile.
-  auto for_each_receive = [&](auto visit) {
-    for (uint32_t e = 0; e < byte_copies.size(); ++e)
+  // Receives, by exchange and receiving tile, for exchanges [e0, e1).
+  auto for_each_receive = [&](uint32_t e0, uint32_t e1, auto visit) {
+    for (uint32_t e = e0; e < e1; ++e)
       for (const auto& tb : exe.byte_schedule()[e])
         for (uint32_t k = tb.begin; k < tb.end; ++k) {
           const Executable::ByteCopy& b = byte_copies[e][k];
           if (ok[vars[e][k].dst] && b.count && b.outer) visit(e, k, tb.dst_tile, b);
         }
   };
-  for_each_receive([&](uint32_t e, uint32_t k, uint32_t tile, const Executable::ByteCopy&) {
-    ++run_start[share_of(vars[e][k].dst, tile) + 1];
-    skip[e][k] = 1;  // until a reader needs it
+  // Counted and placed on several host threads, each over its own range of
+  // exchanges (split by copies) with its own count per share, so that every
+  // share's runs stay in exchange order, as one thread would place them.
+  // (As many ranges as there are host threads, at most 8, while the counts
+  // take no more memory than the runs.)
+  const uint64_t nshares = share_base[nvars];
+  const unsigned hc = std::thread::hardware_concurrency();
+  const size_t parts = static_cast<size_t>(
+      std::clamp<uint64_t>(std::min<uint64_t>(hc ? hc : 1, 8), 1, std::max<uint64_t>(1, 4 * copies / std::max<uint64_t>(nshares, 1))));
+  std::vector<uint32_t> part_begin(parts + 1, static_cast<uint32_t>(byte_copies.size()));
+  {
+    uint64_t seen = 0;
+    size_t p = 0;
+    part_begin[0] = 0;
+    for (uint32_t e = 0; e < byte_copies.size() && p + 1 < parts; ++e) {
+      seen += byte_copies[e].size();
+      while (p + 1 < parts && seen * parts >= copies * (p + 1)) part_begin[++p] = e + 1;
+    }
+  }
+  std::vector<std::vector<uint32_t>> cursor(parts);
+  on_host_threads<NoScratch>(static_cast<int64_t>(parts), [&](int64_t p, NoScratch&) {
+    auto& count = cursor[static_cast<size_t>(p)];
+    count.assign(nshares, 0);
+    for_each_receive(part_begin[p], part_begin[p + 1], [&](uint32_t e, uint32_t k, uint32_t tile, const Executable::ByteCopy&) {
+      ++count[share_of(vars[e][k].dst, tile)];
+      skip[e][k] = 1;  // until a reader needs it
+    });
   });
-  for (size_t i = 1; i < run_start.size(); ++i) run_start[i] += run_start[i - 1];
+  // Each share's runs start at run_start; each range's, after the earlier
+  // ranges' (the counts become cursors).
+  std::vector<uint32_t> run_start(nshares + 1, 0);
+  {
+    uint32_t at = 0;
+    for (uint64_t sh = 0; sh < nshares; ++sh) {
+      run_start[sh] = at;
+      for (auto& c : cursor) {
+        const uint32_t n = c[sh];
+        c[sh] = at;
+        at += n;
+      }
+    }
+    run_start[nshares] = at;
+  }
   // Left uninitialized (`new Run[n]`): the runs are written in scattered
   // order, each once. (Huge pages for this array made later compiles in a
   // process faster but the first slower: docs/benchmarks.md.)
   const std::unique_ptr<Run[]> runs_block(new Run[run_start.back()]);
   Run* const runs = runs_block.get();
-  {
-    std::vector<uint32_t> fill(run_start.begin(), run_start.end() - 1);
-    for_each_receive([&](uint32_t e, uint32_t k, uint32_t tile, const Executable::ByteCopy& b) {
+  on_host_threads<NoScratch>(static_cast<int64_t>(parts), [&](int64_t p, NoScratch&) {
+    auto& fill = cursor[static_cast<size_t>(p)];
+    for_each_receive(part_begin[p], part_begin[p + 1], [&](uint32_t e, uint32_t k, uint32_t tile, const Executable::ByteCopy& b) {
       const int64_t last_row = static_cast<int64_t>(b.outer - 1) * b.dst_outer;
       runs[fill[share_of(vars[e][k].dst, tile)]++] =
           Run{e, k, static_cast<uint32_t>(b.dst_byte + std::min<int64_t>(0, last_row)),
               static_cast<uint32_t>(b.dst_byte + std::max<int64_t>(0, last_row) + static_cast<int64_t>(b.count) * b.elem)};
     });
-  }
+  });
+  cursor.clear();
   // What a run reads: one sender's bytes at a fixed displacement from the
   // receiver's (in the host block), if it reads and writes them
   // contiguously.
@@ -155,10 +195,17 @@ std::vector<std::vector<uint8_t>> alias_receives(Executable& exe, const std::vec
                   ex_at[r.exchange] >= 0 && rows_follow && b.contiguous_rows()};
   };
   auto src_var = [&](const Run& r) { return vars[r.exchange][r.byte_copy].src; };
-  for (size_t s = 0; s + 1 < run_start.size(); ++s)
-    if (run_start[s + 1] - run_start[s] > 1)
-      std::sort(runs + run_start[s], runs + run_start[s + 1],
-                [](const Run& a, const Run& b) { return a.begin < b.begin; });
+  // (Shares sorted on several host threads, in chunks of many shares.)
+  constexpr size_t kSharesPerChunk = 4096;
+  on_host_threads<NoScratch>(static_cast<int64_t>((nshares + kSharesPerChunk - 1) / kSharesPerChunk),
+                             [&](int64_t chunk, NoScratch&) {
+                               const size_t lo = static_cast<size_t>(chunk) * kSharesPerChunk;
+                               const size_t hi = std::min<size_t>(nshares, lo + kSharesPerChunk);
+                               for (size_t s = lo; s < hi; ++s)
+                                 if (run_start[s + 1] - run_start[s] > 1)
+                                   std::sort(runs + run_start[s], runs + run_start[s + 1],
+                                             [](const Run& a, const Run& b) { return a.begin < b.begin; });
+                             });
 
   // Whether anything writes bytes [begin, end) of `tile` in program steps
   // [first, last] (`first` being the exchange that sent them). An

@@ -254,11 +254,8 @@ impl Gemm {
 /// The values are unchanged, so they need no rounding again.
 fn transpose2(t: &HostTensor) -> HostTensor {
     const B: usize = 32;
-    let a = t.as_float();
-    let v = a.view().into_dimensionality::<ndarray::Ix2>().unwrap();
-    let (rows, cols) = v.dim();
-    let src = v.as_standard_layout();
-    let s = src.as_slice().expect("standard layout");
+    let (rows, cols) = (t.shape()[0], t.shape()[1]);
+    let s = t.float_values(); // borrowed: no copy of the weights
     let mut out = vec![0.0f64; rows * cols];
     for i0 in (0..rows).step_by(B) {
         for j0 in (0..cols).step_by(B) {
