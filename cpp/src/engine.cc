@@ -237,7 +237,7 @@ Engine::Engine(std::shared_ptr<const Executable> exe, const EngineOptions& optio
   // Constants are loaded once, like the weights in a loaded executable.
   for (size_t v = 0; v < g.num_vars(); ++v) {
     const Variable& var = g.var(static_cast<VarId>(v));
-    if (var.kind == VarKind::kConstant && var.data && var.numel) scatter(Tensor{static_cast<VarId>(v), var.shape}, var.data->data());
+    if (var.kind == VarKind::kConstant && var.data.owner && var.numel) scatter(Tensor{static_cast<VarId>(v), var.shape}, var.data.data);
   }
   // The tiles' generators start from the seed when the program is loaded and
   // carry their state from run to run, as the IPU's do.

@@ -210,7 +210,7 @@ class Checker {
     for (const HostStream& s : g_.inputs()) stream(s.tensor, "input stream '" + s.name + "'");
     for (const HostStream& s : g_.outputs()) stream(s.tensor, "output stream '" + s.name + "'");
     for (size_t v = 0; v < g_.num_vars(); ++v)
-      if (g_.var(static_cast<VarId>(v)).kind == VarKind::kConstant && g_.var(static_cast<VarId>(v)).data)
+      if (g_.var(static_cast<VarId>(v)).kind == VarKind::kConstant && g_.var(static_cast<VarId>(v)).data.owner)
         stream(Tensor{static_cast<VarId>(v), g_.var(static_cast<VarId>(v)).shape},
                "constant '" + g_.var(static_cast<VarId>(v)).name + "'");
   }

@@ -126,15 +126,22 @@ Tensor Graph::add_variable(const std::string& name, DeviceType dtype, const Shap
 }
 
 Tensor Graph::add_constant(const std::string& name, DeviceType dtype, const Shape& shape, uint32_t ipu,
-                           std::shared_ptr<const std::vector<uint8_t>> data) {
+                           ConstantBytes data) {
   uint64_t expect = shape_numel(shape) * device_type_size(dtype);
-  if (!data || data->size() != expect)
-    fail(ErrorCode::kInvalidArgument, "constant '" + name + "' has " + std::to_string(data ? data->size() : 0) +
+  if (!data.owner || data.size != expect)
+    fail(ErrorCode::kInvalidArgument, "constant '" + name + "' has " + std::to_string(data.owner ? data.size : 0) +
                                           " bytes of data but shape " + shape_str(shape) + " of " + device_type_name(dtype) +
                                           " needs " + std::to_string(expect));
   Tensor t = add_variable(name, dtype, shape, VarKind::kConstant, ipu);
   vars_[t.var].data = std::move(data);
   return t;
+}
+
+Tensor Graph::add_constant(const std::string& name, DeviceType dtype, const Shape& shape, uint32_t ipu,
+                           std::shared_ptr<const std::vector<uint8_t>> data) {
+  ConstantBytes bytes;
+  if (data) bytes = ConstantBytes{data, data->data(), data->size()};
+  return add_constant(name, dtype, shape, ipu, std::move(bytes));
 }
 
 void Graph::rebuild_tiles(Variable& v) {

@@ -90,9 +90,9 @@ TEST(Engine, DeterministicAcrossRunsAndThreadCounts) {
   ASSERT_EQ(first.size(), 3u);
   auto y = from_bytes<float>(first[2]);
   const Graph& g = exe->graph();
-  const auto& wbytes = *g.var(1).data;
-  std::vector<float> w(wbytes.size() / 4);
-  std::memcpy(w.data(), wbytes.data(), wbytes.size());
+  const ConstantBytes& wbytes = g.var(1).data;
+  std::vector<float> w(wbytes.size / 4);
+  std::memcpy(w.data(), wbytes.data, wbytes.size);
   std::vector<double> lse(2, 0.0);
   for (int gi = 0; gi < 2; ++gi)
     for (int i = 0; i < 9; ++i)

@@ -83,7 +83,10 @@ TEST(Graph, VariablesAndConstants) {
   auto data = shared_bytes(std::vector<int32_t>{1, 2, 3});
   Tensor c = g.add_constant("c", kI32, {3}, 0, data);
   EXPECT_EQ(g.var(c.var).kind, VarKind::kConstant);
-  EXPECT_EQ(g.var(c.var).data, data);
+  // Kept, not copied: the graph holds the vector itself.
+  EXPECT_EQ(g.var(c.var).data.owner, data);
+  EXPECT_EQ(g.var(c.var).data.data, data->data());
+  EXPECT_EQ(g.var(c.var).data.size, 12u);
   EXPECT_NX_ERROR(kInvalidArgument, g.add_constant("bad", kI32, {4}, 0, data), "'bad'", "12", "16");
   EXPECT_NX_ERROR(kInvalidArgument, g.add_constant("null", kI32, {4}, 0, nullptr), "'null'");
   EXPECT_EQ(g.num_vars(), 3u);

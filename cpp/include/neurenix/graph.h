@@ -52,6 +52,16 @@ struct TileShare {
   std::vector<uint32_t> intervals; // indices into Variable::mapping, flat order
 };
 
+// A constant's bytes (device element type), kept alive by `owner`: a
+// std::vector, or the buffer the layer that encoded them owns (the bridge
+// keeps the Rust vector a constant was encoded into: weights are never
+// copied again).
+struct ConstantBytes {
+  std::shared_ptr<const void> owner;
+  const uint8_t* data = nullptr;
+  size_t size = 0;
+};
+
 struct Variable {
   std::string name;
   std::string node;  // the model node whose lowering made it ("" for model inputs)
@@ -67,7 +77,7 @@ struct Variable {
   // element b << interval_shift (buckets about as long as an interval).
   std::vector<uint32_t> interval_index;
   uint32_t interval_shift = 0;
-  std::shared_ptr<const std::vector<uint8_t>> data;  // constants only, device dtype
+  ConstantBytes data;  // constants only, device dtype
 
   // The share of `tile`, or nullptr.
   const TileShare* share(uint32_t tile) const;
@@ -268,6 +278,7 @@ class Graph {
 
   // Variables ---------------------------------------------------------------
   Tensor add_variable(const std::string& name, DeviceType dtype, const Shape& shape, VarKind kind, uint32_t ipu);
+  Tensor add_constant(const std::string& name, DeviceType dtype, const Shape& shape, uint32_t ipu, ConstantBytes data);
   Tensor add_constant(const std::string& name, DeviceType dtype, const Shape& shape, uint32_t ipu,
                       std::shared_ptr<const std::vector<uint8_t>> data);
   Variable& var(VarId id) { return vars_.at(id); }

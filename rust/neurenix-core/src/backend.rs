@@ -109,12 +109,14 @@ pub trait Backend {
         shape: &[usize],
         ipu: u32,
     ) -> Result<TensorId>;
+    /// A constant holding `data` (its bytes in `dtype`), which the backend
+    /// keeps.
     fn add_constant(
         &mut self,
         name: &str,
         dtype: DeviceType,
         shape: &[usize],
-        data: &[u8],
+        data: Vec<u8>,
         ipu: u32,
     ) -> Result<TensorId>;
     /// [G, M, K] x [G, K, N] -> [G, M, N].

@@ -14,7 +14,7 @@ fn f32_bytes(v: &[f32]) -> Vec<u8> {
 }
 
 fn konst(be: &mut TestBackend, shape: &[usize], v: &[f32], ipu: u32) -> u32 {
-    be.add_constant("c", DeviceType::F32, shape, &f32_bytes(v), ipu)
+    be.add_constant("c", DeviceType::F32, shape, f32_bytes(v), ipu)
         .unwrap()
 }
 
@@ -61,7 +61,9 @@ fn inputs_constants_and_outputs() {
         .iter()
         .flat_map(|v| f16::from_f64(*v).to_le_bytes())
         .collect();
-    let hc = be.add_constant("h", DeviceType::F16, &[2], &h, 0).unwrap();
+    let hc = be
+        .add_constant("h", DeviceType::F16, &[2], h.clone(), 0)
+        .unwrap();
     assert_exact(
         &be.tensors[hc as usize].data,
         &[0.5, 65504.0],
@@ -72,13 +74,13 @@ fn inputs_constants_and_outputs() {
             "i",
             DeviceType::I32,
             &[2],
-            &[255, 255, 255, 255, 7, 0, 0, 0],
+            vec![255, 255, 255, 255, 7, 0, 0, 0],
             0,
         )
         .unwrap();
     assert_exact(&be.tensors[ic as usize].data, &[-1.0, 7.0], "i32 constant");
     let bc = be
-        .add_constant("b", DeviceType::Bool, &[3], &[0, 1, 9], 0)
+        .add_constant("b", DeviceType::Bool, &[3], vec![0, 1, 9], 0)
         .unwrap();
     assert_exact(
         &be.tensors[bc as usize].data,
@@ -86,7 +88,7 @@ fn inputs_constants_and_outputs() {
         "bool constant",
     );
     assert!(be
-        .add_constant("bad", DeviceType::F32, &[2], &[0; 7], 0)
+        .add_constant("bad", DeviceType::F32, &[2], vec![0; 7], 0)
         .is_err());
     be.mark_output(c, "out").unwrap();
     assert_exact(&be.out("out"), &[1.5, -2.0], "output");
@@ -195,7 +197,7 @@ fn map_broadcasts_rounds_and_type_checks() {
             "i",
             DeviceType::I32,
             &[3],
-            &[7, 0, 0, 0, 249, 255, 255, 255, 5, 0, 0, 0],
+            vec![7, 0, 0, 0, 249, 255, 255, 255, 5, 0, 0, 0],
             0,
         )
         .unwrap();
@@ -204,7 +206,7 @@ fn map_broadcasts_rounds_and_type_checks() {
             "z",
             DeviceType::I32,
             &[3],
-            &[2, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0],
+            vec![2, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0],
             0,
         )
         .unwrap();
@@ -282,10 +284,10 @@ fn every_expression_operation_is_interpreted() {
     let x = konst(&mut be, &[1], &[0.5], 0);
     let n = konst(&mut be, &[1], &[-2.0], 0);
     let t = be
-        .add_constant("t", DeviceType::Bool, &[1], &[1], 0)
+        .add_constant("t", DeviceType::Bool, &[1], vec![1], 0)
         .unwrap();
     let k = be
-        .add_constant("k", DeviceType::I32, &[1], &[7, 0, 0, 0], 0)
+        .add_constant("k", DeviceType::I32, &[1], vec![7, 0, 0, 0], 0)
         .unwrap();
     let xi = || Expr::input(0);
     let ni = || Expr::input(1);

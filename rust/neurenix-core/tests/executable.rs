@@ -50,7 +50,7 @@ impl Backend for EchoBackend {
         _: &str,
         _: DeviceType,
         _: &[usize],
-        _: &[u8],
+        _: Vec<u8>,
         _: u32,
     ) -> Result<TensorId> {
         unsupported("constants")

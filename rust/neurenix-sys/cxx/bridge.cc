@@ -91,9 +91,9 @@ uint32_t GraphBuilder::add_input(rust::Str name, DeviceType dtype, rust::Slice<c
 }
 
 uint32_t GraphBuilder::add_constant(rust::Str name, DeviceType dtype, rust::Slice<const uint64_t> shape,
-                                    rust::Slice<const uint8_t> data, uint32_t ipu) {
-  // (From the slice's pointers: one memcpy, not a byte-by-byte loop.)
-  auto bytes = std::make_shared<std::vector<uint8_t>>(data.data(), data.data() + data.size());
+                                    rust::Vec<uint8_t> data, uint32_t ipu) {
+  auto owner = std::make_shared<const rust::Vec<uint8_t>>(std::move(data));
+  ConstantBytes bytes{owner, owner->data(), owner->size()};
   return keep(graph().add_constant(str(name), dtype, to_shape(shape), ipu, std::move(bytes)));
 }
 

@@ -80,8 +80,10 @@ class GraphBuilder {
  public:
   GraphBuilder(SystemSpec spec, uint32_t num_ipus);
   uint32_t add_input(rust::Str name, DeviceType dtype, rust::Slice<const uint64_t> shape, uint32_t ipu);
-  uint32_t add_constant(rust::Str name, DeviceType dtype, rust::Slice<const uint64_t> shape,
-                        rust::Slice<const uint8_t> data, uint32_t ipu);
+  // Keeps `data` (the Rust vector the constant was encoded into) alive in
+  // the graph: its bytes are not copied.
+  uint32_t add_constant(rust::Str name, DeviceType dtype, rust::Slice<const uint64_t> shape, rust::Vec<uint8_t> data,
+                        uint32_t ipu);
   uint32_t matmul(uint32_t a, uint32_t b, const MatMulOptions& options);
   uint32_t map(rust::Slice<const ExprInstr> expr, rust::Slice<const uint32_t> inputs, DeviceType out_dtype,
                rust::Slice<const uint64_t> shape, uint32_t ipu, rust::Str name);

@@ -331,12 +331,13 @@ pub mod ffi {
             shape: &[u64],
             ipu: u32,
         ) -> Result<u32>;
+        /// Takes `data` (a constant's encoded bytes): the graph keeps it.
         fn add_constant(
             self: Pin<&mut GraphBuilder>,
             name: &str,
             dtype: DeviceType,
             shape: &[u64],
-            data: &[u8],
+            data: Vec<u8>,
             ipu: u32,
         ) -> Result<u32>;
         fn matmul(

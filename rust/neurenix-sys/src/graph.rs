@@ -126,7 +126,7 @@ impl Backend for GraphBuilder {
         name: &str,
         dtype: DeviceType,
         shape: &[usize],
-        data: &[u8],
+        data: Vec<u8>,
         ipu: u32,
     ) -> Result<TensorId> {
         self.b()

@@ -62,7 +62,7 @@ impl LowerCx<'_> {
         let bytes = c.to_device_bytes(dt, &format!("constant '{name}'"))?;
         let id = self
             .backend
-            .add_constant(name, dt, c.shape(), &bytes, self.current_ipu)?;
+            .add_constant(name, dt, c.shape(), bytes, self.current_ipu)?;
         Ok(self.here(id, c.shape().to_vec(), dt))
     }
 }

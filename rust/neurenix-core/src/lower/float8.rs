@@ -125,7 +125,7 @@ impl LowerCx<'_> {
             .collect();
         let id = self
             .backend
-            .add_constant(name, f8, c.shape(), &codes, self.current_ipu)?;
+            .add_constant(name, f8, c.shape(), codes, self.current_ipu)?;
         self.float8_scales.insert(id, Float8Scale::Host(scale));
         Ok(self.here(id, c.shape().to_vec(), f8))
     }

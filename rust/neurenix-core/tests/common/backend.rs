@@ -207,7 +207,7 @@ impl Backend for TestBackend {
         name: &str,
         dtype: DeviceType,
         shape: &[usize],
-        data: &[u8],
+        data: Vec<u8>,
         ipu: u32,
     ) -> Result<TensorId> {
         if data.len() != numel(shape) * dtype.size() {
@@ -216,7 +216,7 @@ impl Backend for TestBackend {
                 data.len()
             ));
         }
-        let vals = decode(dtype, data);
+        let vals = decode(dtype, &data);
         Ok(self.push(
             DevT {
                 dtype,

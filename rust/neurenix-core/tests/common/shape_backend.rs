@@ -59,7 +59,7 @@ impl Backend for ShapeBackend {
         name: &str,
         _: DeviceType,
         shape: &[usize],
-        _: &[u8],
+        _: Vec<u8>,
         _: u32,
     ) -> Result<TensorId> {
         self.add("constant", name, shape.to_vec())
