@@ -12,15 +12,20 @@
 
 namespace neurenix {
 
+// The host threads work is spread over: the hardware's, at most 8.
+inline unsigned host_thread_count() {
+  const unsigned hc = std::thread::hardware_concurrency();
+  return std::clamp(hc ? hc : 1u, 1u, 8u);
+}
+
 // Runs work(i, state) for every i in [0, n) on up to 8 host threads, each
 // with its own default-constructed State, and returns the states (one per
 // thread used). The first exception thrown is rethrown here; the items not
 // yet started are then skipped.
 template <class State, class Work>
 std::vector<State> on_host_threads(int64_t n, Work work) {
-  const unsigned hc = std::thread::hardware_concurrency();
   const unsigned nthreads =
-      static_cast<unsigned>(std::clamp<int64_t>(std::min<int64_t>(hc ? hc : 1, 8), 1, std::max<int64_t>(n, 1)));
+      static_cast<unsigned>(std::clamp<int64_t>(host_thread_count(), 1, std::max<int64_t>(n, 1)));
   std::vector<State> states(nthreads);
   std::atomic<int64_t> next{0};
   std::exception_ptr error;

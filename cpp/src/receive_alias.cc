@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <memory>
-#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -120,9 +119,8 @@ std::vector<std::vector<uint8_t>> alias_receives(Executable& exe, const std::vec
   // (As many ranges as there are host threads, at most 8, while the counts
   // take no more memory than the runs.)
   const uint64_t nshares = share_base[nvars];
-  const unsigned hc = std::thread::hardware_concurrency();
   const size_t parts = static_cast<size_t>(
-      std::clamp<uint64_t>(std::min<uint64_t>(hc ? hc : 1, 8), 1, std::max<uint64_t>(1, 4 * copies / std::max<uint64_t>(nshares, 1))));
+      std::clamp<uint64_t>(host_thread_count(), 1, std::max<uint64_t>(1, 4 * copies / std::max<uint64_t>(nshares, 1))));
   std::vector<uint32_t> part_begin(parts + 1, static_cast<uint32_t>(byte_copies.size()));
   {
     uint64_t seen = 0;

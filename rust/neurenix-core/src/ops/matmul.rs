@@ -254,6 +254,7 @@ impl Gemm {
 /// The values are unchanged, so they need no rounding again.
 fn transpose2(t: &HostTensor) -> HostTensor {
     const B: usize = 32;
+    assert_eq!(t.shape().len(), 2, "transpose2 of a tensor that is not 2-D");
     let (rows, cols) = (t.shape()[0], t.shape()[1]);
     let s = t.float_values(); // borrowed: no copy of the weights
     let mut out = vec![0.0f64; rows * cols];
