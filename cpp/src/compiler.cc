@@ -271,7 +271,7 @@ std::unique_ptr<Executable> compile(std::unique_ptr<Graph> gp) {
     const Step& st = program[s];
     if (st.kind == StepKind::kCompute) {
       for (const auto& v : g.compute_sets()[st.index].vertices) {
-        mem[v->tile].vertex_state += kVertexStateBase + kVertexStatePerField * v->all_fields().size();
+        mem[v->tile].vertex_state += kVertexStateBase + kVertexStatePerField * v->all_fields().size() + v->state_bytes();
         auto& kinds = codelets[v->tile];
         const char* kind = v->name();
         if (std::none_of(kinds.begin(), kinds.end(), [&](const char* k) { return std::strcmp(k, kind) == 0; })) {

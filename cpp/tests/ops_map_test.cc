@@ -94,6 +94,94 @@ TEST(OpsMap, BroadcastingOfEveryOperandShape) {
   EXPECT_EQ(runs, 100);
 }
 
+// Number of elements the operands' exchange of the map delivers, and
+// whether the graph holds a repeated operand ("map/repeated").
+struct Delivered {
+  uint64_t exchanged = 0;
+  bool repeated = false;
+};
+Delivered delivered(const Executable& exe) {
+  Delivered d;
+  const Graph& g = exe.graph();
+  for (const auto& ex : g.exchanges())
+    if (ex.name == "map/operands")
+      for (const Copy& c : ex.copies) d.exchanged += static_cast<uint64_t>(c.count) * c.outer;
+  for (size_t v = 0; v < g.num_vars(); ++v)
+    if (g.var(static_cast<VarId>(v)).name == "map/repeated") d.repeated = true;
+  return d;
+}
+
+// Intervals of the result's mapping (the variable "map").
+uint64_t result_intervals(const Executable& exe) {
+  const Graph& g = exe.graph();
+  for (size_t v = 0; v < g.num_vars(); ++v)
+    if (g.var(static_cast<VarId>(v)).name == "map") return g.var(static_cast<VarId>(v)).mapping.size();
+  return 0;
+}
+
+// Operands whose elements each cover a stretch of the result (a channel's
+// scale over its plane) reach the result's tiles as one element per
+// stretch, whatever the result's layout (random intervals split stretches
+// and tiles), in float32, half, int32 and bool: the values are the
+// broadcast reference's, and the exchange moves far fewer elements than
+// the expanded operand has.
+TEST(OpsMap, RepeatedOperandsKeptCompact) {
+  std::mt19937 rng(11);
+  const Shape out_shape = {2, 3, 4, 10};
+  const uint64_t n = shape_numel(out_shape);
+  const std::vector<Shape> shapes = {{3, 1, 1}, {1, 3, 4, 1}, {2, 3, 1, 1}, {3, 4, 1}, {2, 1, 1, 1}, {4, 1}};
+  for (const Shape& sb : shapes)
+    for (int layout : {1, 2, 3}) {
+      const uint32_t tiles = 1 + rng() % 6;
+      SCOPED_TRACE(testing::Message() << shape_str(sb) << ", layout " << layout << ", " << tiles << " tiles");
+      Input a{out_shape, kF32, iota_values(n, 1, 1), layout};
+      Input b{sb, kF32, iota_values(shape_numel(sb), -0.5, -0.25), static_cast<int>(rng() % 4)};
+      std::shared_ptr<Executable> exe;
+      auto got = run_map_op(tiny(tiles), {in(0), cf(100), op(E::kMul), in(1), op(E::kAdd)}, {a, b}, kF32, out_shape, rng,
+                            0, &exe);
+      ASSERT_EQ(got.size(), n);
+      for (uint64_t e = 0; e < n; ++e)
+        ASSERT_EQ(got[e], 100 * a.values[e] + b.values[broadcast_source(unravel(e, out_shape), sb)]) << "element " << e;
+      const Delivered d = delivered(*exe);
+      EXPECT_TRUE(d.repeated);
+      ASSERT_EQ(exe->graph().op_plans().size(), 1u);
+      EXPECT_NE(exe->graph().op_plans()[0].plan.find("operand 1 repeated over stretches of"), std::string::npos)
+          << exe->graph().op_plans()[0].plan;
+      // Each of b's elements covers at least 10 result elements; a random
+      // layout splits stretches at most once per interval.
+      EXPECT_LE(d.exchanged, n / 10 + result_intervals(*exe));
+    }
+  // Stretches that run across the vertex's blocks of 256 elements.
+  for (uint32_t tiles : {1u, 2u}) {
+    const Shape wide = {3, 300};
+    Input a{wide, kF32, iota_values(900, 0, 1), 1};
+    Input b{{3, 1}, kF32, {10000, 20000, 30000}, 0};
+    auto got = run_map_op(tiny(tiles), {in(0), in(1), op(E::kAdd)}, {a, b}, kF32, wide, rng);
+    ASSERT_EQ(got.size(), 900u);
+    for (uint64_t e = 0; e < 900; ++e) ASSERT_EQ(got[e], a.values[e] + b.values[e / 300]) << tiles << " tiles, element " << e;
+  }
+  // Other element types: half and int32 values, a bool condition.
+  const Shape sb = {1, 3, 1, 1};
+  Input h{out_shape, kF16, {}, 2}, hb{sb, kF16, {0.5, -1.25, 3.0}, 0};
+  for (uint64_t e = 0; e < n; ++e) h.values.push_back(ref_round_half(0.125 * static_cast<double>(e % 50)));
+  auto gh = run_map_op(tiny(5), in_half({in(0), in(1), op(E::kMul)}), {h, hb}, kF16, out_shape, rng);
+  for (uint64_t e = 0; e < n; ++e)
+    ASSERT_EQ(gh[e], ref_round_half(h.values[e] * hb.values[(e / 40) % 3])) << e;
+  Input x{out_shape, kI32, iota_values(n, -100, 1), 2}, xb{sb, kI32, {7, -9, 1000}, 0};
+  Input cond{sb, kBool, {1, 0, 1}, 3};
+  auto gi = run_map_op(tiny(4), {in(0), in(1), in(2), op(E::kSelect)}, {cond, x, xb}, kI32, out_shape, rng);
+  for (uint64_t e = 0; e < n; ++e) {
+    const uint64_t c = (e / 40) % 3;
+    ASSERT_EQ(gi[e], cond.values[c] ? x.values[e] : xb.values[c]) << e;
+  }
+  // Stretches shorter than 8 elements stay expanded copies.
+  std::shared_ptr<Executable> exe;
+  Input s5{{2, 3, 4, 1}, kF32, iota_values(24, 0, 1), 0};
+  Input full{{2, 3, 4, 5}, kF32, iota_values(120, 0, 1), 1};
+  run_map_op(tiny(3), {in(0), in(1), op(E::kAdd)}, {full, s5}, kF32, {2, 3, 4, 5}, rng, 0, &exe);
+  EXPECT_FALSE(delivered(*exe).repeated);
+}
+
 TEST(OpsMap, ThreeOperandsWithSelectAndMixedTypes) {
   std::mt19937 rng(2);
   const Shape out_shape = {6, 7};

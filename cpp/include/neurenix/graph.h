@@ -178,6 +178,8 @@ class Vertex {
   // Bytes of code this vertex's codelet occupies on a tile (counted once per
   // codelet per tile).
   virtual uint64_t code_bytes() const { return 256; }
+  // Bytes of vertex state beyond its fields' (tables a vertex carries).
+  virtual uint64_t state_bytes() const { return 0; }
   // True if compute() draws from the tile's random generator.
   virtual bool uses_random() const { return false; }
   // The vertex's fields (listed once, then cached: fields never change).

@@ -7,6 +7,7 @@
 // pipeline would.
 #include "neurenix/codelets/map.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -20,6 +21,8 @@ namespace neurenix {
 namespace {
 
 constexpr size_t kBlock = 256;
+// A repeated operand's element loaded and a run's loop set up.
+constexpr uint64_t kCyclesPerRun = 4;
 
 // Only reachable when an expression that check_expression rejects gets here.
 [[noreturn]] void bad(ExprOpCode op, const char* why) {
@@ -164,8 +167,21 @@ MapVertex::MapVertex(uint32_t tile_, std::shared_ptr<const std::vector<ExprInstr
   out_.access = Access::kWrite;
   for (auto& o : operands_) {
     o.field.access = Access::kRead;
+    if (!o.runs.empty()) {
+      uint64_t covered = 0;
+      for (uint32_t r : o.runs) covered += r;
+      NX_CHECK(!o.scalar && o.field.count == o.runs.size() && covered == out_.count,
+               "map operand runs do not cover its output");
+      continue;
+    }
     NX_CHECK(o.scalar ? o.field.count == 1 : o.field.count == out_.count, "map operand size differs from its output");
   }
+}
+
+uint64_t MapVertex::state_bytes() const {
+  uint64_t runs = 0;
+  for (const auto& o : operands_) runs += o.runs.size();
+  return 4 * runs;
 }
 
 void MapVertex::list_fields(std::vector<Field*>& out) {
@@ -184,10 +200,15 @@ uint64_t MapVertex::cycles(const TargetSpec& t) const {
   for (const auto& ins : *expr_) per += expr_op_cycles(ins.op, ins.half);
   // Loads and stores through the 64-bit memory path.
   double bytes = static_cast<double>(device_type_size(out_dtype_));
-  for (const auto& o : operands_)
-    if (!o.scalar) bytes += static_cast<double>(device_type_size(o.dtype));
+  // A repeated operand is read once per run and held in a register over it.
+  uint64_t runs = 0;
+  for (const auto& o : operands_) {
+    if (!o.runs.empty()) runs += o.runs.size();
+    else if (!o.scalar) bytes += static_cast<double>(device_type_size(o.dtype));
+  }
   per += bytes / t.local_read_bytes_per_cycle;
-  return t.vertex_overhead_cycles + static_cast<uint64_t>(per * static_cast<double>(worker_rounded(t, out_.count)) + 0.5);
+  return t.vertex_overhead_cycles + static_cast<uint64_t>(per * static_cast<double>(worker_rounded(t, out_.count)) + 0.5) +
+         kCyclesPerRun * runs;
 }
 
 void MapVertex::compute(uint8_t* mem) const {
@@ -195,6 +216,14 @@ void MapVertex::compute(uint8_t* mem) const {
   // Per-thread scratch: one slot per stack depth.
   thread_local std::vector<Slot> slots;
   if (slots.size() < expr.size() + 1) slots.resize(expr.size() + 1);
+  // Where each repeated operand's runs stand at output element `at`.
+  struct RunCursor {
+    uint64_t at = 0;
+    size_t run = 0;
+    uint32_t used = 0;  // elements of that run before `at`
+  };
+  thread_local std::vector<RunCursor> cursors;
+  cursors.assign(operands_.size(), RunCursor{});
   uint8_t* out = mem + out_.address;
   const uint64_t total = out_.count;
   for (uint64_t base = 0; base < total; base += kBlock) {
@@ -224,7 +253,35 @@ void MapVertex::compute(uint8_t* mem) const {
             const Operand& o = operands_[ins.arg];
             const uint8_t* p = mem + o.field.address;
             s.kind = value_kind(o.dtype);
-            if (o.scalar) {
+            if (!o.runs.empty()) {
+              // Each run's element over the run's part in this block.
+              RunCursor& c = cursors[ins.arg];
+              for (uint64_t skip = base - c.at; skip;) {
+                const uint64_t step = std::min<uint64_t>(skip, o.runs[c.run] - c.used);
+                c.used += static_cast<uint32_t>(step);
+                skip -= step;
+                if (c.used == o.runs[c.run]) {
+                  ++c.run;
+                  c.used = 0;
+                }
+              }
+              c.at = base;
+              size_t run = c.run;
+              uint32_t used = c.used;
+              for (size_t j = 0; j < n;) {
+                const size_t take = std::min<size_t>(n - j, o.runs[run] - used);
+                if (s.kind == ValueKind::kFloat) {
+                  const float v = static_cast<float>(load_element(p, o.dtype, run));
+                  std::fill(s.f + j, s.f + j + take, v);
+                } else {
+                  const int32_t v = static_cast<int32_t>(load_element(p, o.dtype, run));
+                  std::fill(s.i + j, s.i + j + take, v);
+                }
+                j += take;
+                ++run;
+                used = 0;
+              }
+            } else if (o.scalar) {
               double v = load_element(p, o.dtype, 0);
               if (s.kind == ValueKind::kFloat)
                 for (size_t j = 0; j < n; ++j) s.f[j] = static_cast<float>(v);

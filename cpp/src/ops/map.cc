@@ -1,7 +1,9 @@
 // Element-wise operations: the result takes the tile mapping of an operand of
 // the same size, so that operand is read in place; every other operand is
-// brought to the result's tiles by exchange (broadcast operands as expanded
-// copies, scalars as one element per tile).
+// brought to the result's tiles by exchange: scalars as one element per tile,
+// broadcast operands whose elements each cover a stretch of the result (a
+// channel's scale over its plane) as one element per stretch (repeated
+// operands), other broadcasts as expanded copies.
 #include "neurenix/ops/map.h"
 
 #include <algorithm>
@@ -35,6 +37,59 @@ bool broadcastable(const Shape& in, const Shape& out) {
 
 // The operand is the result's shape up to leading ones: same flat order.
 bool same_elements(const Shape& in, const Shape& out) { return shape_numel(in) == shape_numel(out) && broadcastable(in, out); }
+
+// Result elements an operand element covers at a time, when the broadcast
+// repeats each operand element over that many consecutive result elements:
+// the operand's dimensions from its first to its last that is not 1 are the
+// result's, so result element e reads operand element (e / inner) % numel,
+// inner the product of the result's dimensions after them. 0 otherwise.
+uint64_t repeat_of(const Shape& in, const Shape& out) {
+  const size_t lead = out.size() - in.size();
+  size_t first = out.size(), last = 0;
+  for (size_t i = 0; i < in.size(); ++i)
+    if (in[i] != 1) {
+      first = std::min(first, lead + i);
+      last = lead + i;
+    }
+  if (first == out.size()) return 0;
+  for (size_t i = first; i <= last; ++i)
+    if (in[i - lead] != out[i]) return 0;
+  uint64_t inner = 1;
+  for (size_t i = last + 1; i < out.size(); ++i) inner *= out[i];
+  return inner;
+}
+
+// A repeated operand is kept compact when each of its elements covers at
+// least this many result elements: below, the table of runs would be about
+// as large as the expanded copy.
+constexpr uint64_t kMinRepeat = 8;
+
+// The runs of a repeated operand over the result's block on one tile, in
+// the block's element order: (operand element, result elements covered).
+// False when the block's intervals do not tile it in order.
+bool repeat_runs(const Graph& g, VarId out, const TileShare& share, uint64_t inner, uint64_t period,
+                 std::vector<std::pair<uint64_t, uint32_t>>& runs) {
+  const Variable& v = g.var(out);
+  std::vector<const TileInterval*> ivs;
+  for (uint32_t ii : share.intervals) ivs.push_back(&v.mapping[ii]);
+  std::sort(ivs.begin(), ivs.end(), [](const TileInterval* a, const TileInterval* b) { return a->local < b->local; });
+  runs.clear();
+  uint64_t local = 0;
+  for (const TileInterval* iv : ivs) {
+    if (iv->local != local) return false;
+    for (uint64_t e = iv->begin; e < iv->end;) {
+      const uint64_t stop = std::min(iv->end, (e / inner + 1) * inner);
+      const uint64_t element = (e / inner) % period;
+      if (!runs.empty() && runs.back().first == element && runs.back().second + (stop - e) <= UINT32_MAX)
+        runs.back().second += static_cast<uint32_t>(stop - e);
+      else
+        runs.push_back({element, static_cast<uint32_t>(stop - e)});
+      e = stop;
+    }
+    local += iv->end - iv->begin;
+  }
+  return local == share.count;
+}
 
 // The element type conversions an expression makes, for its plan: "" or
 // "; casts to float16 x2, to float32 x1" (a float8 result is one conversion,
@@ -94,8 +149,10 @@ Tensor map(Graph& g, const std::vector<ExprInstr>& expr, const std::vector<Tenso
     VarId var;
     bool scalar;
     bool per_tile_scalar;  // one element per tile, in `tiles` order
+    std::vector<std::vector<uint32_t>> runs{};  // a repeated operand: its runs per result tile, in `tiles` order
   };
   std::vector<Source> sources;
+  std::string repeated;  // for the plan
   for (size_t i = 0; i < inputs.size(); ++i) {
     const Tensor& t = inputs[i];
     g.ensure_mapped(t.var);
@@ -126,6 +183,46 @@ Tensor map(Graph& g, const std::vector<ExprInstr>& expr, const std::vector<Tenso
       sources.push_back({t.var, false, false});
       continue;
     }
+    const uint64_t inner = repeat_of(t.shape, out_shape);
+    if (inner >= kMinRepeat) {
+      // One element per run on each result tile, received in stretches of
+      // consecutive operand elements.
+      std::vector<std::vector<std::pair<uint64_t, uint32_t>>> tile_runs(out_tiles.size());
+      bool ok = true;
+      uint64_t total = 0;
+      for (size_t k = 0; k < out_tiles.size() && ok; ++k) {
+        ok = repeat_runs(g, out.var, out_tiles[k], inner, t.numel(), tile_runs[k]);
+        total += tile_runs[k].size();
+      }
+      if (ok) {
+        Tensor tmp = g.add_variable(name + "/repeated", g.var(t.var).dtype, {total}, VarKind::kTemporary, ipu);
+        std::vector<TileInterval> ivs;
+        uint64_t at = 0;
+        for (size_t k = 0; k < out_tiles.size(); ++k) {
+          ivs.push_back(TileInterval{at, at + tile_runs[k].size(), out_tiles[k].tile, 0});
+          at += tile_runs[k].size();
+        }
+        g.set_mapping(tmp.var, std::move(ivs));
+        Source src{tmp.var, false, false};
+        src.runs.resize(out_tiles.size());
+        at = 0;
+        for (size_t k = 0; k < out_tiles.size(); ++k) {
+          const auto& r = tile_runs[k];
+          for (size_t i = 0; i < r.size();) {
+            size_t j = i + 1;
+            while (j < r.size() && r[j].first == r[j - 1].first + 1) ++j;
+            copy_view(g, ex, View{t.var, static_cast<int64_t>(r[i].first), {j - i}, {1}},
+                      View{tmp.var, static_cast<int64_t>(at + i), {j - i}, {1}});
+            i = j;
+          }
+          for (const auto& run : r) src.runs[k].push_back(run.second);
+          at += r.size();
+        }
+        sources.push_back(std::move(src));
+        repeated += "; operand " + std::to_string(i) + " repeated over stretches of " + std::to_string(inner);
+        continue;
+      }
+    }
     Tensor tmp = gather_like(g, ex, broadcast_view(t, out_shape), g.var(t.var).dtype, out, name + "/operand");
     sources.push_back({tmp.var, false, false});
   }
@@ -143,16 +240,18 @@ Tensor map(Graph& g, const std::vector<ExprInstr>& expr, const std::vector<Tenso
       if (src.scalar) {
         const uint64_t local = src.per_tile_scalar ? g.locate(src.var, k).local : 0;
         f = Field{src.var, s.tile, local, 1};
+      } else if (!src.runs.empty()) {
+        f = Field{src.var, s.tile, 0, src.runs[k].size()};
       } else {
         f = Field{src.var, s.tile, 0, s.count};
       }
-      ops.push_back(MapVertex::Operand{f, sv.dtype, src.scalar});
+      ops.push_back(MapVertex::Operand{f, sv.dtype, src.scalar, src.runs.empty() ? std::vector<uint32_t>{} : src.runs[k]});
     }
     g.add_vertex(cs, std::make_unique<MapVertex>(s.tile, shared, std::move(ops), Field{out.var, s.tile, 0, s.count},
                                                  out_dtype));
   }
   g.execute(cs);
-  g.record_plan(OpPlan{name, "map", ipu, std::to_string(expr.size()) + " instruction(s)" + describe_casts(expr, out_dtype),
+  g.record_plan(OpPlan{name, "map", ipu, std::to_string(expr.size()) + " instruction(s)" + describe_casts(expr, out_dtype) + repeated,
                        static_cast<uint32_t>(out_tiles.size()), 0, 0});
   return out;
 }

@@ -13,11 +13,15 @@ namespace neurenix {
 class MapVertex : public Vertex {
  public:
   // One operand: a field of `count` elements, or a single element broadcast
-  // (`scalar`).
+  // (`scalar`), or a repeated operand: when `runs` is not empty, the field
+  // holds one element per run and run i covers the next runs[i] elements of
+  // the output (a broadcast operand kept compact: a channel's scale over
+  // the channel's plane).
   struct Operand {
     Field field;
     DeviceType dtype;
     bool scalar;
+    std::vector<uint32_t> runs{};
   };
   MapVertex(uint32_t tile, std::shared_ptr<const std::vector<ExprInstr>> expr, std::vector<Operand> operands,
             Field out, DeviceType out_dtype);
@@ -25,6 +29,7 @@ class MapVertex : public Vertex {
   void compute(uint8_t* mem) const override;
   uint64_t cycles(const TargetSpec& t) const override;
   uint64_t code_bytes() const override { return 512; }
+  uint64_t state_bytes() const override;
   bool uses_random() const override;
 
  protected:
