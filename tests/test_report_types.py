@@ -59,3 +59,22 @@ def test_a_models_own_cast_is_listed():
     )
     r = report_of(model, X, "float32")
     assert any("float16" in c["casts"] for c in r.casts()), r.casts()
+
+
+def test_casts_are_listed_alone_when_the_plan_says_more():
+    # x * scale with scale [3, 1, 1] over [2, 3, 4, 10]: the scale is a
+    # repeated operand, which the map's plan names after its casts.
+    scale = helper.make_tensor("scale", TensorProto.FLOAT, [3, 1, 1], [0.5, 2.0, -1.0])
+    model = make_model(
+        [helper.make_node("Mul", ["x", "scale"], ["m"], name="scale_it"),
+         helper.make_node("Cast", ["m"], ["y"], to=TensorProto.FLOAT16, name="to_half")],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4, 10])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT16, [2, 3, 4, 10])],
+        [scale],
+    )
+    r = report_of(model, np.zeros((2, 3, 4, 10), np.float32), "float32")
+    maps = [o.plan for o in r.plans if o.kind == "map"]
+    assert any("repeated over stretches of 40" in p and "; casts to float16 x1" in p for p in maps), maps
+    assert [c["node"] for c in r.casts()] == ["to_half"], r.casts()
+    casts = r.casts()[0]["casts"]
+    assert casts.startswith("float16 x1") and ";" not in casts and "repeated" not in casts, casts

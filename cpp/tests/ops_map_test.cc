@@ -174,6 +174,28 @@ TEST(OpsMap, RepeatedOperandsKeptCompact) {
     const uint64_t c = (e / 40) % 3;
     ASSERT_EQ(gi[e], cond.values[c] ? x.values[e] : xb.values[c]) << e;
   }
+  // A result laid out across the stretches (column j of [64, 8] on tile j)
+  // would hold a run per element: the operand stays an expanded copy.
+  {
+    auto g = std::make_unique<Graph>(tiny(8), 1);
+    Tensor a = g->add_variable("a", kF32, {64, 8}, VarKind::kInput, 0);
+    Tensor b = g->add_variable("b", kF32, {64, 1}, VarKind::kInput, 0);
+    std::vector<TileInterval> ivs;
+    for (uint64_t e = 0; e < 512; ++e) ivs.push_back({e, e + 1, static_cast<uint32_t>(e % 8), e / 8});
+    g->set_mapping(a.var, ivs);
+    g->map_to_tile(b.var, 0);
+    g->add_input_stream("a", a);
+    g->add_input_stream("b", b);
+    Tensor out = ops::map(*g, {in(0), in(1), op(E::kAdd)}, {a, b}, kF32, {64, 8}, 0, "map");
+    g->add_output_stream("out", out);
+    const std::vector<double> av = iota_values(512, 0, 1), bv = iota_values(64, 1000, 10);
+    std::shared_ptr<Executable> across;
+    auto outs = run_graph(std::move(g), {encode(kF32, av), encode(kF32, bv)}, 2, &across);
+    ASSERT_EQ(outs.size(), 1u);
+    const auto got = decode(kF32, outs[0]);
+    for (uint64_t e = 0; e < 512; ++e) ASSERT_EQ(got[e], av[e] + bv[e / 8]) << e;
+    EXPECT_FALSE(delivered(*across).repeated);
+  }
   // Stretches shorter than 8 elements stay expanded copies.
   std::shared_ptr<Executable> exe;
   Input s5{{2, 3, 4, 1}, kF32, iota_values(24, 0, 1), 0};

@@ -189,12 +189,17 @@ Tensor map(Graph& g, const std::vector<ExprInstr>& expr, const std::vector<Tenso
       // consecutive operand elements.
       std::vector<std::vector<std::pair<uint64_t, uint32_t>>> tile_runs(out_tiles.size());
       bool ok = true;
-      uint64_t total = 0;
+      uint64_t total = 0, covered = 0;
       for (size_t k = 0; k < out_tiles.size() && ok; ++k) {
         ok = repeat_runs(g, out.var, out_tiles[k], inner, t.numel(), tile_runs[k]);
         total += tile_runs[k].size();
+        covered += out_tiles[k].count;
       }
-      if (ok) {
+      // Compact only where it is: a result laid out across the stretches
+      // (a column per tile) would hold a run, and its 4 bytes of state, per
+      // element.
+      const uint64_t es = device_type_size(g.var(t.var).dtype);
+      if (ok && total * (es + 4) < covered * es) {
         Tensor tmp = g.add_variable(name + "/repeated", g.var(t.var).dtype, {total}, VarKind::kTemporary, ipu);
         std::vector<TileInterval> ivs;
         uint64_t at = 0;

@@ -593,7 +593,9 @@ class CompileReport:
         out = []
         for o in self.plans:
             if o.kind == "map" and "; casts to " in o.plan:
-                out.append({"node": o.name, "ipu": o.ipu, "casts": o.plan.split("; casts to ", 1)[1]})
+                # The plan's text goes on after the casts ("; operand 1 repeated ...").
+                casts = o.plan.split("; casts to ", 1)[1].split("; ", 1)[0]
+                out.append({"node": o.name, "ipu": o.ipu, "casts": casts})
         return out
 
     def summary(self, top: int = 8) -> str:
