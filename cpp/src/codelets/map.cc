@@ -168,6 +168,7 @@ MapVertex::MapVertex(uint32_t tile_, std::shared_ptr<const std::vector<ExprInstr
   for (auto& o : operands_) {
     o.field.access = Access::kRead;
     if (!o.runs.empty()) {
+      has_runs_ = true;
       uint64_t covered = 0;
       for (uint32_t r : o.runs) covered += r;
       NX_CHECK(!o.scalar && o.field.count == o.runs.size() && covered == out_.count,
@@ -223,7 +224,7 @@ void MapVertex::compute(uint8_t* mem) const {
     uint32_t used = 0;  // elements of that run before `at`
   };
   thread_local std::vector<RunCursor> cursors;
-  cursors.assign(operands_.size(), RunCursor{});
+  if (has_runs_) cursors.assign(operands_.size(), RunCursor{});
   uint8_t* out = mem + out_.address;
   const uint64_t total = out_.count;
   for (uint64_t base = 0; base < total; base += kBlock) {

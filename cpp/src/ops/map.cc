@@ -91,6 +91,21 @@ bool repeat_runs(const Graph& g, VarId out, const TileShare& share, uint64_t inn
   return local == share.count;
 }
 
+// A temporary holding counts[k] elements on the k-th of `tiles`, in that
+// order, each tile's from its local element 0.
+Tensor per_tile_temporary(Graph& g, const std::string& name, DeviceType dtype, const std::vector<TileShare>& tiles,
+                          const std::vector<uint64_t>& counts, uint32_t ipu) {
+  uint64_t total = 0;
+  std::vector<TileInterval> ivs;
+  for (size_t k = 0; k < tiles.size(); ++k) {
+    ivs.push_back(TileInterval{total, total + counts[k], tiles[k].tile, 0});
+    total += counts[k];
+  }
+  Tensor tmp = g.add_variable(name, dtype, {total}, VarKind::kTemporary, ipu);
+  g.set_mapping(tmp.var, std::move(ivs));
+  return tmp;
+}
+
 // The element type conversions an expression makes, for its plan: "" or
 // "; casts to float16 x2, to float32 x1" (a float8 result is one conversion,
 // made as it is stored).
@@ -163,10 +178,8 @@ Tensor map(Graph& g, const std::vector<ExprInstr>& expr, const std::vector<Tenso
         sources.push_back({t.var, true, false});
         continue;
       }
-      Tensor tmp = g.add_variable(name + "/scalar", g.var(t.var).dtype, {out_tiles.size()}, VarKind::kTemporary, ipu);
-      std::vector<TileInterval> ivs;
-      for (size_t k = 0; k < out_tiles.size(); ++k) ivs.push_back(TileInterval{k, k + 1, out_tiles[k].tile, 0});
-      g.set_mapping(tmp.var, std::move(ivs));
+      Tensor tmp = per_tile_temporary(g, name + "/scalar", g.var(t.var).dtype, out_tiles,
+                                      std::vector<uint64_t>(out_tiles.size(), 1), ipu);
       View src{t.var, 0, {out_tiles.size()}, {0}};
       copy_view(g, ex, src, View::of(tmp));
       sources.push_back({tmp.var, true, true});
@@ -188,11 +201,13 @@ Tensor map(Graph& g, const std::vector<ExprInstr>& expr, const std::vector<Tenso
       // One element per run on each result tile, received in stretches of
       // consecutive operand elements.
       std::vector<std::vector<std::pair<uint64_t, uint32_t>>> tile_runs(out_tiles.size());
+      std::vector<uint64_t> counts(out_tiles.size());
       bool ok = true;
       uint64_t total = 0, covered = 0;
       for (size_t k = 0; k < out_tiles.size() && ok; ++k) {
         ok = repeat_runs(g, out.var, out_tiles[k], inner, t.numel(), tile_runs[k]);
-        total += tile_runs[k].size();
+        counts[k] = tile_runs[k].size();
+        total += counts[k];
         covered += out_tiles[k].count;
       }
       // Compact only where it is: a result laid out across the stretches
@@ -200,17 +215,10 @@ Tensor map(Graph& g, const std::vector<ExprInstr>& expr, const std::vector<Tenso
       // element.
       const uint64_t es = device_type_size(g.var(t.var).dtype);
       if (ok && total * (es + 4) < covered * es) {
-        Tensor tmp = g.add_variable(name + "/repeated", g.var(t.var).dtype, {total}, VarKind::kTemporary, ipu);
-        std::vector<TileInterval> ivs;
-        uint64_t at = 0;
-        for (size_t k = 0; k < out_tiles.size(); ++k) {
-          ivs.push_back(TileInterval{at, at + tile_runs[k].size(), out_tiles[k].tile, 0});
-          at += tile_runs[k].size();
-        }
-        g.set_mapping(tmp.var, std::move(ivs));
+        Tensor tmp = per_tile_temporary(g, name + "/repeated", g.var(t.var).dtype, out_tiles, counts, ipu);
         Source src{tmp.var, false, false};
         src.runs.resize(out_tiles.size());
-        at = 0;
+        uint64_t at = 0;
         for (size_t k = 0; k < out_tiles.size(); ++k) {
           const auto& r = tile_runs[k];
           for (size_t i = 0; i < r.size();) {

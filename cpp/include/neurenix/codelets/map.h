@@ -38,6 +38,7 @@ class MapVertex : public Vertex {
  private:
   std::shared_ptr<const std::vector<ExprInstr>> expr_;
   std::vector<Operand> operands_;
+  bool has_runs_ = false;  // some operand is repeated
   Field out_;
   DeviceType out_dtype_;
 };
