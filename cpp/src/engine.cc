@@ -13,6 +13,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include "neurenix/error.h"
 #include "neurenix/half.h"
@@ -26,6 +27,13 @@ namespace neurenix {
 // core's cache from step to step). BSP steps come in quick succession, so workers
 // spin briefly for the next step before sleeping, and the caller spins for
 // the stragglers: a sleep/wake per step would cost more than small steps.
+// A worker joins a step only while the step is open (the gate): the caller,
+// once it has run every index itself, closes it and waits only for the
+// workers that joined, not for one still waking up (waking a sleeping
+// thread can take half a millisecond on a virtual machine).
+// An engine whose program takes turns with others on the same cores
+// (EngineOptions::shares_cores) parks its workers at the end of a run: they
+// sleep at once instead of spinning for a step that does not come.
 class ThreadPool {
  public:
   explicit ThreadPool(unsigned n) {
@@ -41,6 +49,9 @@ class ThreadPool {
     for (auto& t : workers_) t.join();
   }
   size_t size() const { return workers_.size() + 1; }
+  // Workers waiting for a step sleep instead of spinning until the next
+  // parallel_for.
+  void park() { parked_.store(true, std::memory_order_release); }
 
   // `home`: none, or size() + 1 ascending boundaries from 0 to n: thread j
   // first works through indices [home[j], home[j + 1]), then helps with the
@@ -60,14 +71,18 @@ class ThreadPool {
       range_[j].next.store(home ? home[j] : 0, std::memory_order_relaxed);
       range_[j].end = home ? home[j + 1] : n;
     }
-    pending_.store(static_cast<int>(workers_.size()), std::memory_order_relaxed);
+    parked_.store(false, std::memory_order_relaxed);
+    // Only this thread (and the destructor) moves the generation.
+    const uint64_t next = generation_.load(std::memory_order_relaxed) + 1;
+    gate_.store(gate_tag(next), std::memory_order_release);
     {
       std::lock_guard<std::mutex> l(mu_);
-      generation_.fetch_add(1, std::memory_order_release);
+      generation_.store(next, std::memory_order_release);
     }
     if (sleepers_.load(std::memory_order_acquire) > 0) cv_.notify_all();
     work(0);
-    for (int spin = 0; pending_.load(std::memory_order_acquire) != 0; ++spin) {
+    gate_.fetch_or(kClosed, std::memory_order_acq_rel);
+    for (int spin = 0; (gate_.load(std::memory_order_acquire) & kInside) != 0; ++spin) {
       if (spin < (1 << 16)) {
         pause();
       } else {
@@ -83,6 +98,19 @@ class ThreadPool {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_ia32_pause();
 #endif
+  }
+  // The gate: the step's generation (low 32 bits) in the high half, a closed
+  // flag, and the number of workers inside.
+  static constexpr uint64_t kClosed = uint64_t{1} << 31;
+  static constexpr uint64_t kInside = kClosed - 1;
+  static uint64_t gate_tag(uint64_t generation) { return (generation & 0xffffffffu) << 32; }
+  // Joins the step of `generation` if it is still open.
+  bool enter(uint64_t generation) {
+    uint64_t g = gate_.load(std::memory_order_acquire);
+    while ((g & ~kInside) == gate_tag(generation)) {  // this step's, not closed
+      if (gate_.compare_exchange_weak(g, g + 1, std::memory_order_acq_rel, std::memory_order_acquire)) return true;
+    }
+    return false;
   }
   void work(size_t id) {
     // Indices are taken in shrinking chunks (a share of what is left): few
@@ -120,7 +148,7 @@ class ThreadPool {
     while (true) {
       // Spin a little for the next step, then sleep.
       uint64_t gen = generation_.load(std::memory_order_acquire);
-      for (int spin = 0; gen == seen && spin < (1 << 14); ++spin) {
+      for (int spin = 0; gen == seen && spin < (1 << 14) && !parked_.load(std::memory_order_acquire); ++spin) {
         pause();
         gen = generation_.load(std::memory_order_acquire);
       }
@@ -133,8 +161,9 @@ class ThreadPool {
       }
       seen = gen;
       if (stop_.load()) return;
+      if (!enter(gen)) continue;  // the caller finished that step alone
       work(id);
-      pending_.fetch_sub(1, std::memory_order_acq_rel);
+      gate_.fetch_sub(1, std::memory_order_acq_rel);
     }
   }
 
@@ -149,10 +178,11 @@ class ThreadPool {
   static constexpr size_t kMaxRanges = 64;
   Range range_[kMaxRanges];
   size_t ranges_ = 1;
-  std::atomic<int> pending_{0};
+  std::atomic<uint64_t> gate_{0};
   std::atomic<uint64_t> generation_{0};
   std::atomic<int> sleepers_{0};
   std::atomic<bool> stop_{false};
+  std::atomic<bool> parked_{false};
   std::exception_ptr error_;
 };
 
@@ -453,6 +483,13 @@ void Engine::run_steps(size_t first, size_t last) {
   auto since = [](std::chrono::steady_clock::time_point a) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - a).count();
   };
+  st.step_seconds.assign(program.size(), 0.0);
+  // Host time since `start` to the step's kind (`bucket`) and to step `at`.
+  auto charge = [&](double& bucket, size_t at, std::chrono::steady_clock::time_point start) {
+    const double t = since(start);
+    bucket += t;
+    st.step_seconds[at] += t;
+  };
   // Tiles have homes: with k threads, thread j works first on the tiles
   // [j * T / k, (j + 1) * T / k) of a step (schedules list tiles in
   // ascending order), so that what a tile's vertices wrote in one step is
@@ -508,7 +545,7 @@ void Engine::run_steps(size_t first, size_t last) {
           if (options_.fp_exceptions) check_floating_point(step.index, found);
         }
         st.compute_cycles += costs[s].cycles;
-        st.compute_seconds += since(step_start);
+        charge(st.compute_seconds, s, step_start);
         break;
       }
       case StepKind::kExchange: {
@@ -552,7 +589,7 @@ void Engine::run_steps(size_t first, size_t last) {
           st.steps += 1;
           ++s;  // the compute step ran too
           st.compute_cycles += costs[s].cycles;
-          st.compute_seconds += since(step_start);
+          charge(st.compute_seconds, s, step_start);
           break;
         }
         on_tiles(sched, [](const auto& entry) { return entry.dst_tile; }, [&](size_t i) {
@@ -572,27 +609,28 @@ void Engine::run_steps(size_t first, size_t last) {
         st.exchange_cycles += costs[s].cycles;
         st.exchanged_bytes += costs[s].bytes;
         st.copied_bytes += exe_->copied_bytes(step.index);
-        st.exchange_seconds += since(step_start);
+        charge(st.exchange_seconds, s, step_start);
         break;
       }
       case StepKind::kHostToDevice:
         scatter(g.inputs()[step.index].tensor, in_buf_[step.index].data());
         st.host_cycles += costs[s].cycles;
         st.host_bytes += costs[s].bytes;
-        st.host_io_seconds += since(step_start);
+        charge(st.host_io_seconds, s, step_start);
         break;
       case StepKind::kDeviceToHost:
         gather(g.outputs()[step.index].tensor, out_buf_[step.index].data());
         st.host_cycles += costs[s].cycles;
         st.host_bytes += costs[s].bytes;
-        st.host_io_seconds += since(step_start);
+        charge(st.host_io_seconds, s, step_start);
         break;
     }
     st.cycles += costs[s].cycles;
     st.steps += 1;
   }
+  if (options_.shares_cores) pool_->park();
   st.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  stats_ = st;
+  stats_ = std::move(st);
 }
 
 }  // namespace neurenix

@@ -152,6 +152,39 @@ TEST(Engine, StatisticsAddUp) {
   EXPECT_EQ(st.exchanged_bytes, exchanged);
   EXPECT_GT(st.exchanged_bytes, 0u);
   EXPECT_GE(st.wall_seconds, 0.0);
+  // The host time by step adds up to each kind's.
+  ASSERT_EQ(st.step_seconds.size(), exe->program().size());
+  double by_kind[4] = {0, 0, 0, 0};
+  for (size_t s = 0; s < st.step_seconds.size(); ++s) {
+    EXPECT_GE(st.step_seconds[s], 0.0);
+    by_kind[static_cast<int>(exe->program()[s].kind)] += st.step_seconds[s];
+  }
+  EXPECT_DOUBLE_EQ(by_kind[static_cast<int>(StepKind::kCompute)], st.compute_seconds);
+  EXPECT_DOUBLE_EQ(by_kind[static_cast<int>(StepKind::kExchange)], st.exchange_seconds);
+  EXPECT_DOUBLE_EQ(by_kind[static_cast<int>(StepKind::kHostToDevice)] + by_kind[static_cast<int>(StepKind::kDeviceToHost)],
+                   st.host_io_seconds);
+  EXPECT_GT(st.compute_seconds, 0.0);
+  EXPECT_LE(st.compute_seconds + st.exchange_seconds + st.host_io_seconds, st.wall_seconds);
+}
+
+TEST(Engine, ProgramsTakingTurnsOnTheSameCoresAgree) {
+  // Two engines run one after the other many times, as the stages of a
+  // sharded model do: more threads than cores, workers parked between runs
+  // (shares_cores) or spinning, steps that a caller may finish before a
+  // worker wakes. Every run gives the first run's outputs.
+  std::shared_ptr<Executable> exe = model();
+  EngineOptions parked;
+  parked.threads = 3;
+  parked.shares_cores = true;
+  EngineOptions spinning;
+  spinning.threads = 3;
+  Engine a(exe, parked), b(exe, spinning);
+  const auto x = model_input(4);
+  const auto want = run_once(a, x);
+  for (int run = 0; run < 200; ++run) {
+    ASSERT_EQ(run_once(a, x), want) << "run " << run;
+    ASSERT_EQ(run_once(b, x), want) << "run " << run;
+  }
 }
 
 TEST(Engine, InputsPersistAndNewInputsGiveNewOutputs) {

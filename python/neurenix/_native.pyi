@@ -481,6 +481,9 @@ class RunStats:
     host_io_seconds: float
     host_memory_bytes: int  # host memory the loaded program's tile memory occupies
     checked: bool  # the program's memory bounds were verified at load (NEURENIX_SIM_CHECKED)
+    # host seconds by step of Executable.steps, summed over the call's micro-batches and replicas (a fused
+    # exchange's time is its compute step's)
+    step_seconds: List[float]
     def __new__(
         cls,
         cycles: int,
@@ -497,6 +500,7 @@ class RunStats:
         host_io_seconds: float,
         host_memory_bytes: int,
         checked: bool,
+        step_seconds: List[float],
     ) -> "RunStats": ...
 
 @final

@@ -38,6 +38,11 @@ struct RunStats {
   double compute_seconds = 0;
   double exchange_seconds = 0;
   double host_io_seconds = 0;
+  // The same host time by program step (indexed as Executable::program();
+  // steps the run did not cover, outside its segment, hold 0). A fused
+  // exchange's time is its compute step's, as above, and the exchange's
+  // own entry is 0.
+  std::vector<double> step_seconds;
 };
 
 struct EngineOptions {
@@ -57,6 +62,11 @@ struct EngineOptions {
   uint64_t seed = 0;
   uint32_t ipu = 0;  // the IPU the program runs on, for seeds and messages
   bool fp_exceptions = false;
+  // Other programs run on the same host cores between this one's runs (the
+  // stages of a sharded model take turns): the engine's worker threads
+  // sleep at the end of each run instead of spinning for a next step that
+  // would not come, which kept the next program's threads off the cores.
+  bool shares_cores = false;
 };
 
 // Checked mode (memory safety of the executable). When an Engine is

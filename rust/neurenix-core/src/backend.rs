@@ -255,13 +255,17 @@ pub struct FloatingPointBehaviour {
 }
 
 /// How one program is loaded: host threads (0: the device's default), the
-/// floating-point behaviour, and the IPU it runs on (its replica's IPU
-/// number, which seeds its generators and names it in errors).
+/// floating-point behaviour, the IPU it runs on (its replica's IPU number,
+/// which seeds its generators and names it in errors), and whether other
+/// programs run on the same host cores between its runs (the stages of a
+/// sharded model take turns: its threads then leave the cores at the end of
+/// each run instead of waiting for a next step).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct EngineOptions {
     pub threads: u32,
     pub floating_point: FloatingPointBehaviour,
     pub ipu: u32,
+    pub shares_cores: bool,
 }
 
 /// A program loaded onto a device.

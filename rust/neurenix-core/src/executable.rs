@@ -49,6 +49,9 @@ pub struct Executable {
     pub estimate: PipelineEstimate,
     pub shard: ShardReport,
     report: DeviceReport,
+    /// `report_step[s][k]`: the index in `report.steps` of stage `s`'s
+    /// program step `k` (None: a carried tensor's stream, not reported).
+    report_step: Vec<Vec<Option<usize>>>,
     /// Loaded programs: `engines[replica][stage]`.
     engines: Vec<Vec<Box<dyn DeviceEngine>>>,
     /// How the loaded programs handle floating point.
@@ -83,8 +86,10 @@ fn check_input_overflow(
     Ok(())
 }
 
-/// One report for all stages: tiles and plans of stage `s` on IPU `s`.
-fn merge_reports(stages: &[Stage], cycles: u64) -> DeviceReport {
+/// One report for all stages: tiles and plans of stage `s` on IPU `s`;
+/// with, for each stage, where each of its program steps is in the merged
+/// steps (`Executable::report_step`).
+fn merge_reports(stages: &[Stage], cycles: u64) -> (DeviceReport, Vec<Vec<Option<usize>>>) {
     let first = &stages[0].report;
     let mut r = DeviceReport {
         system: first.system.clone(),
@@ -96,6 +101,7 @@ fn merge_reports(stages: &[Stage], cycles: u64) -> DeviceReport {
         warnings: Vec::new(),
         cycles_per_run: cycles,
     };
+    let mut index = Vec::with_capacity(stages.len());
     for st in stages {
         r.tiles.extend(st.report.tiles.iter().map(|t| {
             let mut t = t.clone();
@@ -110,17 +116,18 @@ fn merge_reports(stages: &[Stage], cycles: u64) -> DeviceReport {
         // Carried tensors' streams are IPU-Link copies on the device, costed
         // by the estimate, not host transfers.
         let carried = st.stream_names(true);
-        r.steps.extend(
-            st.report
-                .steps
-                .iter()
-                .filter(|s| !step_stream(s).is_some_and(|n| carried.contains(n)))
-                .map(|s| {
-                    let mut s = s.clone();
-                    s.ipu = st.ipu;
-                    s
-                }),
-        );
+        let mut at = Vec::with_capacity(st.report.steps.len());
+        for s in &st.report.steps {
+            if step_stream(s).is_some_and(|n| carried.contains(n)) {
+                at.push(None);
+                continue;
+            }
+            at.push(Some(r.steps.len()));
+            let mut s = s.clone();
+            s.ipu = st.ipu;
+            r.steps.push(s);
+        }
+        index.push(at);
         r.variables.extend(st.report.variables.iter().map(|v| {
             let mut v = v.clone();
             v.ipu = st.ipu;
@@ -128,7 +135,7 @@ fn merge_reports(stages: &[Stage], cycles: u64) -> DeviceReport {
         }));
         r.warnings.extend(st.report.warnings.iter().cloned());
     }
-    r
+    (r, index)
 }
 
 impl Executable {
@@ -141,10 +148,11 @@ impl Executable {
         options: CompileOptions,
         compile_seconds: f64,
     ) -> Executable {
-        let mut report = merge_reports(&stages, estimate.cycles_per_call);
+        let (mut report, report_step) = merge_reports(&stages, estimate.cycles_per_call);
         report.warnings.extend(shard.warnings.iter().cloned());
         Executable {
             report,
+            report_step,
             lowered,
             options,
             compile_seconds,
@@ -201,6 +209,8 @@ impl Executable {
             Execution::Sharded => replicas,
         };
         let each = (total / concurrent.max(1)).max(1);
+        // A sharded replica's stages run one after another on its threads.
+        let shares_cores = self.estimate.execution == Execution::Sharded && self.stages.len() > 1;
         let mut engines = Vec::with_capacity(replicas as usize);
         for r in 0..replicas {
             let mut replica = Vec::with_capacity(self.stages.len());
@@ -209,6 +219,7 @@ impl Executable {
                     threads: each,
                     floating_point,
                     ipu: r * self.stages.len() as u32 + s as u32,
+                    shares_cores,
                 })?);
             }
             engines.push(replica);
@@ -307,13 +318,13 @@ impl Executable {
     fn run_replicas(
         &mut self,
         device_inputs: &[Vec<Vec<u8>>],
-    ) -> Result<(Vec<Vec<Option<Vec<u8>>>>, Vec<(usize, RunStats)>)> {
+    ) -> Result<(Vec<Vec<Option<Vec<u8>>>>, Vec<(usize, usize, RunStats)>)> {
         let replicas = self.engines.len();
         let iterations = self.options.device_iterations as usize;
         let n_out = self.lowered.outputs.len();
         let results: Mutex<Vec<Vec<Option<Vec<u8>>>>> =
             Mutex::new(vec![vec![None; n_out]; device_inputs.len()]);
-        let runs: Mutex<Vec<(usize, RunStats)>> = Mutex::new(Vec::new());
+        let runs: Mutex<Vec<(usize, usize, RunStats)>> = Mutex::new(Vec::new());
         let stages = &self.stages;
         let carries = &self.carries;
         let execution = self.estimate.execution;
@@ -351,14 +362,16 @@ impl Executable {
         ))
     }
 
-    fn gather_stats(&self, wall: f64, runs: &[(usize, RunStats)]) -> RunStats {
+    fn gather_stats(&self, wall: f64, runs: &[(usize, usize, RunStats)]) -> RunStats {
         let mut s = RunStats {
             cycles: self.estimate.cycles_per_call,
             wall_seconds: wall,
             checked: true,
             ..RunStats::default()
         };
-        for (r, x) in runs {
+        s.step_seconds = vec![0.0; self.report.steps.len()];
+        for (r, stage, x) in runs {
+            add_step_seconds(&mut s.step_seconds, &self.report_step[*stage], x);
             if *r == 0 {
                 s.compute_cycles += x.compute_cycles;
                 s.exchange_cycles += x.exchange_cycles;
@@ -453,7 +466,10 @@ impl Executable {
             self.load(0, self.floating_point)?;
         }
         let t0 = Instant::now();
-        let mut total = RunStats::default();
+        let mut total = RunStats {
+            step_seconds: vec![0.0; self.report.steps.len()],
+            ..RunStats::default()
+        };
         let mut outs = Vec::with_capacity(replicas);
         let mut seg_cycles = 0u64;
         for (r, din) in device.iter().enumerate() {
@@ -462,6 +478,7 @@ impl Executable {
             let st = engine.last_run().unwrap_or_default();
             seg_cycles = seg_cycles.max(st.cycles);
             add_stats(&mut total, &st);
+            add_step_seconds(&mut total.step_seconds, &self.report_step[0], &st);
             let mut o = Vec::with_capacity(raw.len());
             for (s, b) in self.lowered.outputs.iter().zip(&raw) {
                 o.push(device_to_host(s.device_type, b, s.dtype)?);
@@ -509,6 +526,7 @@ impl Executable {
                 let st = rep[0].last_run().unwrap_or_default();
                 seg1 = seg1.max(st.cycles);
                 add_stats(&mut total, &st);
+                add_step_seconds(&mut total.step_seconds, &self.report_step[0], &st);
             }
             cycles += allreduce + seg1;
         }
@@ -543,7 +561,7 @@ impl Executable {
     }
 
     pub fn last_run(&self) -> Option<RunStats> {
-        self.last
+        self.last.clone()
     }
 }
 
@@ -557,7 +575,7 @@ struct ReplicaIo<'a> {
     /// Every micro-batch's outputs, filled in as stages make them.
     results: &'a Mutex<Vec<Vec<Option<Vec<u8>>>>>,
     /// The statistics of every program run.
-    runs: &'a Mutex<Vec<(usize, RunStats)>>,
+    runs: &'a Mutex<Vec<(usize, usize, RunStats)>>,
 }
 
 /// Runs micro-batches `mbs` through one replica's stages.
@@ -582,10 +600,11 @@ fn run_replica(
             }
             let outs = engine.run(&ins)?;
             if let Some(stats) = engine.last_run() {
-                io.runs
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .push((io.replica, stats));
+                io.runs.lock().unwrap_or_else(|p| p.into_inner()).push((
+                    io.replica,
+                    st.ipu as usize,
+                    stats,
+                ));
             }
             for ((_, sink), bytes) in st.outputs.iter().zip(outs) {
                 match *sink {
@@ -666,8 +685,18 @@ fn run_replica(
     Ok(())
 }
 
+/// Adds a program run's host time by program step to `total` (by the
+/// executable's report steps, `at` mapping one to the other).
+fn add_step_seconds(total: &mut [f64], at: &[Option<usize>], run: &RunStats) {
+    for (t, i) in run.step_seconds.iter().zip(at) {
+        if let Some(i) = *i {
+            total[i] += t;
+        }
+    }
+}
+
 /// Adds a program run's statistics to `total` (cycles are combined by the
-/// caller).
+/// caller; host time by step by `add_step_seconds`).
 fn add_stats(total: &mut RunStats, st: &RunStats) {
     total.compute_cycles += st.compute_cycles;
     total.exchange_cycles += st.exchange_cycles;

@@ -165,7 +165,7 @@ pub struct StepCost {
 }
 
 /// Statistics of one run of a loaded program.
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct RunStats {
     pub cycles: u64,
     pub compute_cycles: u64,
@@ -188,6 +188,11 @@ pub struct RunStats {
     /// The program's memory bounds were verified when it was loaded (the
     /// simulator's checked mode).
     pub checked: bool,
+    /// Host time by step: a program's run (`DeviceEngine::last_run`) by its
+    /// program steps, an executable's run by the steps of its report
+    /// (`DeviceReport::steps`), summed over micro-batches and replicas. A
+    /// fused exchange's time is its compute step's (its own entry is 0).
+    pub step_seconds: Vec<f64>,
 }
 
 /// Everything a device says about a compiled program.

@@ -313,6 +313,7 @@ std::unique_ptr<Engine> Executable::load(const EngineOptions& options) const {
   o.seed = options.seed;
   o.ipu = options.ipu;
   o.fp_exceptions = options.fp_exceptions;
+  o.shares_cores = options.shares_cores;
   return std::make_unique<Engine>(exe_, o);
 }
 
@@ -340,9 +341,13 @@ void Engine::read_output(uint32_t index, rust::Slice<uint8_t> out) const {
 }
 RunStats Engine::last_run() const {
   const ::neurenix::RunStats& s = engine_.last_run();
+  rust::Vec<double> steps;
+  steps.reserve(s.step_seconds.size());
+  for (double t : s.step_seconds) steps.push_back(t);
   return RunStats{s.cycles,       s.compute_cycles,  s.exchange_cycles,  s.host_cycles,
                   s.steps,        s.exchanged_bytes, s.copied_bytes,     s.host_bytes,
-                  s.wall_seconds, s.compute_seconds, s.exchange_seconds, s.host_io_seconds};
+                  s.wall_seconds, s.compute_seconds, s.exchange_seconds, s.host_io_seconds,
+                  std::move(steps)};
 }
 
 std::unique_ptr<DeviceManager> new_device_manager(rust::Str spec, rust::Str lock_dir) {

@@ -238,6 +238,7 @@ pub mod ffi {
         seed: u64,
         ipu: u32,
         fp_exceptions: bool,
+        shares_cores: bool,
     }
 
     struct RunStats {
@@ -253,6 +254,8 @@ pub mod ffi {
         compute_seconds: f64,
         exchange_seconds: f64,
         host_io_seconds: f64,
+        /// Host seconds by program step (the C++ `RunStats::step_seconds`).
+        step_seconds: Vec<f64>,
     }
 
     struct SystemInfo {

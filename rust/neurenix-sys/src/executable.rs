@@ -148,6 +148,7 @@ impl DeviceExecutable for Executable {
             seed: options.floating_point.seed,
             ipu: options.ipu,
             fp_exceptions: options.floating_point.exceptions,
+            shares_cores: options.shares_cores,
         };
         Ok(Box::new(Engine {
             inner: self.inner.load(&options).map_err(from_cxx)?,
@@ -234,6 +235,7 @@ impl DeviceEngine for Engine {
             host_io_seconds: s.host_io_seconds,
             host_memory_bytes: self.inner.arena_bytes(),
             checked: self.inner.checked(),
+            step_seconds: s.step_seconds,
         })
     }
 }

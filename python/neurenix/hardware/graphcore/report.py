@@ -757,6 +757,10 @@ class ExecutionReport:
     # memories; its vertices read the rest where it was sent from (receive
     # aliases, docs/architecture.md). Simulator work, not device traffic.
     copied_bytes: int = 0
+    # Host time by step of the compile report's ``steps`` (summed over the
+    # run's micro-batches and replicas; a fused exchange's time is its
+    # compute step's): where the simulation spends its time.
+    step_seconds: List[float] = field(default_factory=list)
 
     @classmethod
     def from_run_stats(cls, s: Any, clock_hz: float, batch_size: int) -> "ExecutionReport":
@@ -778,6 +782,7 @@ class ExecutionReport:
             host_io_seconds=s.host_io_seconds,
             checked=s.checked,
             copied_bytes=s.copied_bytes,
+            step_seconds=list(s.step_seconds),
         )
 
     @classmethod
@@ -794,11 +799,34 @@ class ExecutionReport:
             batch_size=total("batch_size"), compute_seconds=total("compute_seconds"),
             exchange_seconds=total("exchange_seconds"), host_io_seconds=total("host_io_seconds"),
             checked=all(r.checked for r in runs), ipus=first.ipus, copied_bytes=total("copied_bytes"),
+            step_seconds=[sum(t) for t in zip(*(r.step_seconds for r in runs))],
         )
 
     @property
     def estimated_seconds(self) -> float:
         return self.cycles / self.clock_hz
+
+    def host_seconds_per_layer(self, report: "CompileReport") -> List[Dict[str, Any]]:
+        """The simulation's host time summed per ONNX node (``report``: the
+        compiled model's), most first: ``{"node", "op_type", "seconds",
+        "by_kind": {"compute", "exchange"}, "steps"}``. Host streams and
+        steps of no node are left out (``host_io_seconds`` has the streams)."""
+        if len(self.step_seconds) != len(report.steps):
+            raise ValueError(
+                f"this run has host times for {len(self.step_seconds)} steps, the report lists "
+                f"{len(report.steps)}: pass the report of the model that ran"
+            )
+        op_type = {p.node: p.op_type for p in report.placement}
+        layers: Dict[str, Dict[str, Any]] = {}
+        for s, t in zip(report.steps, self.step_seconds):
+            if not s.node or s.kind not in ("compute", "exchange"):
+                continue
+            e = layers.setdefault(s.node, {"node": s.node, "op_type": op_type.get(s.node, ""), "seconds": 0.0,
+                                           "by_kind": {"compute": 0.0, "exchange": 0.0}, "steps": 0})
+            e["seconds"] += t
+            e["by_kind"][s.kind] += t
+            e["steps"] += 1
+        return sorted(layers.values(), key=lambda e: -e["seconds"])
 
     @property
     def samples_per_second(self) -> float:

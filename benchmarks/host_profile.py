@@ -1,0 +1,94 @@
+"""Benchmark: where the simulator's host time goes, from the execution
+report's host time by step (`ExecutionReport.step_seconds`).
+
+For each model: compiled for one full `ipu2`, run `--repeat` times after a
+warm-up run, each step's median over the runs; then the time by operator
+type, by part of an operation (the step's name after its node: a
+convolution's `conv` products, its `reduce` partial sums, a product's
+operand `fetch`, ...; an element-wise or pooling operation's steps carry the
+node's name alone) and the layers that take the most.
+
+    python benchmarks/host_profile.py [--models "bert-base-like b1" ...] [--repeat 20]
+                                      [--threads 2] [--precision float32] [--top 8]
+
+Prints markdown tables (the ones recorded in docs/benchmarks.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections import defaultdict
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from models import MODELS  # noqa: E402
+
+
+def step_part(step) -> str:
+    """What part of its operation a step is: the name after the node's
+    (`n62/conv` -> `conv`), the step's kind when the name is the node's."""
+    if step.kind in ("host_to_device", "device_to_host"):
+        return "host streams"
+    if step.node and step.name.startswith(step.node + "/"):
+        return step.name[len(step.node) + 1:].split("/")[0]
+    return step.kind
+
+
+def profile(name, threads, repeat, precision):
+    from neurenix.hardware.graphcore import GraphCoreManager, IPUModel
+
+    model, feeds = MODELS[name]()
+    with GraphCoreManager(num_ipus=1, precision=precision, ipu_model=IPUModel.from_spec("version=ipu2,num_ipus=1"),
+                          simulator_threads=threads) as ipu:
+        compiled = ipu.compile_model(model, feeds)
+        ipu.execute_model(compiled, feeds)  # warm-up: first touches of tile memory
+        runs = []
+        for _ in range(repeat):
+            ipu.execute_model(compiled, feeds)
+            runs.append(compiled.last_execution)
+    steps = compiled.report.steps
+    seconds = np.median(np.array([r.step_seconds for r in runs]), axis=0)
+    wall = float(np.median([r.wall_seconds for r in runs]))
+    op_type = {p.node: p.op_type for p in compiled.report.placement}
+    by_op, by_part = defaultdict(float), defaultdict(float)
+    for s, t in zip(steps, seconds):
+        by_op[op_type.get(s.node, "(host streams)" if not s.node else "")] += t
+        by_part[step_part(s)] += t
+    median_run = runs[int(np.argsort([r.wall_seconds for r in runs])[len(runs) // 2])]
+    layers = median_run.host_seconds_per_layer(compiled.report)
+    return wall, float(seconds.sum()), by_op, by_part, layers
+
+
+def table(title, rows, total):
+    lines = [f"| {title} | host time (ms) | share |", "|---|---|---|"]
+    for k, t in sorted(rows.items(), key=lambda kv: -kv[1]):
+        lines.append(f"| {k or '(no node)'} | {t * 1e3:.2f} | {100 * t / total:.1f}% |")
+    return "\n".join(lines)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--models", nargs="*", default=["bert-base-like b1", "resnet50-light b1", "squeezenet-light b1"])
+    ap.add_argument("--repeat", type=int, default=20)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--precision", default="float32")
+    ap.add_argument("--top", type=int, default=8)
+    args = ap.parse_args()
+    for name in args.models:
+        wall, steps_total, by_op, by_part, layers = profile(name, args.threads, args.repeat, args.precision)
+        print(f"#### {name} ({args.precision}): {wall * 1e3:.2f} ms a run (median of {args.repeat}), "
+              f"{steps_total * 1e3:.2f} ms of it in steps\n")
+        print(table("operator", by_op, steps_total) + "\n")
+        print(table("part of the operation", by_part, steps_total) + "\n")
+        lines = ["| layer | operator | host time (ms) | steps |", "|---|---|---|---|"]
+        for e in layers[:args.top]:
+            lines.append(f"| {e['node']} | {e['op_type']} | {e['seconds'] * 1e3:.2f} | {e['steps']} |")
+        print("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()
