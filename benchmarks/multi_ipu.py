@@ -11,6 +11,12 @@ compile time and the simulated wall time of one call.
                                    [--ipus 1 2 4 8] [--replicas 2 4] [--threads 2] [--no-run]
 
 Prints markdown tables (the ones recorded in docs/multi-ipu.md).
+
+    python benchmarks/multi_ipu.py --sharded [--threads 2]
+
+instead times calls of a small model whose stages take turns (sharded
+execution: one call, one micro-batch) on tiny IPUs of 16 tiles, as a test
+suite runs one: the median of 50 calls on 1, 2 and 4 IPUs.
 """
 
 from __future__ import annotations
@@ -99,6 +105,44 @@ def run_once(compiled, feeds, precision, ipus, replicas, iterations, threads):
     return wall
 
 
+def sharded_calls(threads, calls=50):
+    """Median wall time of a call of a 5-layer MLP (64-256-256-256-10, batch 8)
+    on 1, 2 and 4 tiny IPUs, sharded."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    from neurenix.hardware.graphcore import GraphCoreManager, IPUModel
+
+    rng = np.random.default_rng(0)
+    widths = [64, 256, 256, 256, 10]
+    nodes, inits, prev = [], [], "x"
+    for i, (a, b) in enumerate(zip(widths[:-1], widths[1:])):
+        inits += [numpy_helper.from_array((rng.standard_normal((a, b)) / np.sqrt(a)).astype(np.float32), f"W{i}"),
+                  numpy_helper.from_array(np.zeros(b, np.float32), f"b{i}")]
+        nodes.append(helper.make_node("Gemm", [prev, f"W{i}", f"b{i}"], [f"z{i}"]))
+        prev = f"z{i}"
+        if i < len(widths) - 2:
+            nodes.append(helper.make_node("Relu", [prev], [f"h{i}"]))
+            prev = f"h{i}"
+    graph = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [8, 64])],
+                              [helper.make_tensor_value_info(prev, TensorProto.FLOAT, [8, 10])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    x = rng.standard_normal((8, 64)).astype(np.float32)
+    print("| IPUs | execution | call (ms, median of %d) |" % calls)
+    print("|---|---|---|")
+    for n in (1, 2, 4):
+        with GraphCoreManager(num_ipus=n, execution="sharded" if n > 1 else None, precision="float32",
+                              ipu_model=IPUModel(num_ipus=4, tiles_per_ipu=16), simulator_threads=threads) as ipu:
+            compiled = ipu.compile_model(model, x)
+            for _ in range(5):
+                ipu.execute_model(compiled, x)
+            times = []
+            for _ in range(calls):
+                t0 = time.perf_counter()
+                ipu.execute_model(compiled, x)
+                times.append(time.perf_counter() - t0)
+        print(f"| {n} | {compiled.report.execution} | {np.median(times) * 1e3:.3f} |", flush=True)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", nargs="*", default=list(MODELS))
@@ -106,7 +150,11 @@ def main(argv=None):
     ap.add_argument("--replicas", nargs="*", type=int, default=[2, 4])
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--no-run", action="store_true", help="compile only (no simulated runs)")
+    ap.add_argument("--sharded", action="store_true", help="time calls of a small sharded model instead")
     args = ap.parse_args(argv)
+    if args.sharded:
+        sharded_calls(args.threads)
+        return
     for name in args.models:
         build, precision, simulate = MODELS[name]
         model, feeds = build()
