@@ -56,7 +56,10 @@ def profile(name, threads, repeat, precision):
     op_type = {p.node: p.op_type for p in compiled.report.placement}
     by_op, by_part = defaultdict(float), defaultdict(float)
     for s, t in zip(steps, seconds):
-        by_op[op_type.get(s.node, "(host streams)" if not s.node else "")] += t
+        if s.kind in ("host_to_device", "device_to_host"):
+            by_op["(host streams)"] += t
+        else:
+            by_op[op_type.get(s.node, "(no node)") if s.node else "(no node)"] += t
         by_part[step_part(s)] += t
     median_run = runs[int(np.argsort([r.wall_seconds for r in runs])[len(runs) // 2])]
     layers = median_run.host_seconds_per_layer(compiled.report)

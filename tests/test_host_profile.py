@@ -1,7 +1,8 @@
 """The simulation's host time by step (``ExecutionReport.step_seconds``) and
 by ONNX node (``host_seconds_per_layer``): aligned with the compile report's
-steps on one IPU, pipelined, replicated and in training; the heavy node of a
-model is where the time goes."""
+steps on one IPU, sharded, pipelined, replicated and in training (with one
+and two replicas, each replica's tile memory counted once); the heavy node of
+a model is where the time goes."""
 
 import dataclasses
 import warnings
@@ -15,15 +16,15 @@ from neurenix.hardware.graphcore.report import ExecutionReport
 from onnx_models import make_model, mlp
 
 
-def heavy_middle(rng, width=256, wide=2048):
-    """x [N, width] -> Tanh -> MatMul [width, wide] (most of the work) ->
-    ReduceSum over the features -> Add 1."""
+def heavy_first(rng, width=256, wide=4096):
+    """x [N, width] -> MatMul [width, wide] (nearly all of the work) ->
+    ReduceSum over the features -> Tanh -> Add 1 (on [N, 1])."""
     w = (rng.standard_normal((width, wide)) / np.sqrt(width)).astype(np.float32)
     nodes = [
-        helper.make_node("Tanh", ["x"], ["t"], name="squash"),
-        helper.make_node("MatMul", ["t", "W"], ["m"], name="heavy"),
+        helper.make_node("MatMul", ["x", "W"], ["m"], name="heavy"),
         helper.make_node("ReduceSum", ["m", "axes"], ["r"], keepdims=1, name="total"),
-        helper.make_node("Add", ["r", "one"], ["y"], name="shift"),
+        helper.make_node("Tanh", ["r"], ["t"], name="squash"),
+        helper.make_node("Add", ["t", "one"], ["y"], name="shift"),
     ]
     inits = [numpy_helper.from_array(w, "W"), numpy_helper.from_array(np.array([1], np.int64), "axes"),
              numpy_helper.from_array(np.ones(1, np.float32), "one")]
@@ -62,10 +63,10 @@ CONFIGS = [
 @pytest.mark.parametrize("n,r,d,execution", CONFIGS)
 def test_host_time_by_step_is_aligned_with_the_reports_steps(n, r, d, execution):
     rng = np.random.default_rng(3)
-    model = heavy_middle(rng)
+    model = heavy_first(rng)
     micro = rng.standard_normal((16, 256)).astype(np.float32)
     with GraphCoreManager(num_ipus=n, replication_factor=r, device_iterations=d, execution=execution,
-                          precision="float32", ipu_model=IPUModel(num_ipus=4, tiles_per_ipu=16)) as ipu:
+                          precision="float32", ipu_model=IPUModel(num_ipus=4, tiles_per_ipu=32)) as ipu:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", IPUPlanWarning)
             compiled = ipu.compile_model(model, micro)
@@ -96,25 +97,33 @@ def test_a_report_of_another_model_is_refused():
     tiny = IPUModel(num_ipus=1, tiles_per_ipu=16)
     with GraphCoreManager(precision="float32", ipu_model=tiny) as ipu:
         a = ipu.compile_model(small, x)
-        b = ipu.compile_model(heavy_middle(rng), rng.standard_normal((4, 256)).astype(np.float32))
+        b = ipu.compile_model(heavy_first(rng), rng.standard_normal((4, 256)).astype(np.float32))
         ipu.execute_model(a, x)
         with pytest.raises(ValueError, match="pass the report of the model that ran"):
             a.last_execution.host_seconds_per_layer(b.report)
 
 
-def test_a_training_call_adds_its_micro_batches_host_time_step_by_step():
+@pytest.mark.parametrize("replicas", [1, 2])
+def test_a_training_call_adds_its_micro_batches_host_time_step_by_step(replicas):
     rng = np.random.default_rng(6)
     model, _ = mlp([8, 16, 4], rng, softmax=False)
     model.graph.output[0].name = model.graph.node[-1].output[0]
     x = rng.standard_normal((4, 8)).astype(np.float32)
     labels = rng.integers(0, 4, size=4).astype(np.int64)
-    with GraphCoreManager(precision="float32", gradient_accumulation=2,
-                          ipu_model=IPUModel(num_ipus=1, tiles_per_ipu=4)) as ipu:
-        t = ipu.compile_model(model, {"x": x, "labels": labels},
-                              loss=losses.CrossEntropy(model.graph.output[0].name), optimizer=optim.SGD(lr=0.1))
-        ipu.execute_model(t, {"x": np.concatenate([x, x]), "labels": np.concatenate([labels, labels])})
-        run = ipu.last_execution_report
-    check_aligned(run, t.report, one_program=False)
+    memory = {}
+    for r in sorted({1, replicas}):
+        with GraphCoreManager(num_ipus=r, replication_factor=r, precision="float32", gradient_accumulation=2,
+                              ipu_model=IPUModel(num_ipus=2, tiles_per_ipu=4)) as ipu:
+            t = ipu.compile_model(model, {"x": x, "labels": labels},
+                                  loss=losses.CrossEntropy(model.graph.output[0].name), optimizer=optim.SGD(lr=0.1))
+            ipu.execute_model(t, {"x": np.concatenate([x] * 2 * r), "labels": np.concatenate([labels] * 2 * r)})
+            run = ipu.last_execution_report
+        check_aligned(run, t.report, one_program=False)
+        memory[r] = run.host_memory_bytes
+    # Every replica's tile memory, once (the step's update runs in the same);
+    # a replicated step's program (in two segments) is a few bytes off the
+    # single replica's.
+    assert memory[replicas] == pytest.approx(replicas * memory[1], rel=0.05)
 
 
 def test_combined_runs_add_host_time_step_by_step():
@@ -126,3 +135,5 @@ def test_combined_runs_add_host_time_step_by_step():
     both = ExecutionReport.combined([run([1.0, 0.0, 2.5]), run([0.5, 0.25, 0.0])])
     assert both.step_seconds == [1.5, 0.25, 2.5]
     assert both.to_dict()["step_seconds"] == [1.5, 0.25, 2.5]
+    with pytest.raises(ValueError, match="different programs"):
+        ExecutionReport.combined([run([1.0, 0.0, 2.5]), run([0.5, 0.25])])

@@ -28,9 +28,10 @@ namespace neurenix {
 // spin briefly for the next step before sleeping, and the caller spins for
 // the stragglers: a sleep/wake per step would cost more than small steps.
 // A worker joins a step only while the step is open (the gate): the caller,
-// once it has run every index itself, closes it and waits only for the
-// workers that joined, not for one still waking up (waking a sleeping
-// thread can take half a millisecond on a virtual machine).
+// once no index is left to take, closes it and waits only for the workers
+// that joined (they may still run theirs), not for one still waking up
+// (waking a sleeping thread can take half a millisecond on a virtual
+// machine).
 // An engine whose program takes turns with others on the same cores
 // (EngineOptions::shares_cores) parks its workers at the end of a run: they
 // sleep at once instead of spinning for a step that does not come.
@@ -146,10 +147,14 @@ class ThreadPool {
   void loop(size_t id) {
     uint64_t seen = 0;
     while (true) {
-      // Spin a little for the next step, then sleep.
+      // Spin a little for the next step, then sleep. The spin yields the
+      // core now and then: a worker just woken may have been placed on the
+      // caller's core, and spinning there would keep the caller, which
+      // brings the next step, waiting behind it.
       uint64_t gen = generation_.load(std::memory_order_acquire);
       for (int spin = 0; gen == seen && spin < (1 << 14) && !parked_.load(std::memory_order_acquire); ++spin) {
-        pause();
+        if ((spin & 255) == 255) std::this_thread::yield();
+        else pause();
         gen = generation_.load(std::memory_order_acquire);
       }
       if (gen == seen) {
@@ -477,6 +482,14 @@ void Engine::run_steps(size_t first, size_t last) {
     for (size_t i = 0; i < in_set_.size(); ++i)
       if (!in_set_[i]) fail(ErrorCode::kInvalidState, "input '" + g.inputs()[i].name + "' was not written before run()");
   auto t0 = std::chrono::steady_clock::now();
+  // A program that takes turns with others parks its workers at the end of
+  // the run, a failed one too.
+  struct ParkAtEnd {
+    ThreadPool* pool;
+    ~ParkAtEnd() {
+      if (pool) pool->park();
+    }
+  } park_at_end{options_.shares_cores ? pool_.get() : nullptr};
   RunStats st;
   const auto& program = exe_->program();
   const auto& costs = exe_->step_costs();
@@ -628,7 +641,6 @@ void Engine::run_steps(size_t first, size_t last) {
     st.cycles += costs[s].cycles;
     st.steps += 1;
   }
-  if (options_.shares_cores) pool_->park();
   st.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   stats_ = std::move(st);
 }

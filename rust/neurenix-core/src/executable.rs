@@ -468,6 +468,7 @@ impl Executable {
         let t0 = Instant::now();
         let mut total = RunStats {
             step_seconds: vec![0.0; self.report.steps.len()],
+            checked: true,
             ..RunStats::default()
         };
         let mut outs = Vec::with_capacity(replicas);
@@ -478,6 +479,8 @@ impl Executable {
             let st = engine.last_run().unwrap_or_default();
             seg_cycles = seg_cycles.max(st.cycles);
             add_stats(&mut total, &st);
+            // Each replica's tile memory, once (segment 1 runs in the same).
+            total.host_memory_bytes += st.host_memory_bytes;
             add_step_seconds(&mut total.step_seconds, &self.report_step[0], &st);
             let mut o = Vec::with_capacity(raw.len());
             for (s, b) in self.lowered.outputs.iter().zip(&raw) {
@@ -587,45 +590,49 @@ fn run_replica(
     mbs: &[usize],
     io: &ReplicaIo<'_>,
 ) -> Result<()> {
-    let step =
-        |engine: &mut Box<dyn DeviceEngine>, st: &Stage, m: usize, bag: &mut Bag| -> Result<()> {
-            let mut ins = Vec::with_capacity(st.inputs.len());
-            for (hs, src) in &st.inputs {
-                ins.push(match *src {
-                    Source::Host(i) => io.device_inputs[m][i].clone(),
-                    Source::Carried(c) => bag.get(&c).cloned().ok_or_else(|| {
-                        Error::Internal(format!("carried tensor '{}' did not arrive", hs.name))
-                    })?,
-                });
-            }
-            let outs = engine.run(&ins)?;
-            if let Some(stats) = engine.last_run() {
-                io.runs.lock().unwrap_or_else(|p| p.into_inner()).push((
-                    io.replica,
-                    st.ipu as usize,
-                    stats,
-                ));
-            }
-            for ((_, sink), bytes) in st.outputs.iter().zip(outs) {
-                match *sink {
-                    Sink::Host(o) => {
-                        let mut r = io.results.lock().unwrap_or_else(|p| p.into_inner());
-                        r[m][o] = Some(bytes);
-                    }
-                    Sink::Carried(c) => {
-                        bag.insert(c, bytes);
-                    }
+    // Stage `s` (`st`) runs micro-batch `m`.
+    let step = |engine: &mut Box<dyn DeviceEngine>,
+                s: usize,
+                st: &Stage,
+                m: usize,
+                bag: &mut Bag|
+     -> Result<()> {
+        let mut ins = Vec::with_capacity(st.inputs.len());
+        for (hs, src) in &st.inputs {
+            ins.push(match *src {
+                Source::Host(i) => io.device_inputs[m][i].clone(),
+                Source::Carried(c) => bag.get(&c).cloned().ok_or_else(|| {
+                    Error::Internal(format!("carried tensor '{}' did not arrive", hs.name))
+                })?,
+            });
+        }
+        let outs = engine.run(&ins)?;
+        if let Some(stats) = engine.last_run() {
+            io.runs
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push((io.replica, s, stats));
+        }
+        for ((_, sink), bytes) in st.outputs.iter().zip(outs) {
+            match *sink {
+                Sink::Host(o) => {
+                    let mut r = io.results.lock().unwrap_or_else(|p| p.into_inner());
+                    r[m][o] = Some(bytes);
+                }
+                Sink::Carried(c) => {
+                    bag.insert(c, bytes);
                 }
             }
-            // Forward only what later stages still read.
-            bag.retain(|&c, _| carries[c].to.iter().any(|&t| t > st.ipu));
-            Ok(())
-        };
+        }
+        // Forward only what later stages still read.
+        bag.retain(|&c, _| carries[c].to.iter().any(|&t| t > st.ipu));
+        Ok(())
+    };
     if execution == Execution::Sharded || stages.len() == 1 {
         for &m in mbs {
             let mut bag = Bag::new();
-            for (engine, st) in engines.iter_mut().zip(stages) {
-                step(engine, st, m, &mut bag)?;
+            for (s, (engine, st)) in engines.iter_mut().zip(stages).enumerate() {
+                step(engine, s, st, m, &mut bag)?;
             }
         }
         return Ok(());
@@ -648,7 +655,8 @@ fn run_replica(
             .iter_mut()
             .zip(stages)
             .zip(senders.into_iter().zip(receivers))
-            .map(|((engine, st), (tx, rx))| {
+            .enumerate()
+            .map(|(s, ((engine, st), (tx, rx)))| {
                 sc.spawn(move || -> Result<()> {
                     for &m in mbs {
                         let mut bag = match &rx {
@@ -659,7 +667,7 @@ fn run_replica(
                                 Err(_) => return Ok(()),
                             },
                         };
-                        step(engine, st, m, &mut bag)?;
+                        step(engine, s, st, m, &mut bag)?;
                         if let Some(tx) = &tx {
                             if tx.send(bag).is_err() {
                                 return Ok(());
@@ -696,7 +704,8 @@ fn add_step_seconds(total: &mut [f64], at: &[Option<usize>], run: &RunStats) {
 }
 
 /// Adds a program run's statistics to `total` (cycles are combined by the
-/// caller; host time by step by `add_step_seconds`).
+/// caller, host time by step by `add_step_seconds`, host memory once per
+/// replica by the caller).
 fn add_stats(total: &mut RunStats, st: &RunStats) {
     total.compute_cycles += st.compute_cycles;
     total.exchange_cycles += st.exchange_cycles;
@@ -708,6 +717,5 @@ fn add_stats(total: &mut RunStats, st: &RunStats) {
     total.compute_seconds += st.compute_seconds;
     total.exchange_seconds += st.exchange_seconds;
     total.host_io_seconds += st.host_io_seconds;
-    total.host_memory_bytes += st.host_memory_bytes;
-    total.checked |= st.checked;
+    total.checked &= st.checked;
 }

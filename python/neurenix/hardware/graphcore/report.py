@@ -790,6 +790,8 @@ class ExecutionReport:
         """Runs one after another (a training call's micro-batches) as one:
         cycles, bytes and times summed, batch sizes added."""
         first = runs[0]
+        if len({len(r.step_seconds) for r in runs}) > 1:
+            raise ValueError("runs of different programs cannot be combined: their steps differ")
         total = lambda f: sum(getattr(r, f) for r in runs)  # noqa: E731
         return cls(
             cycles=total("cycles"), compute_cycles=total("compute_cycles"), exchange_cycles=total("exchange_cycles"),
@@ -799,7 +801,7 @@ class ExecutionReport:
             batch_size=total("batch_size"), compute_seconds=total("compute_seconds"),
             exchange_seconds=total("exchange_seconds"), host_io_seconds=total("host_io_seconds"),
             checked=all(r.checked for r in runs), ipus=first.ipus, copied_bytes=total("copied_bytes"),
-            step_seconds=[sum(t) for t in zip(*(r.step_seconds for r in runs))],
+            step_seconds=[sum(t) for t in zip(*(r.step_seconds for r in runs))] if runs[0].step_seconds else [],
         )
 
     @property
