@@ -30,7 +30,8 @@ from .errors import (
 from .manager import GraphCoreManager, get_graphcore_manager
 from .options import IPUModel
 from .planning import BatchSearch, IPUSearch, PlanTry, find_max_batch, find_min_ipus, with_batch_size
-from .report import CompileReport, ExecutionReport
+from .report import CompileReport
+from .report_execution import ExecutionReport
 from .training import TrainingModel
 
 

@@ -16,7 +16,8 @@ except ImportError:  # pragma: no cover - a dependency of neurenix (and of onnx 
     ml_dtypes = None
 
 from .errors import InputMismatchError
-from .report import CompileReport, ExecutionReport
+from .report import CompileReport
+from .report_execution import ExecutionReport
 
 
 class TensorSpec(NamedTuple):

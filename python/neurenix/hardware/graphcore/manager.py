@@ -42,7 +42,7 @@ from .options import (
     options_from_env,
 )
 from .progress import CompileProgress
-from .report import ExecutionReport
+from .report_execution import ExecutionReport
 
 
 def _model_label(model: Any) -> str:

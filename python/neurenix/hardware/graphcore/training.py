@@ -15,7 +15,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from .compiled import CompiledModel, TensorSpec
-from .report import ExecutionReport
+from .report_execution import ExecutionReport
 from .errors import InputMismatchError, InvalidOptionError, InvalidOptionTypeError
 from .optim import Optimizer
 
