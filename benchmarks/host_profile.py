@@ -17,6 +17,7 @@ Prints markdown tables (the ones recorded in docs/benchmarks.md).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 from collections import defaultdict
@@ -61,8 +62,9 @@ def profile(name, threads, repeat, precision):
         else:
             by_op[op_type.get(s.node, "(no node)") if s.node else "(no node)"] += t
         by_part[step_part(s)] += t
-    median_run = runs[int(np.argsort([r.wall_seconds for r in runs])[len(runs) // 2])]
-    layers = median_run.host_seconds_per_layer(compiled.report)
+    # The layers from the same per-step medians.
+    layers = dataclasses.replace(runs[-1], step_seconds=[float(t) for t in seconds]).host_seconds_per_layer(
+        compiled.report)
     return wall, float(seconds.sum()), by_op, by_part, layers
 
 

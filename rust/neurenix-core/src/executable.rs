@@ -478,10 +478,9 @@ impl Executable {
             let raw = engine.run_segment(0, din)?;
             let st = engine.last_run().unwrap_or_default();
             seg_cycles = seg_cycles.max(st.cycles);
-            add_stats(&mut total, &st);
+            add_stats(&mut total, &st, &self.report_step[0]);
             // Each replica's tile memory, once (segment 1 runs in the same).
             total.host_memory_bytes += st.host_memory_bytes;
-            add_step_seconds(&mut total.step_seconds, &self.report_step[0], &st);
             let mut o = Vec::with_capacity(raw.len());
             for (s, b) in self.lowered.outputs.iter().zip(&raw) {
                 o.push(device_to_host(s.device_type, b, s.dtype)?);
@@ -528,8 +527,7 @@ impl Executable {
                 rep[0].run_segment(1, &[])?;
                 let st = rep[0].last_run().unwrap_or_default();
                 seg1 = seg1.max(st.cycles);
-                add_stats(&mut total, &st);
-                add_step_seconds(&mut total.step_seconds, &self.report_step[0], &st);
+                add_stats(&mut total, &st, &self.report_step[0]);
             }
             cycles += allreduce + seg1;
         }
@@ -703,10 +701,11 @@ fn add_step_seconds(total: &mut [f64], at: &[Option<usize>], run: &RunStats) {
     }
 }
 
-/// Adds a program run's statistics to `total` (cycles are combined by the
-/// caller, host time by step by `add_step_seconds`, host memory once per
-/// replica by the caller).
-fn add_stats(total: &mut RunStats, st: &RunStats) {
+/// Adds a program run's statistics to `total`, its host time by step through
+/// `at` (`add_step_seconds`); cycles are combined by the caller, and host
+/// memory counted once per replica by the caller.
+fn add_stats(total: &mut RunStats, st: &RunStats, at: &[Option<usize>]) {
+    add_step_seconds(&mut total.step_seconds, at, st);
     total.compute_cycles += st.compute_cycles;
     total.exchange_cycles += st.exchange_cycles;
     total.host_cycles += st.host_cycles;
