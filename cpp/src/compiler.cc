@@ -10,6 +10,7 @@
 #include "fused_exchanges.h"
 #include "host_threads.h"
 #include "receive_alias.h"
+#include "shadow_temporaries.h"
 
 namespace neurenix {
 namespace {
@@ -767,6 +768,7 @@ std::unique_ptr<Executable> compile(std::unique_ptr<Graph> gp) {
     });
   }
   fuse_exchanges(*exe);
+  shadow_temporaries(*exe);
   return exe;
 }
 

@@ -24,7 +24,9 @@ namespace neurenix {
 // calling thread works too. Indices can be given homes: thread j first works
 // through its own range, then helps with the others' (the engine gives each
 // thread a fixed share of the tiles, so a tile's memory stays in the same
-// core's cache from step to step). BSP steps come in quick succession, so workers
+// core's cache from step to step), or be grouped in units each run whole by
+// one thread (parallel_for_claimed: the tiles of a shadow region). BSP steps
+// come in quick succession, so workers
 // spin briefly for the next step before sleeping, and the caller spins for
 // the stragglers: a sleep/wake per step would cost more than small steps.
 // A worker joins a step only while the step is open (the gate): the caller,
@@ -58,19 +60,42 @@ class ThreadPool {
   // first works through indices [home[j], home[j + 1]), then helps with the
   // other threads' ranges. Every index runs exactly once either way.
   void parallel_for(size_t n, const std::function<void(size_t)>& fn, const size_t* home = nullptr) {
+    if (size() > kMaxRanges) home = nullptr;
+    run(n, fn, home, home ? size() : 1, false);
+  }
+  // `units` ranges of indices, `bounds` their units + 1 ascending
+  // boundaries from 0 to n: each unit is run whole, in order, by the one
+  // thread that claims it. Thread j claims units from j * units / size() on,
+  // one at a time, then those the others have not claimed yet (the engine's
+  // shadowed steps: a unit's tiles share one host region,
+  // Executable::shadowed).
+  void parallel_for_claimed(size_t n, const std::function<void(size_t)>& fn, const uint32_t* bounds, size_t units) {
+    NX_CHECK(units >= 1, "claimed units of no indices");
+    if (size() > kMaxRanges || workers_.empty() || n <= 1) {
+      for (size_t i = 0; i < n; ++i) fn(i);
+      return;
+    }
+    units_ = bounds;
+    size_t home[kMaxRanges + 1];
+    for (size_t j = 0; j <= size(); ++j) home[j] = units * j / size();
+    run(units, fn, home, size(), true);
+  }
+  static constexpr size_t kMaxRanges = 64;
+
+ private:
+  void run(size_t n, const std::function<void(size_t)>& fn, const size_t* bounds, size_t ranges, bool claimed) {
     if (n == 0) return;
-    if (workers_.empty() || n == 1) {
+    if (!claimed && (workers_.empty() || n == 1)) {
       for (size_t i = 0; i < n; ++i) fn(i);
       return;
     }
     fn_ = &fn;
     error_ = nullptr;
-    const size_t threads = size();
-    if (threads > kMaxRanges) home = nullptr;
-    ranges_ = home ? threads : 1;
+    ranges_ = ranges;
+    claimed_ = claimed;
     for (size_t j = 0; j < ranges_; ++j) {
-      range_[j].next.store(home ? home[j] : 0, std::memory_order_relaxed);
-      range_[j].end = home ? home[j + 1] : n;
+      range_[j].next.store(bounds ? bounds[j] : 0, std::memory_order_relaxed);
+      range_[j].end = bounds ? bounds[j + 1] : n;
     }
     parked_.store(false, std::memory_order_relaxed);
     // Only this thread (and the destructor) moves the generation.
@@ -94,7 +119,6 @@ class ThreadPool {
     if (error_) std::rethrow_exception(error_);
   }
 
- private:
   static void pause() {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_ia32_pause();
@@ -113,7 +137,24 @@ class ThreadPool {
     }
     return false;
   }
+  void call(size_t i) {
+    try {
+      (*fn_)(i);
+    } catch (...) {
+      std::lock_guard<std::mutex> l(err_mu_);
+      if (!error_) error_ = std::current_exception();
+    }
+  }
   void work(size_t id) {
+    if (claimed_) {
+      // Ranges of units, one unit at a time.
+      for (size_t k = 0; k < ranges_; ++k) {
+        Range& r = range_[(id + k) % ranges_];
+        for (size_t u; (u = r.next.fetch_add(1, std::memory_order_relaxed)) < r.end;)
+          for (size_t i = units_[u]; i < units_[u + 1]; ++i) call(i);
+      }
+      return;
+    }
     // Indices are taken in shrinking chunks (a share of what is left): few
     // bumps of the shared counter (one per tile would bounce its cache line
     // between cores on every tile), yet small chunks at the end, so that a
@@ -133,14 +174,7 @@ class ThreadPool {
         } while (!r.next.compare_exchange_weak(i0, i0 + chunk, std::memory_order_relaxed));
         if (i0 >= end) break;
         const size_t i1 = std::min(end, i0 + chunk);
-        for (size_t i = i0; i < i1; ++i) {
-          try {
-            (*fn_)(i);
-          } catch (...) {
-            std::lock_guard<std::mutex> l(err_mu_);
-            if (!error_) error_ = std::current_exception();
-          }
-        }
+        for (size_t i = i0; i < i1; ++i) call(i);
       }
     }
   }
@@ -180,9 +214,10 @@ class ThreadPool {
     std::atomic<size_t> next{0};
     size_t end = 0;
   };
-  static constexpr size_t kMaxRanges = 64;
   Range range_[kMaxRanges];
   size_t ranges_ = 1;
+  bool claimed_ = false;           // ranges of claimed units (parallel_for_claimed) ...
+  const uint32_t* units_ = nullptr;  // ... and the units' bounds
   std::atomic<uint64_t> gate_{0};
   std::atomic<uint64_t> generation_{0};
   std::atomic<int> sleepers_{0};
@@ -343,13 +378,13 @@ void Engine::gather(const Tensor& t, uint8_t* data) const {
   }
 }
 
-void Engine::check_floating_point(uint32_t compute_set, const std::vector<std::string>& found) const {
-  const auto& sched = exe_->compute_schedule()[compute_set];
+void Engine::check_floating_point(uint32_t compute_set, const std::vector<std::string>& found,
+                                  const std::function<uint32_t(size_t)>& tile_at) const {
   for (size_t i = 0; i < found.size(); ++i) {
     if (found[i].empty()) continue;
     const Graph& g = exe_->graph();
     const ComputeSet& cs = g.compute_sets()[compute_set];
-    const uint32_t tile = sched[i].tile;
+    const uint32_t tile = tile_at(i);
     fail(ErrorCode::kFloatingPoint,
          "floating-point exception: " + found[i] + " in compute set '" + cs.name + "'" +
              (cs.node.empty() ? "" : " of model node '" + cs.node + "'") + " on IPU " +
@@ -555,7 +590,7 @@ void Engine::run_steps(size_t first, size_t last) {
               if (options_.fp_exceptions && !(found[i] = floating_point_exception(g, *v, mem)).empty()) break;
             }
           });
-          if (options_.fp_exceptions) check_floating_point(step.index, found);
+          if (options_.fp_exceptions) check_floating_point(step.index, found, [&](size_t i) { return sched[i].tile; });
         }
         st.compute_cycles += costs[s].cycles;
         charge(st.compute_seconds, s, step_start);
@@ -580,8 +615,52 @@ void Engine::run_steps(size_t first, size_t last) {
         }
         const auto& fused = exe_->fused(s);
         const Step* next = s + 1 < last ? &program[s + 1] : nullptr;
-        if (!fused.empty() && next && !options_.stochastic_rounding && !options_.fp_exceptions &&
-            !random_cs_[next->index]) {
+        const bool shadowed = exe_->shadowed(s);
+        // A shadowed exchange runs fused whatever the options: its
+        // shadowed bytes live only from a tile's copies to its vertices.
+        NX_CHECK(!shadowed || (next && next->kind == StepKind::kCompute), "a shadowed exchange without its compute step");
+        const bool plain = !options_.stochastic_rounding && !options_.fp_exceptions &&
+                           !(next && next->kind == StepKind::kCompute && random_cs_[next->index]);
+        if (shadowed) {
+          // Range by range, each on one thread: the range's tiles share
+          // their shadow region (Executable::shadowed).
+          const bool random = random_cs_[next->index];
+          // A tile's vertices, as a compute step runs them under the options.
+          auto run_vertices = [&](uint32_t tile, Executable::VertexSpan vertices, std::string* found) {
+            uint8_t* mem = arenas_[tile];
+            if (plain) {
+              for (const Vertex* v : vertices) v->compute(mem);
+              return;
+            }
+            ScopedRounding rounding(options_.stochastic_rounding ? &rngs_[tile] : nullptr);
+            ScopedRandom draws(random ? &random_rngs_[tile] : nullptr);
+            for (const Vertex* v : vertices) {
+              if (options_.fp_exceptions) std::feclearexcept(FE_ALL_EXCEPT);
+              v->compute(mem);
+              if (options_.fp_exceptions && !(*found = floating_point_exception(g, *v, mem)).empty()) break;
+            }
+          };
+          // (Exceptions found by tile, only when they are asked for: a
+          // step's worth of strings costs as much as a small step.)
+          std::vector<std::string> found(options_.fp_exceptions ? fused.size() : 0);
+          pool_->parallel_for_claimed(
+              fused.size(),
+              [&](size_t i) {
+                const Executable::FusedTile& ft = fused[i];
+                copy_into_tile(block_ + ft.shadow_base, step.index, ft.begin, ft.shadow_end);
+                copy_into_tile(arenas_[ft.tile], step.index, ft.shadow_end, ft.end);
+                run_vertices(ft.tile, ft.vertices, found.empty() ? nullptr : &found[i]);
+              },
+              exe_->shadow_bounds(s).data(), Executable::kShadowRanges);
+          if (options_.fp_exceptions) check_floating_point(next->index, found, [&](size_t i) { return fused[i].tile; });
+          const auto& late = exe_->fused_late(s);
+          std::vector<std::string> found_late(options_.fp_exceptions ? late.size() : 0);
+          on_tiles(late, tile_of, [&](size_t i) {
+            run_vertices(late[i].tile, late[i].vertices, found_late.empty() ? nullptr : &found_late[i]);
+          });
+          if (options_.fp_exceptions)
+            check_floating_point(next->index, found_late, [&](size_t i) { return late[i].tile; });
+        } else if (!fused.empty() && next && plain) {
           // A fused exchange (Executable::fused): each tile's copies, then
           // its vertices of the next step, while the copied bytes are hot.
           on_tiles(fused, tile_of, [&](size_t i) {
@@ -595,6 +674,8 @@ void Engine::run_steps(size_t first, size_t last) {
             uint8_t* mem = arenas_[late[i].tile];
             for (const Vertex* v : late[i].vertices) v->compute(mem);
           });
+        }
+        if (shadowed || (!fused.empty() && next && plain)) {
           st.exchange_cycles += costs[s].cycles;
           st.exchanged_bytes += costs[s].bytes;
           st.copied_bytes += exe_->copied_bytes(step.index);

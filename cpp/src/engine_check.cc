@@ -100,11 +100,13 @@ class Checker {
   void aliased(const Who& who, const Field& f, uint64_t first, uint64_t end, int64_t address, uint32_t tile, VarId var,
                Wide es) const {
     if (tile == UINT32_MAX) {
-      if (address != static_cast<int64_t>(f.byte_offset + first * es))
+      // Its own bytes (a shadowed field's, in its shadow region: shadows()).
+      if (!f.shadow && address != static_cast<int64_t>(f.byte_offset + first * es))
         violation(who() + ": its elements [" + str(first) + ", " + str(end) + ") are at " + str(f.byte_offset + first * es) +
                   " but the vertex reads them at " + std::to_string(address));
       return;
     }
+    if (f.shadow) violation(who() + " is shadowed and a receive alias at once");
     if (f.access != Access::kRead) violation(who() + " writes through a receive alias");
     if (tile >= exe_.arena_bytes().size() || var >= g_.num_vars())
       violation(who() + " aliases a tile or variable that does not exist");
@@ -207,12 +209,83 @@ class Checker {
         }
       }
     }
+    shadows();
     for (const HostStream& s : g_.inputs()) stream(s.tensor, "input stream '" + s.name + "'");
     for (const HostStream& s : g_.outputs()) stream(s.tensor, "output stream '" + s.name + "'");
     for (size_t v = 0; v < g_.num_vars(); ++v)
       if (g_.var(static_cast<VarId>(v)).kind == VarKind::kConstant && g_.var(static_cast<VarId>(v)).data.owner)
         stream(Tensor{static_cast<VarId>(v), g_.var(static_cast<VarId>(v)).shape},
                "constant '" + g_.var(static_cast<VarId>(v)).name + "'");
+  }
+
+  // Shadowed steps (Executable::shadowed): the copies a tile runs into its
+  // shadow region write inside it, the fields that read what they write are
+  // exactly the next compute step's shadowed fields, each read where the
+  // copies put its bytes; no other field is shadowed.
+  void shadows() const {
+    std::vector<uint8_t> shadow_cs(g_.compute_sets().size(), 0);
+    for (size_t s = 0; s < exe_.program().size(); ++s) {
+      if (!exe_.shadowed(s)) continue;
+      const Step& ex = exe_.program()[s];
+      if (ex.kind != StepKind::kExchange || s + 1 >= exe_.program().size() ||
+          exe_.program()[s + 1].kind != StepKind::kCompute)
+        violation("program step " + std::to_string(s) + " is shadowed but not an exchange before a compute step");
+      const uint32_t cs = exe_.program()[s + 1].index;
+      shadow_cs[cs] = 1;
+      const auto& graph_copies = g_.exchanges()[ex.index].copies;
+      const auto& order = exe_.copy_order()[ex.index];
+      const auto& copies = exe_.byte_copies()[ex.index];
+      std::vector<uint8_t> written(g_.num_vars(), 0);
+      std::vector<Wide> base(g_.num_tiles(), -1);  // per tile: where its byte 0 is shadowed, in the block
+      // A tile's bytes [lo, lo + shadow_bytes) may be shadowed.
+      const auto region = [&](uint32_t tile) {
+        const Wide lo = static_cast<Wide>(exe_.shadow_offset(exe_.shadow_range(tile))) - base[tile];
+        return Bytes{lo, lo + static_cast<Wide>(exe_.shadow_bytes())};
+      };
+      for (const auto& ft : exe_.fused(s)) {
+        if (ft.shadow_end < ft.begin || ft.shadow_end > ft.end || ft.tile >= g_.num_tiles())
+          violation("exchange '" + g_.exchanges()[ex.index].name + "': the shadowed copies to " + where(ft.tile) +
+                    " are not its copies");
+        base[ft.tile] = static_cast<Wide>(ft.shadow_base);
+        if (ft.shadow_end > ft.begin && region(ft.tile).begin < 0)
+          violation("exchange '" + g_.exchanges()[ex.index].name + "' shadows " + where(ft.tile) + " before its region");
+        for (uint32_t k = ft.begin; k < ft.shadow_end; ++k) {
+          const Executable::ByteCopy& b = copies[k];
+          const Wide d_o = (static_cast<Wide>(b.outer) - 1) * b.dst_outer;
+          const Bytes write{b.dst_byte + std::min<Wide>(0, d_o),
+                            b.dst_byte + std::max<Wide>(0, d_o) + static_cast<Wide>(b.count) * b.elem};
+          if (!write.inside(region(ft.tile)))
+            violation("copy " + std::to_string(order[k]) + " of exchange '" + g_.exchanges()[ex.index].name + "' writes " +
+                      str(write) + " of " + where(ft.tile) + " but its shadow region holds " + str(region(ft.tile)));
+          written[graph_copies[order[k]].dst] = 1;
+        }
+      }
+      for (const auto& v : g_.compute_sets()[cs].vertices)
+        for (const Field* f : v->fields()) {
+          if (!f->count) continue;
+          const auto who = [&] {
+            return std::string("vertex ") + v->name() + " of compute set '" + g_.compute_sets()[cs].name + "' on " +
+                   where(v->tile) + " reading '" + g_.var(f->var).name + "'";
+          };
+          if ((written[f->var] != 0) != f->shadow)
+            violation(who() + (f->shadow ? " reads a shadow region nothing copies to" : " reads its arena, though it is shadowed"));
+          if (!f->shadow) continue;
+          const Wide es = device_type_size(g_.var(f->var).dtype);
+          const Bytes bytes{f->byte_offset, f->byte_offset + static_cast<Wide>(f->count) * es};
+          if (base[v->tile] < 0 || f->address != base[v->tile] - static_cast<Wide>(exe_.arena_offset(v->tile)) +
+                                                       static_cast<Wide>(f->byte_offset))
+            violation(who() + " reads it at " + std::to_string(f->address) + ", not where its copies put it");
+          if (!bytes.inside(region(v->tile)))
+            violation(who() + ": " + str(bytes) + " are outside its shadow region " + str(region(v->tile)));
+        }
+    }
+    for (size_t ci = 0; ci < g_.compute_sets().size(); ++ci)
+      if (!shadow_cs[ci])
+        for (const auto& v : g_.compute_sets()[ci].vertices)
+          for (const Field* f : v->fields())
+            if (f->shadow)
+              violation(std::string("vertex ") + v->name() + " of compute set '" + g_.compute_sets()[ci].name +
+                        "' reads a shadow region outside a shadowed step");
   }
 
  private:

@@ -166,9 +166,44 @@ class Executable {
     uint32_t tile;
     uint32_t begin, end;  // byte copies, as TileByteCopies
     VertexSpan vertices;
+    uint32_t shadow_end = 0;  // copies [begin, shadow_end) write shadowed bytes (below) ...
+    uint64_t shadow_base = 0;  // ... at shadow_base + their offset in the tile, in the block
   };
   const std::vector<FusedTile>& fused(size_t step) const { return fused_[step]; }
   const std::vector<TileVertices>& fused_late(size_t step) const { return fused_late_[step]; }
+
+  // Shadowed temporaries (host memory only). A temporary that a fused
+  // exchange writes and that only the next step's vertices on the same tile
+  // read is dead once that tile's vertices have run, so the host need not
+  // keep it in the tile's arena, whose bytes left the caches long ago:
+  // it keeps it in a shadow region, one region for each of kShadowRanges
+  // fixed ranges of tiles, which every tile of the range reuses and which so
+  // stays in the core's cache. The engine runs a shadowed step's tiles range
+  // by range, each range on one thread, always fused. The device is
+  // unchanged: the temporary stays allocated and counted in the tile's
+  // memory, the exchange's cycles and bytes are the same, and a shadowed
+  // field says so (Field::shadow) with its address in the region.
+  // shadowed(s): program step s is such an exchange; its fused tiles'
+  // copies [begin, shadow_end) write shadowed bytes, byte b of the tile at
+  // shadow_base + b in the block, inside the tile's region
+  // [shadow_offset(r), shadow_offset(r) + shadow_bytes()),
+  // r = shadow_range(tile) (a tile's shadowed bytes of one step, from the
+  // first, packed at the region's start).
+  static constexpr uint32_t kShadowRanges = 64;
+  bool shadowed(size_t step) const { return step < shadowed_.size() && shadowed_[step]; }
+  // The range of tiles `tile` belongs to: [T * r / R, T * (r + 1) / R) for
+  // T tiles and R = kShadowRanges.
+  uint32_t shadow_range(uint32_t tile) const {
+    return static_cast<uint32_t>(((static_cast<uint64_t>(tile) + 1) * kShadowRanges - 1) / graph_->num_tiles());
+  }
+  uint64_t shadow_offset(uint32_t range) const { return shadow_offset_ + range * shadow_bytes_; }
+  // A shadowed step's fused tiles by range: range r's are
+  // fused(s)[shadow_bounds(s)[r], shadow_bounds(s)[r + 1]).
+  const std::vector<uint32_t>& shadow_bounds(size_t step) const { return shadow_bounds_[step]; }
+  // Bytes of each region: the most a tile's shadowed bytes of one step span.
+  uint64_t shadow_bytes() const { return shadow_bytes_; }
+  // What the regions add to the host block (with their alignment).
+  uint64_t shadow_block_bytes() const { return shadow_block_bytes_; }
 
   // Receive aliases. A copy that delivers data every reader of which is a
   // vertex that can read it where it came from is not performed by the host:
@@ -192,6 +227,7 @@ class Executable {
  private:
   friend std::unique_ptr<Executable> compile(std::unique_ptr<Graph> g);
   friend void fuse_exchanges(Executable& exe);
+  friend void shadow_temporaries(Executable& exe);
   std::unique_ptr<Graph> graph_;
   std::vector<TileOverflow> overflows_;
   std::vector<TileMemory> tile_memory_;  // tiles that hold anything
@@ -209,6 +245,9 @@ class Executable {
   std::vector<bool> staged_;
   std::vector<std::vector<FusedTile>> fused_;        // per program step
   std::vector<std::vector<TileVertices>> fused_late_;  // per program step
+  std::vector<uint8_t> shadowed_;                      // per program step
+  std::vector<std::vector<uint32_t>> shadow_bounds_;   // per program step
+  uint64_t shadow_offset_ = 0, shadow_bytes_ = 0, shadow_block_bytes_ = 0;
   std::vector<uint64_t> arena_offsets_;
   uint64_t block_bytes_ = 0;
   std::vector<std::vector<uint32_t>> aliased_copies_;

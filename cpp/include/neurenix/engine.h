@@ -11,7 +11,9 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "neurenix/compiler.h"
@@ -117,8 +119,10 @@ class Engine {
   void write_constant(const std::string& name, const uint8_t* data, size_t bytes);
   const RunStats& last_run() const { return stats_; }
   const Executable& executable() const { return *exe_; }
-  // Bytes of host memory the tile arenas occupy.
+  // Bytes of host memory the tile arenas occupy, the shadow regions
+  // (Executable::shadowed) included, and of those the shadow regions.
   uint64_t arena_bytes() const { return arena_total_; }
+  uint64_t shadow_block_bytes() const { return exe_->shadow_block_bytes(); }
   // True if the executable was verified in checked mode when loaded.
   bool checked() const { return checked_; }
 
@@ -139,8 +143,10 @@ class Engine {
   uint64_t arena_total_ = 0;
   std::vector<std::vector<uint8_t>> in_buf_, out_buf_;
   std::vector<bool> in_set_;
-  // The first floating-point exception of a compute step, if any (throws).
-  void check_floating_point(uint32_t compute_set, const std::vector<std::string>& found) const;
+  // The first floating-point exception of a compute step, if any (throws):
+  // found[i] for the tile tile_at(i).
+  void check_floating_point(uint32_t compute_set, const std::vector<std::string>& found,
+                            const std::function<uint32_t(size_t)>& tile_at) const;
 
   RunStats stats_;
   bool checked_ = false;

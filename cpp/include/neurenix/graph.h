@@ -124,6 +124,10 @@ struct Field {
   // The sender a receive alias reads (UINT32_MAX: none), for checked mode.
   uint32_t alias_tile = UINT32_MAX;
   VarId alias_var = 0;
+  // The field's bytes are shadowed: kept by the host at `address` in its
+  // tile range's shadow region, not in the tile's arena
+  // (Executable::shadowed).
+  bool shadow = false;
   // Set by a codelet that reads the field through for_each_field_run() and
   // load_field_floats(): a receive alias may then give it in pieces, each
   // received from its own sender (a window gathered from several tiles).

@@ -390,6 +390,7 @@ impl Executable {
             for e in replica {
                 if let Some(x) = e.last_run() {
                     s.host_memory_bytes += x.host_memory_bytes;
+                    s.host_shadow_bytes += x.host_shadow_bytes;
                 }
             }
         }
@@ -481,6 +482,7 @@ impl Executable {
             add_stats(&mut total, &st, &self.report_step[0]);
             // Each replica's tile memory, once (segment 1 runs in the same).
             total.host_memory_bytes += st.host_memory_bytes;
+            total.host_shadow_bytes += st.host_shadow_bytes;
             let mut o = Vec::with_capacity(raw.len());
             for (s, b) in self.lowered.outputs.iter().zip(&raw) {
                 o.push(device_to_host(s.device_type, b, s.dtype)?);

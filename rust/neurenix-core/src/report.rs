@@ -183,8 +183,12 @@ pub struct RunStats {
     pub compute_seconds: f64,
     pub exchange_seconds: f64,
     pub host_io_seconds: f64,
-    /// Host memory the loaded program's tile memory occupies.
+    /// Host memory the loaded program's tile memory occupies ...
     pub host_memory_bytes: u64,
+    /// ... of which the shadow regions that hold shadowed temporaries (bytes
+    /// the device keeps in tile memory and the host, between a tile's
+    /// copies and its vertices, in a region its range of tiles reuses).
+    pub host_shadow_bytes: u64,
     /// The program's memory bounds were verified when it was loaded (the
     /// simulator's checked mode).
     pub checked: bool,

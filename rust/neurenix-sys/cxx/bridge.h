@@ -149,6 +149,7 @@ class Engine {
   void write_constant(rust::Str name, rust::Slice<const uint8_t> data);
   RunStats last_run() const;
   uint64_t arena_bytes() const { return engine_.arena_bytes(); }
+  uint64_t shadow_block_bytes() const { return engine_.shadow_block_bytes(); }
   bool checked() const { return engine_.checked(); }
 
  private:

@@ -448,6 +448,7 @@ pub mod ffi {
         fn write_constant(self: Pin<&mut Engine>, name: &str, data: &[u8]) -> Result<()>;
         fn last_run(self: &Engine) -> RunStats;
         fn arena_bytes(self: &Engine) -> u64;
+        fn shadow_block_bytes(self: &Engine) -> u64;
         fn checked(self: &Engine) -> bool;
 
         fn new_device_manager(spec: &str, lock_dir: &str) -> Result<UniquePtr<DeviceManager>>;

@@ -234,6 +234,7 @@ impl DeviceEngine for Engine {
             exchange_seconds: s.exchange_seconds,
             host_io_seconds: s.host_io_seconds,
             host_memory_bytes: self.inner.arena_bytes(),
+            host_shadow_bytes: self.inner.shadow_block_bytes(),
             checked: self.inner.checked(),
             step_seconds: s.step_seconds,
         })

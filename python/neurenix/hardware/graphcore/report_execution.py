@@ -51,6 +51,10 @@ class ExecutionReport:
     # run's micro-batches and replicas; a fused exchange's time is its
     # compute step's): where the simulation spends its time.
     step_seconds: List[float] = field(default_factory=list)
+    # Of host_memory_bytes, the shadow regions: where the simulator keeps the
+    # temporaries a fused exchange delivers to one compute step, reused
+    # by a range of tiles (docs/architecture.md). Host memory, not device.
+    host_shadow_bytes: int = 0
 
     @classmethod
     def from_run_stats(cls, s: Any, clock_hz: float, batch_size: int) -> "ExecutionReport":
@@ -73,6 +77,7 @@ class ExecutionReport:
             checked=s.checked,
             copied_bytes=s.copied_bytes,
             step_seconds=list(s.step_seconds),
+            host_shadow_bytes=s.host_shadow_bytes,
         )
 
     @classmethod
@@ -92,6 +97,7 @@ class ExecutionReport:
             exchange_seconds=total("exchange_seconds"), host_io_seconds=total("host_io_seconds"),
             checked=all(r.checked for r in runs), ipus=first.ipus, copied_bytes=total("copied_bytes"),
             step_seconds=[sum(t) for t in zip(*(r.step_seconds for r in runs))] if runs[0].step_seconds else [],
+            host_shadow_bytes=max(r.host_shadow_bytes for r in runs),
         )
 
     @property
