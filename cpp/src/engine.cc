@@ -65,20 +65,22 @@ class ThreadPool {
   }
   // `units` ranges of indices, `bounds` their units + 1 ascending
   // boundaries from 0 to n: each unit is run whole, in order, by the one
-  // thread that claims it. Thread j claims units from j * units / size() on,
+  // thread that claims it. Thread j claims units from j * units / size() on
   // one at a time, then those the others have not claimed yet (the engine's
   // shadowed steps: a unit's tiles share one host region,
   // Executable::shadowed).
+  // (More than kMaxRanges threads share kMaxRanges ranges of units.)
   void parallel_for_claimed(size_t n, const std::function<void(size_t)>& fn, const uint32_t* bounds, size_t units) {
     NX_CHECK(units >= 1, "claimed units of no indices");
-    if (size() > kMaxRanges || workers_.empty() || n <= 1) {
+    if (workers_.empty() || n <= 1) {
       for (size_t i = 0; i < n; ++i) fn(i);
       return;
     }
     units_ = bounds;
+    const size_t ranges = std::min(size(), kMaxRanges);
     size_t home[kMaxRanges + 1];
-    for (size_t j = 0; j <= size(); ++j) home[j] = units * j / size();
-    run(units, fn, home, size(), true);
+    for (size_t j = 0; j <= ranges; ++j) home[j] = units * j / ranges;
+    run(units, fn, home, ranges, true);
   }
   static constexpr size_t kMaxRanges = 64;
 
@@ -296,7 +298,9 @@ Engine::Engine(std::shared_ptr<const Executable> exe, const EngineOptions& optio
   // One block for all arenas: a receive alias addresses its sender's arena
   // relative to its own (Executable::aliased_copies).
   const auto& sizes = exe_->arena_bytes();
-  block_ = static_cast<uint8_t*>(std::calloc(std::max<uint64_t>(exe_->block_bytes(), 1), 1));
+  // (On a cache line, as the shadow regions inside it are laid out.)
+  raw_block_ = static_cast<uint8_t*>(std::calloc(exe_->block_bytes() + 64, 1));
+  block_ = raw_block_ ? raw_block_ + (64 - reinterpret_cast<uintptr_t>(raw_block_) % 64) % 64 : nullptr;
   if (!block_)
     fail(ErrorCode::kOutOfMemory, "the host cannot hold the simulated tile memory (" +
                                       std::to_string(exe_->block_bytes()) + " bytes for all tiles)");
@@ -335,7 +339,7 @@ Engine::Engine(std::shared_ptr<const Executable> exe, const EngineOptions& optio
   for (size_t i = 0; i < g.outputs().size(); ++i) out_buf_[i].assign(output_bytes(static_cast<uint32_t>(i)), 0);
 }
 
-Engine::~Engine() { std::free(block_); }
+Engine::~Engine() { std::free(raw_block_); }
 
 size_t Engine::num_inputs() const { return exe_->graph().inputs().size(); }
 size_t Engine::num_outputs() const { return exe_->graph().outputs().size(); }
@@ -652,14 +656,25 @@ void Engine::run_steps(size_t first, size_t last) {
                 run_vertices(ft.tile, ft.vertices, found.empty() ? nullptr : &found[i]);
               },
               exe_->shadow_bounds(s).data(), Executable::kShadowRanges);
-          if (options_.fp_exceptions) check_floating_point(next->index, found, [&](size_t i) { return fused[i].tile; });
           const auto& late = exe_->fused_late(s);
           std::vector<std::string> found_late(options_.fp_exceptions ? late.size() : 0);
           on_tiles(late, tile_of, [&](size_t i) {
             run_vertices(late[i].tile, late[i].vertices, found_late.empty() ? nullptr : &found_late[i]);
           });
-          if (options_.fp_exceptions)
-            check_floating_point(next->index, found_late, [&](size_t i) { return late[i].tile; });
+          if (options_.fp_exceptions) {
+            // The first exception by tile, as the compute step alone reports it.
+            std::vector<std::string> first(1);
+            uint32_t at = UINT32_MAX;
+            auto take = [&](uint32_t tile, const std::string& what) {
+              if (!what.empty() && tile < at) {
+                at = tile;
+                first[0] = what;
+              }
+            };
+            for (size_t i = 0; i < fused.size(); ++i) take(fused[i].tile, found[i]);
+            for (size_t i = 0; i < late.size(); ++i) take(late[i].tile, found_late[i]);
+            check_floating_point(next->index, first, [&](size_t) { return at; });
+          }
         } else if (!fused.empty() && next && plain) {
           // A fused exchange (Executable::fused): each tile's copies, then
           // its vertices of the next step, while the copied bytes are hot.

@@ -218,12 +218,26 @@ class Checker {
                "constant '" + g_.var(static_cast<VarId>(v)).name + "'");
   }
 
-  // Shadowed steps (Executable::shadowed): the copies a tile runs into its
-  // shadow region write inside it, the fields that read what they write are
-  // exactly the next compute step's shadowed fields, each read where the
-  // copies put its bytes; no other field is shadowed.
+  // Shadowed steps (Executable::shadowed). The regions lie past the arenas
+  // in the block; a step's tiles are grouped by range as shadow_range says;
+  // the copies a tile runs into its region write inside it, and no copy of
+  // the same variable to the same tile writes the arena; the fields that
+  // read a shadowed variable are shadowed, belong to vertices that run right
+  // after their tile's copies (not a late tile's), and are read where the
+  // copies put them; nothing else reads or writes a shadowed variable (no
+  // other step's field, copy or host stream).
   void shadows() const {
-    std::vector<uint8_t> shadow_cs(g_.compute_sets().size(), 0);
+    if (exe_.shadow_block_bytes() != 0) {
+      const Wide arenas =
+          static_cast<Wide>(exe_.arena_offset(g_.num_tiles() - 1)) + exe_.arena_bytes()[g_.num_tiles() - 1];
+      const Wide regions_end = static_cast<Wide>(exe_.shadow_offset(Executable::kShadowRanges - 1)) +
+                               static_cast<Wide>(exe_.shadow_region_bytes());
+      if (static_cast<Wide>(exe_.shadow_offset(0)) < arenas || regions_end > static_cast<Wide>(exe_.block_bytes()))
+        violation("the shadow regions [" + str(exe_.shadow_offset(0)) + ", " + str(regions_end) +
+                  ") are not between the arenas' end " + str(arenas) + " and the block's " + str(exe_.block_bytes()));
+    }
+    std::vector<uint8_t> shadowed_var(g_.num_vars(), 0), shadow_cs(g_.compute_sets().size(), 0);
+    std::vector<uint8_t> shadow_ex(g_.exchanges().size(), 0);
     for (size_t s = 0; s < exe_.program().size(); ++s) {
       if (!exe_.shadowed(s)) continue;
       const Step& ex = exe_.program()[s];
@@ -231,35 +245,61 @@ class Checker {
           exe_.program()[s + 1].kind != StepKind::kCompute)
         violation("program step " + std::to_string(s) + " is shadowed but not an exchange before a compute step");
       const uint32_t cs = exe_.program()[s + 1].index;
+      const std::string ename = "exchange '" + g_.exchanges()[ex.index].name + "'";
       shadow_cs[cs] = 1;
+      shadow_ex[ex.index] = 1;
+      const auto& fused = exe_.fused(s);
+      const auto& bounds = exe_.shadow_bounds(s);
+      if (bounds.size() != Executable::kShadowRanges + 1 || bounds.front() != 0 || bounds.back() != fused.size())
+        violation(ename + ": its tiles are not grouped by shadow range");
+      for (uint32_t r = 0; r < Executable::kShadowRanges; ++r) {
+        if (bounds[r + 1] < bounds[r]) violation(ename + ": its tiles are not grouped by shadow range");
+        for (uint32_t i = bounds[r]; i < bounds[r + 1]; ++i)
+          if (exe_.shadow_range(fused[i].tile) != r)
+            violation(ename + ": " + where(fused[i].tile) + " is run with shadow range " + std::to_string(r));
+      }
       const auto& graph_copies = g_.exchanges()[ex.index].copies;
       const auto& order = exe_.copy_order()[ex.index];
       const auto& copies = exe_.byte_copies()[ex.index];
-      std::vector<uint8_t> written(g_.num_vars(), 0);
-      std::vector<Wide> base(g_.num_tiles(), -1);  // per tile: where its byte 0 is shadowed, in the block
-      // A tile's bytes [lo, lo + shadow_bytes) may be shadowed.
+      // Per fused tile: where its byte 0 is shadowed, and the variables
+      // written to its region and to its arena.
+      std::vector<Wide> base(g_.num_tiles(), -1);
+      std::vector<std::vector<VarId>> to_region(g_.num_tiles()), to_arena(g_.num_tiles());
+      std::vector<const Vertex*> early;  // vertices run right after their tile's copies
+      // A tile's bytes [lo, lo + shadow_region_bytes) may be shadowed.
       const auto region = [&](uint32_t tile) {
         const Wide lo = static_cast<Wide>(exe_.shadow_offset(exe_.shadow_range(tile))) - base[tile];
-        return Bytes{lo, lo + static_cast<Wide>(exe_.shadow_bytes())};
+        return Bytes{lo, lo + static_cast<Wide>(exe_.shadow_region_bytes())};
       };
-      for (const auto& ft : exe_.fused(s)) {
+      for (const auto& ft : fused) {
         if (ft.shadow_end < ft.begin || ft.shadow_end > ft.end || ft.tile >= g_.num_tiles())
-          violation("exchange '" + g_.exchanges()[ex.index].name + "': the shadowed copies to " + where(ft.tile) +
-                    " are not its copies");
+          violation(ename + ": the shadowed copies to " + where(ft.tile) + " are not its copies");
         base[ft.tile] = static_cast<Wide>(ft.shadow_base);
+        early.insert(early.end(), ft.vertices.begin(), ft.vertices.end());
         if (ft.shadow_end > ft.begin && region(ft.tile).begin < 0)
-          violation("exchange '" + g_.exchanges()[ex.index].name + "' shadows " + where(ft.tile) + " before its region");
-        for (uint32_t k = ft.begin; k < ft.shadow_end; ++k) {
+          violation(ename + " shadows " + where(ft.tile) + " before its region");
+        for (uint32_t k = ft.begin; k < ft.end; ++k) {
+          const VarId dst = graph_copies[order[k]].dst;
+          if (k >= ft.shadow_end) {
+            to_arena[ft.tile].push_back(dst);
+            continue;
+          }
           const Executable::ByteCopy& b = copies[k];
           const Wide d_o = (static_cast<Wide>(b.outer) - 1) * b.dst_outer;
           const Bytes write{b.dst_byte + std::min<Wide>(0, d_o),
                             b.dst_byte + std::max<Wide>(0, d_o) + static_cast<Wide>(b.count) * b.elem};
           if (!write.inside(region(ft.tile)))
-            violation("copy " + std::to_string(order[k]) + " of exchange '" + g_.exchanges()[ex.index].name + "' writes " +
-                      str(write) + " of " + where(ft.tile) + " but its shadow region holds " + str(region(ft.tile)));
-          written[graph_copies[order[k]].dst] = 1;
+            violation("copy " + std::to_string(order[k]) + " of " + ename + " writes " + str(write) + " of " +
+                      where(ft.tile) + " but its shadow region holds " + str(region(ft.tile)));
+          to_region[ft.tile].push_back(dst);
+          shadowed_var[dst] = 1;
         }
       }
+      for (uint32_t t = 0; t < g_.num_tiles(); ++t)
+        for (VarId v : to_arena[t])
+          if (std::find(to_region[t].begin(), to_region[t].end(), v) != to_region[t].end())
+            violation(ename + " writes '" + g_.var(v).name + "' on " + where(t) + " both to its shadow region and its arena");
+      std::sort(early.begin(), early.end());
       for (const auto& v : g_.compute_sets()[cs].vertices)
         for (const Field* f : v->fields()) {
           if (!f->count) continue;
@@ -267,9 +307,12 @@ class Checker {
             return std::string("vertex ") + v->name() + " of compute set '" + g_.compute_sets()[cs].name + "' on " +
                    where(v->tile) + " reading '" + g_.var(f->var).name + "'";
           };
-          if ((written[f->var] != 0) != f->shadow)
+          const auto& written = to_region[v->tile];
+          if ((std::find(written.begin(), written.end(), f->var) != written.end()) != f->shadow)
             violation(who() + (f->shadow ? " reads a shadow region nothing copies to" : " reads its arena, though it is shadowed"));
           if (!f->shadow) continue;
+          if (!std::binary_search(early.begin(), early.end(), v.get()))
+            violation(who() + " reads a shadow region after its tile's turn (a late tile)");
           const Wide es = device_type_size(g_.var(f->var).dtype);
           const Bytes bytes{f->byte_offset, f->byte_offset + static_cast<Wide>(f->count) * es};
           if (base[v->tile] < 0 || f->address != base[v->tile] - static_cast<Wide>(exe_.arena_offset(v->tile)) +
@@ -280,12 +323,21 @@ class Checker {
         }
     }
     for (size_t ci = 0; ci < g_.compute_sets().size(); ++ci)
-      if (!shadow_cs[ci])
-        for (const auto& v : g_.compute_sets()[ci].vertices)
-          for (const Field* f : v->fields())
-            if (f->shadow)
-              violation(std::string("vertex ") + v->name() + " of compute set '" + g_.compute_sets()[ci].name +
-                        "' reads a shadow region outside a shadowed step");
+      for (const auto& v : g_.compute_sets()[ci].vertices)
+        for (const Field* f : v->fields())
+          if ((f->shadow && !shadow_cs[ci]) || (shadowed_var[f->var] && !shadow_cs[ci]))
+            violation(std::string("vertex ") + v->name() + " of compute set '" + g_.compute_sets()[ci].name + "' reads " +
+                      (f->shadow ? "a shadow region" : "the shadowed '" + g_.var(f->var).name + "'") +
+                      " outside a shadowed step");
+    for (size_t ei = 0; ei < g_.exchanges().size(); ++ei)
+      for (const Copy& c : g_.exchanges()[ei].copies)
+        if (shadowed_var[c.src] || (shadowed_var[c.dst] && !shadow_ex[ei]))
+          violation("exchange '" + g_.exchanges()[ei].name + "' copies the shadowed '" +
+                    g_.var(shadowed_var[c.src] ? c.src : c.dst).name + "' outside its shadowed step");
+    for (const auto* streams : {&g_.inputs(), &g_.outputs()})
+      for (const HostStream& st : *streams)
+        if (st.tensor.var < g_.num_vars() && shadowed_var[st.tensor.var])
+          violation("host stream '" + st.name + "' streams the shadowed '" + g_.var(st.tensor.var).name + "'");
   }
 
  private:

@@ -40,6 +40,9 @@ void shadow_temporaries(Executable& exe) {
     for (const auto& tv : late)
       for (const Vertex* v : tv.vertices)
         for (const Field* f : v->fields()) ruled_out[f->var] = 1;
+  // What the host streams in or out is read or written in the arenas.
+  for (const auto* streams : {&g.inputs(), &g.outputs()})
+    for (const HostStream& st : *streams) ruled_out[st.tensor.var] = 1;
   // Steps that run once: a shadowed byte is written and read in one pass.
   std::vector<uint32_t> runs_e(g.exchanges().size(), 0), runs_c(g.compute_sets().size(), 0);
   for (const Step& st : exe.program_) {
@@ -53,16 +56,18 @@ void shadow_temporaries(Executable& exe) {
   std::vector<std::vector<std::pair<uint64_t, uint64_t>>> span(nprog);  // per fused tile: [lo, hi)
   std::vector<std::pair<uint64_t, uint64_t>> on_tile(g.num_tiles(), {UINT64_MAX, 0});
   uint64_t bytes = 0;
+  std::vector<VarId> step_vars;
   for (size_t s = 0; s + 1 < nprog; ++s) {
     if (exe.fused_[s].empty()) continue;
     const uint32_t e = exe.program_[s].index, cs = exe.program_[s + 1].index;
     if (runs_e[e] != 1 || runs_c[cs] != 1) continue;
+    step_vars.clear();
     for (const Copy& c : g.exchanges()[e].copies) {
       const VarId v = c.dst;
       const Variable& var = g.var(v);
       if (shadow[v] || ruled_out[v] || var.kind != VarKind::kTemporary || writer[v] != e || reader[v] != cs) continue;
       shadow[v] = 1;
-      exe.shadowed_[s] = 1;
+      step_vars.push_back(v);
       const uint64_t es = device_type_size(var.dtype);
       for (size_t i = 0; i < var.tiles.size(); ++i) {
         auto& [lo, hi] = on_tile[var.tiles[i].tile];
@@ -70,21 +75,26 @@ void shadow_temporaries(Executable& exe) {
         hi = std::max(hi, exe.var_offset(v, i) + var.tiles[i].count * es);
       }
     }
-    if (!exe.shadowed_[s]) continue;
+    if (step_vars.empty()) continue;
+    exe.shadowed_[s] = 1;
     for (const auto& ft : exe.fused_[s]) {
-      auto& t = on_tile[ft.tile];
+      const auto& t = on_tile[ft.tile];
       span[s].push_back(t.first < t.second ? t : std::make_pair(uint64_t{0}, uint64_t{0}));
       if (t.first < t.second) bytes = std::max(bytes, t.second - t.first);
-      t = {UINT64_MAX, 0};
     }
+    for (VarId v : step_vars)
+      for (const TileShare& sh : g.var(v).tiles) on_tile[sh.tile] = {UINT64_MAX, 0};
   }
-  if (bytes == 0) return;
+  if (bytes == 0) {
+    exe.shadowed_.assign(nprog, 0);
+    return;
+  }
   // One region per range, each a whole number of cache lines.
   const uint64_t before = exe.block_bytes_;
-  exe.shadow_bytes_ = (bytes + 63) / 64 * 64;
+  exe.shadow_region_bytes_ = (bytes + 63) / 64 * 64;
   exe.block_bytes_ = (exe.block_bytes_ + 63) / 64 * 64;
   exe.shadow_offset_ = exe.block_bytes_;
-  exe.block_bytes_ += Executable::kShadowRanges * exe.shadow_bytes_;
+  exe.block_bytes_ += Executable::kShadowRanges * exe.shadow_region_bytes_;
   exe.shadow_block_bytes_ = exe.block_bytes_ - before;
 
   for (size_t s = 0; s + 1 < nprog; ++s) {

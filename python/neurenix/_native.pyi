@@ -480,11 +480,11 @@ class RunStats:
     exchange_seconds: float
     host_io_seconds: float
     host_memory_bytes: int  # host memory the loaded program's tile memory occupies
-    host_shadow_bytes: int  # of host_memory_bytes, the shadow regions of shadowed temporaries
     checked: bool  # the program's memory bounds were verified at load (NEURENIX_SIM_CHECKED)
     # host seconds by step of Executable.steps, summed over the call's micro-batches and replicas (a fused
     # exchange's time is its compute step's)
     step_seconds: List[float]
+    host_shadow_bytes: int  # of host_memory_bytes, the shadow regions of shadowed temporaries
     def __new__(
         cls,
         cycles: int,
@@ -500,9 +500,9 @@ class RunStats:
         exchange_seconds: float,
         host_io_seconds: float,
         host_memory_bytes: int,
-        host_shadow_bytes: int,
         checked: bool,
         step_seconds: List[float],
+        host_shadow_bytes: int,
     ) -> "RunStats": ...
 
 @final

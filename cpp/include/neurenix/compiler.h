@@ -186,7 +186,7 @@ class Executable {
   // shadowed(s): program step s is such an exchange; its fused tiles'
   // copies [begin, shadow_end) write shadowed bytes, byte b of the tile at
   // shadow_base + b in the block, inside the tile's region
-  // [shadow_offset(r), shadow_offset(r) + shadow_bytes()),
+  // [shadow_offset(r), shadow_offset(r) + shadow_region_bytes()),
   // r = shadow_range(tile) (a tile's shadowed bytes of one step, from the
   // first, packed at the region's start).
   static constexpr uint32_t kShadowRanges = 64;
@@ -196,12 +196,12 @@ class Executable {
   uint32_t shadow_range(uint32_t tile) const {
     return static_cast<uint32_t>(((static_cast<uint64_t>(tile) + 1) * kShadowRanges - 1) / graph_->num_tiles());
   }
-  uint64_t shadow_offset(uint32_t range) const { return shadow_offset_ + range * shadow_bytes_; }
+  uint64_t shadow_offset(uint32_t range) const { return shadow_offset_ + range * shadow_region_bytes_; }
   // A shadowed step's fused tiles by range: range r's are
   // fused(s)[shadow_bounds(s)[r], shadow_bounds(s)[r + 1]).
   const std::vector<uint32_t>& shadow_bounds(size_t step) const { return shadow_bounds_[step]; }
   // Bytes of each region: the most a tile's shadowed bytes of one step span.
-  uint64_t shadow_bytes() const { return shadow_bytes_; }
+  uint64_t shadow_region_bytes() const { return shadow_region_bytes_; }
   // What the regions add to the host block (with their alignment).
   uint64_t shadow_block_bytes() const { return shadow_block_bytes_; }
 
@@ -247,7 +247,7 @@ class Executable {
   std::vector<std::vector<TileVertices>> fused_late_;  // per program step
   std::vector<uint8_t> shadowed_;                      // per program step
   std::vector<std::vector<uint32_t>> shadow_bounds_;   // per program step
-  uint64_t shadow_offset_ = 0, shadow_bytes_ = 0, shadow_block_bytes_ = 0;
+  uint64_t shadow_offset_ = 0, shadow_region_bytes_ = 0, shadow_block_bytes_ = 0;
   std::vector<uint64_t> arena_offsets_;
   uint64_t block_bytes_ = 0;
   std::vector<std::vector<uint32_t>> aliased_copies_;

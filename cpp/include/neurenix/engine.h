@@ -138,7 +138,8 @@ class Engine {
 
   std::shared_ptr<const Executable> exe_;
   std::unique_ptr<ThreadPool> pool_;
-  uint8_t* block_ = nullptr;        // every tile's arena (Executable::arena_offset)
+  uint8_t* raw_block_ = nullptr;    // as allocated ...
+  uint8_t* block_ = nullptr;        // ... on a cache line: every tile's arena (Executable::arena_offset)
   std::vector<uint8_t*> arenas_;    // each tile's, inside block_
   uint64_t arena_total_ = 0;
   std::vector<std::vector<uint8_t>> in_buf_, out_buf_;

@@ -246,9 +246,8 @@ record! {
     "RunStats" RunStats {
         cycles: u64, compute_cycles: u64, exchange_cycles: u64, host_cycles: u64, steps: u64,
         exchanged_bytes: u64, copied_bytes: u64, host_bytes: u64, wall_seconds: f64, compute_seconds: f64,
-        exchange_seconds: f64, host_io_seconds: f64, host_memory_bytes: u64, host_shadow_bytes: u64,
-        checked: bool,
-        step_seconds: Vec<f64>,
+        exchange_seconds: f64, host_io_seconds: f64, host_memory_bytes: u64, checked: bool,
+        step_seconds: Vec<f64>, host_shadow_bytes: u64,
     }
 }
 
@@ -268,9 +267,9 @@ impl From<report::RunStats> for RunStats {
             exchange_seconds: s.exchange_seconds,
             host_io_seconds: s.host_io_seconds,
             host_memory_bytes: s.host_memory_bytes,
-            host_shadow_bytes: s.host_shadow_bytes,
             checked: s.checked,
             step_seconds: s.step_seconds,
+            host_shadow_bytes: s.host_shadow_bytes,
         }
     }
 }
