@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "host_threads.h"
+
 namespace neurenix {
 
 void shadow_temporaries(Executable& exe) {
@@ -97,8 +99,20 @@ void shadow_temporaries(Executable& exe) {
   exe.block_bytes_ += Executable::kShadowRanges * exe.shadow_region_bytes_;
   exe.shadow_block_bytes_ = exe.block_bytes_ - before;
 
-  for (size_t s = 0; s + 1 < nprog; ++s) {
-    if (!exe.shadowed_[s]) continue;
+  // The shadowed steps are independent (each exchange and compute set runs
+  // once): laid out on the host's threads.
+  std::vector<size_t> steps;
+  for (size_t s = 0; s + 1 < nprog; ++s)
+    if (exe.shadowed_[s]) steps.push_back(s);
+  struct Scratch {
+    std::vector<uint32_t> perm;
+    std::vector<Executable::ByteCopy> b;
+    std::vector<Executable::HostCopy> h;
+    std::vector<uint32_t> o;
+    std::vector<uint64_t> base;  // per tile: where its byte 0 is shadowed
+  };
+  on_host_threads<Scratch>(static_cast<int64_t>(steps.size()), [&](int64_t si, Scratch& sc) {
+    const size_t s = steps[static_cast<size_t>(si)];
     const uint32_t e = exe.program_[s].index, cs = exe.program_[s + 1].index;
     const auto& copies = g.exchanges()[e].copies;
     auto& bc = exe.byte_copies_[e];
@@ -108,37 +122,42 @@ void shadow_temporaries(Executable& exe) {
     bounds.assign(Executable::kShadowRanges + 1, 0);
     for (const auto& ft : exe.fused_[s]) ++bounds[exe.shadow_range(ft.tile) + 1];
     for (uint32_t r = 0; r < Executable::kShadowRanges; ++r) bounds[r + 1] += bounds[r];
-    // Each tile's shadowed copies first, both groups in their order.
-    std::vector<uint32_t> perm;
-    std::vector<uint64_t> base(g.num_tiles(), 0);
+    sc.base.resize(g.num_tiles());
+    // Each tile's shadowed copies first, both groups in their order (most
+    // tiles' already are).
     for (size_t fi = 0; fi < exe.fused_[s].size(); ++fi) {
       auto& ft = exe.fused_[s][fi];
       ft.shadow_base = exe.shadow_offset(exe.shadow_range(ft.tile)) - span[s][fi].first;
-      base[ft.tile] = ft.shadow_base;
+      sc.base[ft.tile] = ft.shadow_base;
+      auto& perm = sc.perm;
       perm.clear();
+      bool in_order = true;
       for (uint32_t k = ft.begin; k < ft.end; ++k)
-        if (shadow[copies[order[k]].dst]) perm.push_back(k);
+        if (shadow[copies[order[k]].dst]) {
+          in_order &= k == ft.begin + perm.size();
+          perm.push_back(k);
+        }
       ft.shadow_end = ft.begin + static_cast<uint32_t>(perm.size());
-      if (perm.empty()) continue;
+      if (in_order) continue;
       for (uint32_t k = ft.begin; k < ft.end; ++k)
         if (!shadow[copies[order[k]].dst]) perm.push_back(k);
-      const std::vector<Executable::ByteCopy> b(bc.begin() + ft.begin, bc.begin() + ft.end);
-      const std::vector<Executable::HostCopy> h(hc.begin() + ft.begin, hc.begin() + ft.end);
-      const std::vector<uint32_t> o(order.begin() + ft.begin, order.begin() + ft.end);
+      sc.b.assign(bc.begin() + ft.begin, bc.begin() + ft.end);
+      sc.h.assign(hc.begin() + ft.begin, hc.begin() + ft.end);
+      sc.o.assign(order.begin() + ft.begin, order.begin() + ft.end);
       for (size_t i = 0; i < perm.size(); ++i) {
-        bc[ft.begin + i] = b[perm[i] - ft.begin];
-        hc[ft.begin + i] = h[perm[i] - ft.begin];
-        order[ft.begin + i] = o[perm[i] - ft.begin];
+        bc[ft.begin + i] = sc.b[perm[i] - ft.begin];
+        hc[ft.begin + i] = sc.h[perm[i] - ft.begin];
+        order[ft.begin + i] = sc.o[perm[i] - ft.begin];
       }
     }
     for (auto& v : g.compute_sets()[cs].vertices)
       for (Field* f : v->all_fields())
         if (shadow[f->var]) {
-          f->address = static_cast<int64_t>(base[v->tile]) - static_cast<int64_t>(exe.arena_offset(v->tile)) +
+          f->address = static_cast<int64_t>(sc.base[v->tile]) - static_cast<int64_t>(exe.arena_offset(v->tile)) +
                        static_cast<int64_t>(f->byte_offset);
           f->shadow = true;
         }
-  }
+  });
 }
 
 }  // namespace neurenix
