@@ -506,6 +506,17 @@ void Engine::copy_into_tile(uint8_t* dst, uint32_t e, uint32_t first, uint32_t l
   }
 }
 
+void Engine::run_vertices(uint32_t tile, Executable::VertexSpan vertices, bool random, std::string* found) {
+  uint8_t* mem = arenas_[tile];
+  ScopedRounding rounding(options_.stochastic_rounding ? &rngs_[tile] : nullptr);
+  ScopedRandom draws(random ? &random_rngs_[tile] : nullptr);
+  for (const Vertex* v : vertices) {
+    if (options_.fp_exceptions) std::feclearexcept(FE_ALL_EXCEPT);
+    v->compute(mem);
+    if (options_.fp_exceptions && !(*found = floating_point_exception(exe_->graph(), *v, mem)).empty()) break;
+  }
+}
+
 void Engine::run() { run_steps(0, exe_->program().size()); }
 
 void Engine::run_segment(uint32_t segment) {
@@ -585,14 +596,7 @@ void Engine::run_steps(size_t first, size_t last) {
         } else {
           std::vector<std::string> found(options_.fp_exceptions ? sched.size() : 0);
           on_tiles(sched, tile_of, [&](size_t i) {
-            uint8_t* mem = arenas_[sched[i].tile];
-            ScopedRounding rounding(options_.stochastic_rounding ? &rngs_[sched[i].tile] : nullptr);
-            ScopedRandom draws(random ? &random_rngs_[sched[i].tile] : nullptr);
-            for (const Vertex* v : sched[i].vertices) {
-              if (options_.fp_exceptions) std::feclearexcept(FE_ALL_EXCEPT);
-              v->compute(mem);
-              if (options_.fp_exceptions && !(found[i] = floating_point_exception(g, *v, mem)).empty()) break;
-            }
+            run_vertices(sched[i].tile, sched[i].vertices, random, found.empty() ? nullptr : &found[i]);
           });
           if (options_.fp_exceptions) check_floating_point(step.index, found, [&](size_t i) { return sched[i].tile; });
         }
@@ -629,20 +633,11 @@ void Engine::run_steps(size_t first, size_t last) {
           // Range by range, each on one thread: the range's tiles share
           // their shadow region (Executable::shadowed).
           const bool random = random_cs_[next->index];
-          // A tile's vertices, as a compute step runs them under the options.
-          auto run_vertices = [&](uint32_t tile, Executable::VertexSpan vertices, std::string* found) {
+          // A tile's vertices, as its compute step runs them.
+          auto tile_vertices = [&](uint32_t tile, Executable::VertexSpan vertices, std::string* found) {
+            if (!plain) return run_vertices(tile, vertices, random, found);
             uint8_t* mem = arenas_[tile];
-            if (plain) {
-              for (const Vertex* v : vertices) v->compute(mem);
-              return;
-            }
-            ScopedRounding rounding(options_.stochastic_rounding ? &rngs_[tile] : nullptr);
-            ScopedRandom draws(random ? &random_rngs_[tile] : nullptr);
-            for (const Vertex* v : vertices) {
-              if (options_.fp_exceptions) std::feclearexcept(FE_ALL_EXCEPT);
-              v->compute(mem);
-              if (options_.fp_exceptions && !(*found = floating_point_exception(g, *v, mem)).empty()) break;
-            }
+            for (const Vertex* v : vertices) v->compute(mem);
           };
           // (Exceptions found by tile, only when they are asked for: a
           // step's worth of strings costs as much as a small step.)
@@ -653,13 +648,13 @@ void Engine::run_steps(size_t first, size_t last) {
                 const Executable::FusedTile& ft = fused[i];
                 copy_into_tile(block_ + ft.shadow_base, step.index, ft.begin, ft.shadow_end);
                 copy_into_tile(arenas_[ft.tile], step.index, ft.shadow_end, ft.end);
-                run_vertices(ft.tile, ft.vertices, found.empty() ? nullptr : &found[i]);
+                tile_vertices(ft.tile, ft.vertices, found.empty() ? nullptr : &found[i]);
               },
               exe_->shadow_bounds(s).data(), Executable::kShadowRanges);
           const auto& late = exe_->fused_late(s);
           std::vector<std::string> found_late(options_.fp_exceptions ? late.size() : 0);
           on_tiles(late, tile_of, [&](size_t i) {
-            run_vertices(late[i].tile, late[i].vertices, found_late.empty() ? nullptr : &found_late[i]);
+            tile_vertices(late[i].tile, late[i].vertices, found_late.empty() ? nullptr : &found_late[i]);
           });
           if (options_.fp_exceptions) {
             // The first exception by tile, as the compute step alone reports it.

@@ -59,12 +59,7 @@ std::vector<float> model_input(uint32_t seed) {
 std::vector<std::vector<uint8_t>> run_once(Engine& e, const std::vector<float>& x) {
   e.write_input(0, reinterpret_cast<const uint8_t*>(x.data()), x.size() * 4);
   e.run();
-  std::vector<std::vector<uint8_t>> out(e.num_outputs());
-  for (uint32_t i = 0; i < out.size(); ++i) {
-    out[i].resize(e.output_bytes(i));
-    e.read_output(i, out[i].data(), out[i].size());
-  }
-  return out;
+  return read_outputs(e);
 }
 
 TEST(Engine, DeterministicAcrossRunsAndThreadCounts) {

@@ -127,12 +127,7 @@ std::vector<std::vector<uint8_t>> run(const Program& p, EngineOptions o, const s
   Engine e(p.exe, o);
   e.write_input(0, reinterpret_cast<const uint8_t*>(a.data()), a.size() * 4);
   e.run();
-  std::vector<std::vector<uint8_t>> out(e.num_outputs());
-  for (uint32_t i = 0; i < out.size(); ++i) {
-    out[i].resize(e.output_bytes(i));
-    e.read_output(i, out[i].data(), out[i].size());
-  }
-  return out;
+  return read_outputs(e);
 }
 
 // 1 / x rounded to half, as bytes.

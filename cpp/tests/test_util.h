@@ -58,6 +58,16 @@ std::shared_ptr<const std::vector<uint8_t>> shared_bytes(const std::vector<T>& v
   return std::make_shared<const std::vector<uint8_t>>(to_bytes(v));
 }
 
+// Every output's bytes after a run of `e`.
+inline std::vector<std::vector<uint8_t>> read_outputs(Engine& e) {
+  std::vector<std::vector<uint8_t>> out(e.num_outputs());
+  for (size_t i = 0; i < out.size(); ++i) {
+    out[i].resize(e.output_bytes(static_cast<uint32_t>(i)));
+    e.read_output(static_cast<uint32_t>(i), out[i].data(), out[i].size());
+  }
+  return out;
+}
+
 // Compiles `g`, loads it in checked mode (so every field and copy is verified
 // to stay in bounds), writes `inputs` (in stream order), runs once and returns
 // every output's bytes. The executable is handed back when asked for.
@@ -73,12 +83,7 @@ inline std::vector<std::vector<uint8_t>> run_graph(std::unique_ptr<Graph> g,
   EXPECT_EQ(e.num_inputs(), inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) e.write_input(static_cast<uint32_t>(i), inputs[i].data(), inputs[i].size());
   e.run();
-  std::vector<std::vector<uint8_t>> out(e.num_outputs());
-  for (size_t i = 0; i < out.size(); ++i) {
-    out[i].resize(e.output_bytes(static_cast<uint32_t>(i)));
-    e.read_output(static_cast<uint32_t>(i), out[i].data(), out[i].size());
-  }
-  return out;
+  return read_outputs(e);
 }
 
 // Runs `fn` and checks that it throws an neurenix::Error of `code` whose

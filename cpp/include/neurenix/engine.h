@@ -128,6 +128,10 @@ class Engine {
 
  private:
   void run_steps(size_t first, size_t last);
+  // A tile's vertices of a compute step under the run's floating-point
+  // options: stochastic rounding, the tile's random draws when `random`, and
+  // exceptions, the first of which goes to *found (null when not asked for).
+  void run_vertices(uint32_t tile, Executable::VertexSpan vertices, bool random, std::string* found);
   // Performs copies [first, last) of exchange `e` into the tile memory at
   // `dst` (Executable::host_copies).
   void copy_into_tile(uint8_t* dst, uint32_t e, uint32_t first, uint32_t last) const;
