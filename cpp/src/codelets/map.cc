@@ -12,6 +12,7 @@
 #include <cstring>
 #include <string>
 
+#include "neurenix/erf.h"
 #include "neurenix/error.h"
 #include "neurenix/float8.h"
 #include "neurenix/half.h"
@@ -36,7 +37,6 @@ struct Slot {
   alignas(32) int32_t i[kBlock];
 };
 
-inline float gelu_erf(float x) { return 0.5f * x * (1.0f + std::erf(x * 0.70710678118654752f)); }
 inline float gelu_tanh(float x) {
   return 0.5f * x * (1.0f + std::tanh(0.7978845608028654f * (x + 0.044715f * x * x * x)));
 }
@@ -87,8 +87,14 @@ void unary_float(ExprOpCode op, const ExprInstr& ins, float* x, size_t n) {
     case ExprOpCode::kSqrt: for (size_t j = 0; j < n; ++j) x[j] = std::sqrt(x[j]); break;
     case ExprOpCode::kRsqrt: for (size_t j = 0; j < n; ++j) x[j] = 1.0f / std::sqrt(x[j]); break;
     case ExprOpCode::kReciprocal: for (size_t j = 0; j < n; ++j) x[j] = 1.0f / x[j]; break;
-    case ExprOpCode::kErf: for (size_t j = 0; j < n; ++j) x[j] = std::erf(x[j]); break;
-    case ExprOpCode::kGeluErf: for (size_t j = 0; j < n; ++j) x[j] = gelu_erf(x[j]); break;
+    case ExprOpCode::kErf: erf_block(x, n); break;
+    case ExprOpCode::kGeluErf: {
+      float e[kBlock];
+      for (size_t j = 0; j < n; ++j) e[j] = x[j] * 0.70710678118654752f;
+      erf_block(e, n);
+      for (size_t j = 0; j < n; ++j) x[j] = 0.5f * x[j] * (1.0f + e[j]);
+      break;
+    }
     case ExprOpCode::kGeluTanh: for (size_t j = 0; j < n; ++j) x[j] = gelu_tanh(x[j]); break;
     case ExprOpCode::kFloor: for (size_t j = 0; j < n; ++j) x[j] = std::floor(x[j]); break;
     case ExprOpCode::kCeil: for (size_t j = 0; j < n; ++j) x[j] = std::ceil(x[j]); break;
