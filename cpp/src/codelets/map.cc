@@ -12,7 +12,7 @@
 #include <cstring>
 #include <string>
 
-#include "neurenix/erf.h"
+#include "neurenix/float_math.h"
 #include "neurenix/error.h"
 #include "neurenix/float8.h"
 #include "neurenix/half.h"
@@ -39,9 +39,6 @@ struct Slot {
 
 inline float gelu_tanh(float x) {
   return 0.5f * x * (1.0f + std::tanh(0.7978845608028654f * (x + 0.044715f * x * x * x)));
-}
-inline float sigmoid(float x) {
-  return x >= 0 ? 1.0f / (1.0f + std::exp(-x)) : std::exp(x) / (1.0f + std::exp(x));
 }
 inline float round_half_even(float x) { return std::nearbyint(x); }
 // Python's %: the sign of the divisor, a zero result included (ONNX Mod 28).
@@ -80,9 +77,16 @@ void unary_float(ExprOpCode op, const ExprInstr& ins, float* x, size_t n) {
     case ExprOpCode::kNeg: for (size_t j = 0; j < n; ++j) x[j] = -x[j]; break;
     case ExprOpCode::kAbs: for (size_t j = 0; j < n; ++j) x[j] = std::fabs(x[j]); break;
     case ExprOpCode::kRelu: for (size_t j = 0; j < n; ++j) x[j] = x[j] > 0.0f ? x[j] : (x[j] == x[j] ? 0.0f : x[j]); break;
-    case ExprOpCode::kSigmoid: for (size_t j = 0; j < n; ++j) x[j] = sigmoid(x[j]); break;
+    case ExprOpCode::kSigmoid: {
+      // 1 / (1 + exp(-x)) for x >= 0, exp(x) / (1 + exp(x)) below.
+      float e[kBlock];
+      for (size_t j = 0; j < n; ++j) e[j] = x[j] >= 0 ? -x[j] : x[j];
+      exp_block(e, n);
+      for (size_t j = 0; j < n; ++j) x[j] = x[j] >= 0 ? 1.0f / (1.0f + e[j]) : e[j] / (1.0f + e[j]);
+      break;
+    }
     case ExprOpCode::kTanh: for (size_t j = 0; j < n; ++j) x[j] = std::tanh(x[j]); break;
-    case ExprOpCode::kExp: for (size_t j = 0; j < n; ++j) x[j] = std::exp(x[j]); break;
+    case ExprOpCode::kExp: exp_block(x, n); break;
     case ExprOpCode::kLog: for (size_t j = 0; j < n; ++j) x[j] = std::log(x[j]); break;
     case ExprOpCode::kSqrt: for (size_t j = 0; j < n; ++j) x[j] = std::sqrt(x[j]); break;
     case ExprOpCode::kRsqrt: for (size_t j = 0; j < n; ++j) x[j] = 1.0f / std::sqrt(x[j]); break;
@@ -103,9 +107,14 @@ void unary_float(ExprOpCode op, const ExprInstr& ins, float* x, size_t n) {
     case ExprOpCode::kSin: for (size_t j = 0; j < n; ++j) x[j] = std::sin(x[j]); break;
     case ExprOpCode::kCos: for (size_t j = 0; j < n; ++j) x[j] = std::cos(x[j]); break;
     case ExprOpCode::kSquare: for (size_t j = 0; j < n; ++j) x[j] = x[j] * x[j]; break;
-    case ExprOpCode::kSoftplus:
-      for (size_t j = 0; j < n; ++j) x[j] = x[j] > 0 ? x[j] + std::log1p(std::exp(-x[j])) : std::log1p(std::exp(x[j]));
+    case ExprOpCode::kSoftplus: {
+      // x + log1p(exp(-x)) for x > 0, log1p(exp(x)) below.
+      float e[kBlock];
+      for (size_t j = 0; j < n; ++j) e[j] = x[j] > 0 ? -x[j] : x[j];
+      exp_block(e, n);
+      for (size_t j = 0; j < n; ++j) x[j] = x[j] > 0 ? x[j] + std::log1p(e[j]) : std::log1p(e[j]);
       break;
+    }
     case ExprOpCode::kSoftsign: for (size_t j = 0; j < n; ++j) x[j] = x[j] / (1.0f + std::fabs(x[j])); break;
     case ExprOpCode::kClamp: {
       float lo = static_cast<float>(ins.imm), hi = static_cast<float>(ins.imm2);
@@ -119,7 +128,11 @@ void unary_float(ExprOpCode op, const ExprInstr& ins, float* x, size_t n) {
     }
     case ExprOpCode::kElu: {
       float a = static_cast<float>(ins.imm);
-      for (size_t j = 0; j < n; ++j) x[j] = x[j] >= 0 ? x[j] : a * (std::exp(x[j]) - 1.0f);
+      // exp only where it is used: exp of a large x would overflow.
+      float e[kBlock];
+      for (size_t j = 0; j < n; ++j) e[j] = x[j] >= 0 ? 0.0f : x[j];
+      exp_block(e, n);
+      for (size_t j = 0; j < n; ++j) x[j] = x[j] >= 0 ? x[j] : a * (e[j] - 1.0f);
       break;
     }
     case ExprOpCode::kHardSigmoid: {

@@ -1,6 +1,7 @@
-// The float32 error function (erf.h): the vector form agrees with the scalar
-// form on every lane, both stay within an ulp of erf in double, and both
-// reproduce the C library they stand in for (GNU libc 2.36's erff).
+// exp and erf in float32 (float_math.h): the vector forms agree with the
+// scalar forms on every lane, all stay within an ulp of the function in
+// double, and all reproduce the C library they stand in for (GNU libc 2.36's
+// expf and erff).
 #include <gtest/gtest.h>
 
 #include <gnu/libc-version.h>
@@ -13,12 +14,14 @@
 #include <string>
 #include <vector>
 
-#include "neurenix/erf.h"
+#include "neurenix/float_math.h"
 
 namespace {
 
 using neurenix::erf_block;
 using neurenix::erf_one;
+using neurenix::exp_block;
+using neurenix::exp_one;
 
 uint32_t bits(float f) {
   uint32_t b;
@@ -56,7 +59,7 @@ void expect_same(float got, float want, float x) {
 
 // The block form gives the scalar form's bits on every lane, in blocks of
 // uneven lengths, in order and shuffled so that a vector mixes every range.
-TEST(Erf, BlockMatchesOneByOne) {
+TEST(FloatMathErf, BlockMatchesOneByOne) {
   std::vector<float> xs = sample(251);
   for (int shuffled = 0; shuffled < 2; ++shuffled) {
     if (shuffled) std::shuffle(xs.begin(), xs.end(), std::mt19937(5));
@@ -68,7 +71,7 @@ TEST(Erf, BlockMatchesOneByOne) {
 }
 
 // Within one ulp of the error function evaluated in double.
-TEST(Erf, WithinAnUlpOfDoubleErf) {
+TEST(FloatMathErf, WithinAnUlpOfDoubleErf) {
   for (float x : sample(4093)) {
     if (!std::isfinite(x)) continue;
     const double want = std::erf(static_cast<double>(x));
@@ -79,7 +82,7 @@ TEST(Erf, WithinAnUlpOfDoubleErf) {
 }
 
 // What GNU libc 2.36's erff returns (recorded there), through both forms.
-TEST(Erf, RecordedValues) {
+TEST(FloatMathErf, RecordedValues) {
   const float cases[][2] = {
       {0x1p-30f, 0x1.20dd74p-30f},          {0x1.79ca1p-67f, 0x1.aa4a22p-67f},   {0x1.16c2p-133f, 0x1.3a8bp-133f},
       {0x1.99999ap-4f, 0x1.cca5eap-4f},     {0x1p-1f, 0x1.0a7ef6p-1f},            {-0x1.99999ap-1f, -0x1.7bf4a8p-1f},
@@ -98,7 +101,7 @@ TEST(Erf, RecordedValues) {
   for (size_t i = 0; i < block.size(); ++i) expect_same(block[i], cases[i / 16][1], cases[i / 16][0]);
 }
 
-TEST(Erf, SpecialValues) {
+TEST(FloatMathErf, SpecialValues) {
   float v[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 6.0f, -100.0f, 3e38f};
   const float want[] = {0.0f, -0.0f, 1.0f, -1.0f, NAN, 1.0f, -1.0f, 1.0f};
   for (size_t i = 0; i < 8; ++i) expect_same(erf_one(v[i]), want[i], v[i]);
@@ -109,7 +112,7 @@ TEST(Erf, SpecialValues) {
 }
 
 // erf is odd, and the forms keep it so to the bit.
-TEST(Erf, OddToTheBit) {
+TEST(FloatMathErf, OddToTheBit) {
   std::vector<float> xs = sample(65521), neg;
   for (float x : xs) neg.push_back(-x);
   erf_block(xs.data(), xs.size());
@@ -123,7 +126,7 @@ TEST(Erf, OddToTheBit) {
 // No invalid operation, division by zero or overflow flag for any non-NaN
 // input: lanes outside a range are evaluated on a stand-in, not on their value
 // (fp_exceptions names a division by zero from the flag).
-TEST(Erf, RaisesNoFlagOnNumbers) {
+TEST(FloatMathErf, RaisesNoFlagOnNumbers) {
   std::vector<float> xs;
   for (float x : sample(257))
     if (!std::isnan(x)) xs.push_back(x);
@@ -134,12 +137,85 @@ TEST(Erf, RaisesNoFlagOnNumbers) {
 }
 
 // On the C library it reproduces, the same bits as its erff.
-TEST(Erf, MatchesGnuLibc236) {
+TEST(FloatMathErf, MatchesGnuLibc236) {
   if (std::string(gnu_get_libc_version()) != "2.36") GTEST_SKIP() << "the C library is " << gnu_get_libc_version();
   std::vector<float> xs = sample(1021);
   std::vector<float> ys = xs;
   erf_block(ys.data(), ys.size());
   for (size_t i = 0; i < xs.size(); ++i) expect_same(ys[i], erff(xs[i]), xs[i]);
+}
+
+}  // namespace
+
+namespace {
+
+// exp: the same properties.
+TEST(FloatMathExp, BlockMatchesOneByOne) {
+  std::vector<float> xs = sample(251);
+  for (int shuffled = 0; shuffled < 2; ++shuffled) {
+    if (shuffled) std::shuffle(xs.begin(), xs.end(), std::mt19937(7));
+    std::vector<float> ys = xs;
+    for (size_t at = 0, len = 1; at < ys.size(); at += len, len = len % 301 + 7)
+      exp_block(ys.data() + at, std::min(len, ys.size() - at));
+    for (size_t i = 0; i < xs.size(); ++i) expect_same(ys[i], exp_one(xs[i]), xs[i]);
+  }
+}
+
+// Rounded once from a result within 2^-33 relative: at most half an ulp and
+// a little, subnormal results included.
+TEST(FloatMathExp, WithinHalfAnUlpOfDoubleExp) {
+  for (float x : sample(4093)) {
+    if (!std::isfinite(x)) continue;
+    const double want = std::exp(static_cast<double>(x));
+    const float got = exp_one(x);
+    if (want > 0x1.fffffep127) {
+      ASSERT_EQ(got, INFINITY) << std::hexfloat << x;
+      continue;
+    }
+    const double ulp = std::ldexp(1.0, std::max(std::ilogb(static_cast<float>(want)), -126) - 23);
+    ASSERT_LE(std::fabs(got - want), 0.51 * ulp) << std::hexfloat << x;
+  }
+}
+
+TEST(FloatMathExp, RecordedValues) {
+  const float cases[][2] = {
+      {0x0p+0f, 0x1p+0f},           {0x1p+0f, 0x1.5bf0a8p+1f},          {-0x1p+0f, 0x1.78b564p-2f},
+      {0x1p-1f, 0x1.a61298p+0f},    {0x1.4p+3f, 0x1.5829dcp+14f},       {-0x1.4p+3f, 0x1.7cd79cp-15f},
+      {0x1.62p+6f, 0x1.99b988p+127f}, {0x1.62e148p+6f, 0x1.fe8c9p+127f}, {-0x1.5ep+6f, 0x1.b2cafp-127f},
+      {-0x1.9p+6f, 0x1.bp-145f},    {-0x1.9ep+6f, 0x1p-149f},           {-0x1.9f999ap+6f, 0x1p-149f},
+      {0x1p-30f, 0x1p+0f},          {0x1.921fap+1f, 0x1.72400ap+4f},    {-0x1.0624dep-10f, 0x1.ff7cfep-1f},
+      {100.0f, INFINITY},           {-104.0f, 0.0f},                    {-INFINITY, 0.0f},
+      {INFINITY, INFINITY},         {-0.0f, 1.0f},
+  };
+  std::vector<float> block;
+  for (const auto& c : cases) {
+    expect_same(exp_one(c[0]), c[1], c[0]);
+    for (int k = 0; k < 16; ++k) block.push_back(c[0]);
+  }
+  block.push_back(NAN);
+  exp_block(block.data(), block.size());
+  for (size_t i = 0; i + 1 < block.size(); ++i) expect_same(block[i], cases[i / 16][1], cases[i / 16][0]);
+  EXPECT_TRUE(std::isnan(block.back()));
+}
+
+// Overflow and underflow may raise their flags, as the C library's does; no
+// number raises invalid or division by zero.
+TEST(FloatMathExp, RaisesNoInvalidOrDivisionFlag) {
+  std::vector<float> xs;
+  for (float x : sample(257))
+    if (!std::isnan(x)) xs.push_back(x);
+  std::shuffle(xs.begin(), xs.end(), std::mt19937(13));
+  std::feclearexcept(FE_ALL_EXCEPT);
+  exp_block(xs.data(), xs.size());
+  EXPECT_EQ(std::fetestexcept(FE_INVALID | FE_DIVBYZERO), 0);
+}
+
+TEST(FloatMathExp, MatchesGnuLibc236) {
+  if (std::string(gnu_get_libc_version()) != "2.36") GTEST_SKIP() << "the C library is " << gnu_get_libc_version();
+  std::vector<float> xs = sample(1021);
+  std::vector<float> ys = xs;
+  exp_block(ys.data(), ys.size());
+  for (size_t i = 0; i < xs.size(); ++i) expect_same(ys[i], expf(xs[i]), xs[i]);
 }
 
 }  // namespace

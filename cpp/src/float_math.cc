@@ -1,4 +1,4 @@
-// The error function, one element or eight at a time (see erf.h).
+// exp and erf in float32, one element or sixteen at a time (see float_math.h).
 //
 // Every float operation below rounds on its own: no multiply and add are
 // fused except the std::fma and FMA intrinsics written out, which are where
@@ -6,7 +6,7 @@
 // instructions (-mfma), also in intrinsics, hence the pragma.
 #pragma GCC optimize("fp-contract=off")
 
-#include "neurenix/erf.h"
+#include "neurenix/float_math.h"
 
 #include <cmath>
 #include <cstdint>
@@ -14,7 +14,7 @@
 
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
-#define NEURENIX_ERF_AVX2 1
+#define NEURENIX_FLOAT_MATH_AVX2 1
 #endif
 
 namespace neurenix {
@@ -88,8 +88,9 @@ inline float horner(const float (&c)[N], float s) {
   return acc;
 }
 
-// exp(x) for -104 < x < 88, the range erf's tail passes.
-inline float exp_tail(float x) {
+// exp(x) for -104 < x < 89: no overflow, no underflow to zero, no NaN
+// (exp_one takes those apart).
+inline float exp_core(float x) {
   const double xd = x;
   const double shifted = std::fma(kInvLn2x32, xd, kRoundShift);
   uint64_t ki;
@@ -116,7 +117,7 @@ inline float tail_e(float ax) {
   const float r = near ? horner(kNearR, s) : horner(kFarR, s);
   const float q = near ? horner(kNearS, s) : horner(kFarS, s);
   const float z = float_of(ia & 0xfffff000u);
-  return exp_tail(-z * z - 0.5625f) * exp_tail((z - ax) * (z + ax) + r / q);
+  return exp_core(-z * z - 0.5625f) * exp_core((z - ax) * (z + ax) + r / q);
 }
 
 }  // namespace
@@ -148,7 +149,23 @@ float erf_one(float x) {
   return negative ? -a : a;
 }
 
-#if NEURENIX_ERF_AVX2
+// Bounds of exp's range that needs no special case.
+constexpr uint32_t kExpTop88 = 0x42b;                  // the top 12 bits of 88.0f
+constexpr float kExpOverflow = 0x1.62e42ep6f;          // above: +inf
+constexpr float kExpUnderflow = -0x1.9fe368p6f;        // below: +0
+
+float exp_one(float x) {
+  const uint32_t top = (bits_of(x) >> 20) & 0x7ff;
+  if (top >= kExpTop88) {
+    if (bits_of(x) == 0xff800000u) return 0.0f;  // exp(-inf)
+    if (top >= (kInfBits >> 20)) return x + x;    // +inf, NaN
+    if (x > kExpOverflow) return HUGE_VALF;
+    if (x < kExpUnderflow) return 0.0f;
+  }
+  return exp_core(x);
+}
+
+#if NEURENIX_FLOAT_MATH_AVX2
 namespace {
 
 // The vector form works on kWays vectors of eight at once: erf's tail is a
@@ -177,8 +194,8 @@ inline void horner8_select(const float (&a)[N], const float (&b)[N], const Vecs&
                              _mm256_mul_ps(s[w], acc[w]));
 }
 
-// exp_tail on four lanes.
-inline __m128 exp_tail4(__m128 x) {
+// exp_core on four lanes.
+inline __m128 exp_core4(__m128 x) {
   const __m256d xd = _mm256_cvtps_pd(x);
   const __m256d c = _mm256_set1_pd(kInvLn2x32), shift = _mm256_set1_pd(kRoundShift);
   const __m256d shifted = _mm256_fmadd_pd(c, xd, shift);
@@ -196,8 +213,8 @@ inline __m128 exp_tail4(__m128 x) {
   y = _mm256_fmadd_pd(odd, r2, y);
   return _mm256_cvtpd_ps(_mm256_mul_pd(y, scale));
 }
-inline __m256 exp_tail8(__m256 x) {
-  return _mm256_set_m128(exp_tail4(_mm256_extractf128_ps(x, 1)), exp_tail4(_mm256_castps256_ps128(x)));
+inline __m256 exp_core8(__m256 x) {
+  return _mm256_set_m128(exp_core4(_mm256_extractf128_ps(x, 1)), exp_core4(_mm256_castps256_ps128(x)));
 }
 
 // kWays vectors of eight, none NaN and none below 2^-28 in magnitude. Each
@@ -241,8 +258,8 @@ inline void erf_vectors(Vecs& x) {
     for (int w = 0; w < kWays; ++w) {
       const __m256 z = _mm256_and_ps(t[w], _mm256_castsi256_ps(splat(0xfffff000u)));
       const __m256 e1 =
-          exp_tail8(_mm256_sub_ps(_mm256_mul_ps(_mm256_xor_ps(z, sign_mask), z), _mm256_set1_ps(0.5625f)));
-      const __m256 e2 = exp_tail8(
+          exp_core8(_mm256_sub_ps(_mm256_mul_ps(_mm256_xor_ps(z, sign_mask), z), _mm256_set1_ps(0.5625f)));
+      const __m256 e2 = exp_core8(
           _mm256_add_ps(_mm256_mul_ps(_mm256_sub_ps(z, t[w]), _mm256_add_ps(z, t[w])), _mm256_div_ps(r[w], q[w])));
       a[w] = _mm256_blendv_ps(a[w], _mm256_sub_ps(one, _mm256_div_ps(_mm256_mul_ps(e1, e2), t[w])), tail[w]);
     }
@@ -262,12 +279,28 @@ inline void erf_vectors(Vecs& x) {
   for (int w = 0; w < kWays; ++w) x[w] = a[w];
 }
 
+// exp_one on eight lanes: the core on lanes in range (zero on the others,
+// which raises no flag), then the special cases blended in.
+inline __m256 exp8(__m256 x) {
+  const __m256 nan = _mm256_cmp_ps(x, x, _CMP_UNORD_Q);
+  const __m256 over = _mm256_cmp_ps(x, _mm256_set1_ps(kExpOverflow), _CMP_GT_OQ);
+  const __m256 under = _mm256_cmp_ps(x, _mm256_set1_ps(kExpUnderflow), _CMP_LT_OQ);
+  const __m256 special = _mm256_or_ps(nan, _mm256_or_ps(over, under));
+  __m256 y = exp_core8(_mm256_andnot_ps(special, x));
+  if (_mm256_movemask_ps(special)) {
+    y = _mm256_blendv_ps(y, _mm256_set1_ps(HUGE_VALF), over);
+    y = _mm256_blendv_ps(y, _mm256_setzero_ps(), under);
+    y = _mm256_blendv_ps(y, _mm256_add_ps(x, x), nan);
+  }
+  return y;
+}
+
 }  // namespace
 #endif
 
 void erf_block(float* x, size_t n) {
   size_t j = 0;
-#if NEURENIX_ERF_AVX2
+#if NEURENIX_FLOAT_MATH_AVX2
   constexpr size_t kStep = 8 * kWays;
   for (; j + kStep <= n; j += kStep) {
     // NaNs and tiny magnitudes (zeros among them) go one by one.
@@ -288,6 +321,19 @@ void erf_block(float* x, size_t n) {
   }
 #endif
   for (; j < n; ++j) x[j] = erf_one(x[j]);
+}
+
+void exp_block(float* x, size_t n) {
+  size_t j = 0;
+#if NEURENIX_FLOAT_MATH_AVX2
+  for (; j + 16 <= n; j += 16) {
+    const __m256 a = exp8(_mm256_loadu_ps(x + j)), b = exp8(_mm256_loadu_ps(x + j + 8));
+    _mm256_storeu_ps(x + j, a);
+    _mm256_storeu_ps(x + j + 8, b);
+  }
+  for (; j + 8 <= n; j += 8) _mm256_storeu_ps(x + j, exp8(_mm256_loadu_ps(x + j)));
+#endif
+  for (; j < n; ++j) x[j] = exp_one(x[j]);
 }
 
 }  // namespace neurenix
