@@ -4,7 +4,11 @@
 // fused except the std::fma and FMA intrinsics written out, which are where
 // the reference fuses them. GCC fuses them by default when it may use FMA
 // instructions (-mfma), also in intrinsics, hence the pragma.
+#if defined(__clang__)
+#pragma clang fp contract(off)
+#else
 #pragma GCC optimize("fp-contract=off")
+#endif
 
 #include "neurenix/float_math.h"
 

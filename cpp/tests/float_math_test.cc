@@ -49,6 +49,18 @@ std::vector<float> sample(uint32_t stride) {
   return out;
 }
 
+// GNU libc 2.36 on an x86-64 host with FMA: the C library whose expf and
+// erff the functions reproduce (its expf without FMA rounds some results
+// differently).
+bool reference_libc() {
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  return std::string(gnu_get_libc_version()) == "2.36" && __builtin_cpu_supports("fma");
+#else
+  return false;
+#endif
+}
+
 void expect_same(float got, float want, float x) {
   if (std::isnan(want)) {
     ASSERT_TRUE(std::isnan(got)) << std::hexfloat << x;
@@ -137,8 +149,8 @@ TEST(FloatMathErf, RaisesNoFlagOnNumbers) {
 }
 
 // On the C library it reproduces, the same bits as its erff.
-TEST(FloatMathErf, MatchesGnuLibc236) {
-  if (std::string(gnu_get_libc_version()) != "2.36") GTEST_SKIP() << "the C library is " << gnu_get_libc_version();
+TEST(FloatMathErf, MatchesTheCLibraryItReproduces) {
+  if (!reference_libc()) GTEST_SKIP() << "not GNU libc 2.36 on an x86-64 host with FMA";
   std::vector<float> xs = sample(1021);
   std::vector<float> ys = xs;
   erf_block(ys.data(), ys.size());
@@ -210,8 +222,8 @@ TEST(FloatMathExp, RaisesNoInvalidOrDivisionFlag) {
   EXPECT_EQ(std::fetestexcept(FE_INVALID | FE_DIVBYZERO), 0);
 }
 
-TEST(FloatMathExp, MatchesGnuLibc236) {
-  if (std::string(gnu_get_libc_version()) != "2.36") GTEST_SKIP() << "the C library is " << gnu_get_libc_version();
+TEST(FloatMathExp, MatchesTheCLibraryItReproduces) {
+  if (!reference_libc()) GTEST_SKIP() << "not GNU libc 2.36 on an x86-64 host with FMA";
   std::vector<float> xs = sample(1021);
   std::vector<float> ys = xs;
   exp_block(ys.data(), ys.size());

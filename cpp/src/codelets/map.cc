@@ -12,9 +12,9 @@
 #include <cstring>
 #include <string>
 
-#include "neurenix/float_math.h"
 #include "neurenix/error.h"
 #include "neurenix/float8.h"
+#include "neurenix/float_math.h"
 #include "neurenix/half.h"
 #include "neurenix/stochastic_rounding.h"
 
