@@ -444,6 +444,32 @@ void Engine::read_output(uint32_t i, uint8_t* data, size_t bytes) const {
   if (bytes) std::memcpy(data, out_buf_[i].data(), bytes);  // an empty output has no buffer to copy from
 }
 
+namespace {
+
+// `count` elements of `elem` bytes, `stride` bytes apart at `src`, packed at
+// `dst`: a loop of loads and stores of the element's width for the usual
+// widths (a transpose's halves and floats), a copy call per element otherwise.
+template <typename Word>
+inline void strided_words(uint8_t* dst, const uint8_t* src, uint64_t count, int64_t stride) {
+  for (uint64_t k = 0; k < count; ++k, src += stride) {
+    Word w;
+    std::memcpy(&w, src, sizeof(Word));
+    std::memcpy(dst + k * sizeof(Word), &w, sizeof(Word));
+  }
+}
+inline void strided_copy(uint8_t* dst, const uint8_t* src, uint64_t count, int64_t stride, uint32_t elem) {
+  switch (elem) {
+    case 1: strided_words<uint8_t>(dst, src, count, stride); break;
+    case 2: strided_words<uint16_t>(dst, src, count, stride); break;
+    case 4: strided_words<uint32_t>(dst, src, count, stride); break;
+    case 8: strided_words<uint64_t>(dst, src, count, stride); break;
+    default:
+      for (uint64_t k = 0; k < count; ++k, src += stride) std::memcpy(dst + k * elem, src, elem);
+  }
+}
+
+}  // namespace
+
 void Engine::copy_pattern(uint8_t* dst, const Executable::ByteCopy& c) const {
   const uint8_t* src = arenas_[c.src_tile] + c.src_byte;
   uint8_t* d = dst + c.dst_byte;
@@ -461,8 +487,7 @@ void Engine::copy_pattern(uint8_t* dst, const Executable::ByteCopy& c) const {
         done += n;
       }
     } else {
-      const uint8_t* sp = src;
-      for (uint64_t k = 0; k < c.count; ++k, sp += c.src_stride) std::memcpy(d + k * c.elem, sp, c.elem);
+      strided_copy(d, src, c.count, c.src_stride, c.elem);
     }
   }
 }

@@ -172,6 +172,48 @@ TEST(Exchange, SlicesWithStepsAndNegativeStrides) {
     }
 }
 
+// Strided copies move elements of every width: a transpose of a bool, a
+// half and an int32 tensor, whose bytes arrive where numpy puts them (the
+// host copies each width with loads and stores of that width).
+TEST(Exchange, TransposesOfEveryElementWidth) {
+  std::mt19937 rng(3);
+  const Shape base = {5, 7};
+  const ViewCase vc{base, make_view(0, {7, 5}, {1, 7})};
+  const std::vector<int32_t> want = expected(vc.view);
+  for (DeviceType dt : {kBool, kF16, kI32}) {
+    const size_t width = device_type_size(dt);
+    // Element e holds the bytes of e * 97 + 1 (bool: 0 or 1).
+    auto element = [&](int64_t e, size_t byte) -> uint8_t {
+      const uint32_t v = static_cast<uint32_t>(e * 97 + 1);
+      return dt == kBool ? (byte == 0 ? v & 1u : 0u) : static_cast<uint8_t>(v >> (8 * byte));
+    };
+    for (Layout sl : {Layout::kLinear, Layout::kRandom})
+      for (Layout dl : {Layout::kLinear, Layout::kOneTile, Layout::kRandom}) {
+        SCOPED_TRACE(testing::Message() << "width " << width);
+        auto g = std::make_unique<Graph>(tiny(4, 2), 2);
+        Tensor x = g->add_variable("x", dt, base, VarKind::kInput, 0);
+        lay_out(*g, x.var, sl, rng);
+        g->add_input_stream("x", x);
+        Tensor y = g->add_variable("y", dt, vc.view.shape, VarKind::kIntermediate, 0);
+        lay_out(*g, y.var, dl, rng);
+        View v = vc.view;
+        v.var = x.var;
+        const uint32_t ex = g->add_exchange("view");
+        copy_view(*g, ex, v, View::of(y));
+        g->execute_exchange(ex);
+        g->add_output_stream("y", y);
+        std::vector<uint8_t> in(shape_numel(base) * width);
+        for (size_t e = 0; e < shape_numel(base); ++e)
+          for (size_t b = 0; b < width; ++b) in[e * width + b] = element(static_cast<int64_t>(e), b);
+        auto out = run_graph(std::move(g), {in});
+        ASSERT_EQ(out.size(), 1u);
+        ASSERT_EQ(out[0].size(), want.size() * width);
+        for (size_t e = 0; e < want.size(); ++e)
+          for (size_t b = 0; b < width; ++b) ASSERT_EQ(out[0][e * width + b], element(want[e], b)) << e;
+      }
+  }
+}
+
 // A rank-0 view (one element, no dimensions) is a valid numpy view too.
 TEST(Exchange, RankZeroView) {
   std::mt19937 rng(9);
