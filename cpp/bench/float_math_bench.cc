@@ -10,12 +10,12 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "neurenix/float_math.h"
+#include "neurenix/half.h"  // float_to_bits
 
 namespace {
 
@@ -23,6 +23,8 @@ using neurenix::erf_block;
 using neurenix::erf_one;
 using neurenix::exp_block;
 using neurenix::exp_one;
+using neurenix::bits_to_float;
+using neurenix::float_to_bits;
 
 // Best time per element of `fn` over blocks of 256 copies of `xs`.
 template <class Fn>
@@ -70,12 +72,6 @@ void timings() {
   }
 }
 
-uint32_t bits(float f) {
-  uint32_t b;
-  std::memcpy(&b, &f, 4);
-  return b;
-}
-
 // Every float32 input through both forms of both functions against the C
 // library; returns the number of differing results.
 uint64_t exhaustive() {
@@ -85,19 +81,18 @@ uint64_t exhaustive() {
   uint64_t differ[4] = {0, 0, 0, 0};
   for (uint64_t base = 0; base < (uint64_t{1} << 32); base += kChunk) {
     for (size_t i = 0; i < kChunk; ++i) {
-      const uint32_t b = static_cast<uint32_t>(base + i);
-      std::memcpy(&in[i], &b, 4);
+      in[i] = bits_to_float(static_cast<uint32_t>(base + i));
     }
     e = in;
     r = in;
     exp_block(e.data(), kChunk);
     erf_block(r.data(), kChunk);
     for (size_t i = 0; i < kChunk; ++i) {
-      const uint32_t want_e = bits(expf(in[i])), want_r = bits(erff(in[i]));
-      differ[0] += bits(exp_one(in[i])) != want_e;
-      differ[1] += bits(e[i]) != want_e;
-      differ[2] += bits(erf_one(in[i])) != want_r;
-      differ[3] += bits(r[i]) != want_r;
+      const uint32_t want_e = float_to_bits(expf(in[i])), want_r = float_to_bits(erff(in[i]));
+      differ[0] += float_to_bits(exp_one(in[i])) != want_e;
+      differ[1] += float_to_bits(e[i]) != want_e;
+      differ[2] += float_to_bits(erf_one(in[i])) != want_r;
+      differ[3] += float_to_bits(r[i]) != want_r;
     }
   }
   std::printf("differing results: exp_one %llu, exp_block %llu, erf_one %llu, erf_block %llu\n",

@@ -16,6 +16,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "neurenix/half.h"  // float_to_bits, bits_to_float
+
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
 #define NEURENIX_FLOAT_MATH_AVX2 1
@@ -74,17 +76,6 @@ alignas(64) constexpr double kExp2Table[32] = {
     0x1.ea4afa2a490dap+0, 0x1.f50765b6e4540p+0,
 };
 
-inline uint32_t bits_of(float f) {
-  uint32_t b;
-  std::memcpy(&b, &f, 4);
-  return b;
-}
-inline float float_of(uint32_t b) {
-  float f;
-  std::memcpy(&f, &b, 4);
-  return f;
-}
-
 template <size_t N>
 inline float horner(const float (&c)[N], float s) {
   float acc = c[0];
@@ -115,19 +106,19 @@ inline float exp_core(float x) {
 
 // erf(|x|) for 1.25 <= |x| < 6, as 1 - e / |x|; returns e.
 inline float tail_e(float ax) {
-  const uint32_t ia = bits_of(ax);
+  const uint32_t ia = float_to_bits(ax);
   const float s = 1.0f / (ax * ax);
   const bool near = ia < kTailSplit;
   const float r = near ? horner(kNearR, s) : horner(kFarR, s);
   const float q = near ? horner(kNearS, s) : horner(kFarS, s);
-  const float z = float_of(ia & 0xfffff000u);
+  const float z = bits_to_float(ia & 0xfffff000u);
   return exp_core(-z * z - 0.5625f) * exp_core((z - ax) * (z + ax) + r / q);
 }
 
 }  // namespace
 
 float erf_one(float x) {
-  const uint32_t hx = bits_of(x);
+  const uint32_t hx = float_to_bits(x);
   const uint32_t ix = hx & 0x7fffffffu;
   const bool negative = hx >> 31;
   if (ix >= kInfBits) return static_cast<float>(negative ? -1 : 1) + 1.0f / x;  // +-1, NaN stays NaN
@@ -159,9 +150,9 @@ constexpr float kExpOverflow = 0x1.62e42ep6f;          // above: +inf
 constexpr float kExpUnderflow = -0x1.9fe368p6f;        // below: +0
 
 float exp_one(float x) {
-  const uint32_t top = (bits_of(x) >> 20) & 0x7ff;
+  const uint32_t top = (float_to_bits(x) >> 20) & 0x7ff;
   if (top >= kExpTop88) {
-    if (bits_of(x) == 0xff800000u) return 0.0f;  // exp(-inf)
+    if (float_to_bits(x) == 0xff800000u) return 0.0f;  // exp(-inf)
     if (top >= (kInfBits >> 20)) return x + x;    // +inf, NaN
     if (x > kExpOverflow) return HUGE_VALF;
     if (x < kExpUnderflow) return 0.0f;

@@ -7,12 +7,12 @@
 #include <algorithm>
 #include <cfenv>
 #include <cmath>
-#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "neurenix/float_math.h"
+#include "neurenix/half.h"  // float_to_bits, bits_to_float
 
 #if defined(__GLIBC__)
 #include <gnu/libc-version.h>
@@ -24,29 +24,20 @@ using neurenix::erf_block;
 using neurenix::erf_one;
 using neurenix::exp_block;
 using neurenix::exp_one;
-
-uint32_t bits(float f) {
-  uint32_t b;
-  std::memcpy(&b, &f, 4);
-  return b;
-}
-float from_bits(uint32_t b) {
-  float f;
-  std::memcpy(&f, &b, 4);
-  return f;
-}
+using neurenix::bits_to_float;
+using neurenix::float_to_bits;
 
 // Every `stride`-th float32 bit pattern (both signs, NaNs and infinities
 // included), plus each range's bounds and their neighbours.
 std::vector<float> sample(uint32_t stride) {
   std::vector<float> out;
-  for (uint64_t b = 0; b < (uint64_t{1} << 32); b += stride) out.push_back(from_bits(static_cast<uint32_t>(b)));
+  for (uint64_t b = 0; b < (uint64_t{1} << 32); b += stride) out.push_back(bits_to_float(static_cast<uint32_t>(b)));
   for (uint32_t edge : {0x00000000u, 0x00000001u, 0x00800000u, 0x04000000u, 0x31800000u, 0x3f580000u, 0x3fa00000u,
                         0x4036db6eu, 0x40c00000u, 0x7f7fffffu, 0x7f800000u, 0x7fc00000u})
     for (uint32_t d : {0u, 1u, 2u})
       for (uint32_t sign : {0u, 0x80000000u}) {
-        out.push_back(from_bits(sign | (edge + d)));
-        if (edge >= d) out.push_back(from_bits(sign | (edge - d)));
+        out.push_back(bits_to_float(sign | (edge + d)));
+        if (edge >= d) out.push_back(bits_to_float(sign | (edge - d)));
       }
   return out;
 }
@@ -67,22 +58,53 @@ void expect_same(float got, float want, float x) {
   if (std::isnan(want)) {
     ASSERT_TRUE(std::isnan(got)) << std::hexfloat << x;
   } else {
-    ASSERT_EQ(bits(got), bits(want)) << std::hexfloat << "x " << x << " got " << got << " want " << want;
+    ASSERT_EQ(float_to_bits(got), float_to_bits(want)) << std::hexfloat << "x " << x << " got " << got << " want " << want;
   }
 }
 
+using Block = void (*)(float*, size_t);
+using One = float (*)(float);
+
 // The block form gives the scalar form's bits on every lane, in blocks of
 // uneven lengths, in order and shuffled so that a vector mixes every range.
-TEST(FloatMathErf, BlockMatchesOneByOne) {
+void expect_block_matches_one(Block block, One one, unsigned seed) {
   std::vector<float> xs = sample(251);
   for (int shuffled = 0; shuffled < 2; ++shuffled) {
-    if (shuffled) std::shuffle(xs.begin(), xs.end(), std::mt19937(5));
+    if (shuffled) std::shuffle(xs.begin(), xs.end(), std::mt19937(seed));
     std::vector<float> ys = xs;
     for (size_t at = 0, len = 1; at < ys.size(); at += len, len = len % 301 + 7)
-      erf_block(ys.data() + at, std::min(len, ys.size() - at));
-    for (size_t i = 0; i < xs.size(); ++i) expect_same(ys[i], erf_one(xs[i]), xs[i]);
+      block(ys.data() + at, std::min(len, ys.size() - at));
+    for (size_t i = 0; i < xs.size(); ++i) expect_same(ys[i], one(xs[i]), xs[i]);
   }
 }
+
+// The float32 ulp at a double result (subnormal spacing below the normals).
+double ulp_at(double want) { return std::ldexp(1.0, std::max(std::ilogb(static_cast<float>(want)), -126) - 23); }
+
+// Recorded (x, f(x)) pairs through both forms, a NaN giving a NaN.
+template <size_t N>
+void expect_recorded(Block block, One one, const float (&cases)[N][2]) {
+  std::vector<float> xs;
+  for (const auto& c : cases) {
+    expect_same(one(c[0]), c[1], c[0]);
+    for (int k = 0; k < 16; ++k) xs.push_back(c[0]);
+  }
+  xs.push_back(NAN);
+  block(xs.data(), xs.size());
+  for (size_t i = 0; i + 1 < xs.size(); ++i) expect_same(xs[i], cases[i / 16][1], cases[i / 16][0]);
+  EXPECT_TRUE(std::isnan(xs.back()));
+}
+
+// On the C library it reproduces, the same bits as its function `ref`.
+void expect_matches_the_c_library(Block block, One ref) {
+  if (!reference_libc()) GTEST_SKIP() << "the C library is not GNU libc 2.36 on an x86-64 host with FMA";
+  std::vector<float> xs = sample(1021);
+  std::vector<float> ys = xs;
+  block(ys.data(), ys.size());
+  for (size_t i = 0; i < xs.size(); ++i) expect_same(ys[i], ref(xs[i]), xs[i]);
+}
+
+TEST(FloatMathErf, BlockMatchesOneByOne) { expect_block_matches_one(erf_block, erf_one, 5); }
 
 // Within one ulp of the error function evaluated in double.
 TEST(FloatMathErf, WithinAnUlpOfDoubleErf) {
@@ -90,8 +112,7 @@ TEST(FloatMathErf, WithinAnUlpOfDoubleErf) {
     if (!std::isfinite(x)) continue;
     const double want = std::erf(static_cast<double>(x));
     const float got = erf_one(x);
-    const double ulp = std::ldexp(1.0, std::max(std::ilogb(static_cast<float>(want)), -126) - 23);
-    ASSERT_LE(std::fabs(got - want), ulp) << std::hexfloat << x;
+    ASSERT_LE(std::fabs(got - want), ulp_at(want)) << std::hexfloat << x;
   }
 }
 
@@ -106,13 +127,7 @@ TEST(FloatMathErf, RecordedValues) {
       {0x1.cp+1f, 0x1.ffffe8p-1f},          {-0x1.1p+2f, -0x1p+0f},               {0x1.7fffd6p+2f, 0x1p+0f},
       {0x1.8p+2f, 0x1p+0f},
   };
-  std::vector<float> block;
-  for (const auto& c : cases) {
-    expect_same(erf_one(c[0]), c[1], c[0]);
-    for (int k = 0; k < 16; ++k) block.push_back(c[0]);
-  }
-  erf_block(block.data(), block.size());
-  for (size_t i = 0; i < block.size(); ++i) expect_same(block[i], cases[i / 16][1], cases[i / 16][0]);
+  expect_recorded(erf_block, erf_one, cases);
 }
 
 TEST(FloatMathErf, SpecialValues) {
@@ -133,7 +148,7 @@ TEST(FloatMathErf, OddToTheBit) {
   erf_block(neg.data(), neg.size());
   for (size_t i = 0; i < xs.size(); ++i) {
     if (std::isnan(xs[i])) continue;
-    ASSERT_EQ(bits(neg[i]), bits(xs[i]) ^ 0x80000000u) << i;
+    ASSERT_EQ(float_to_bits(neg[i]), float_to_bits(xs[i]) ^ 0x80000000u) << i;
   }
 }
 
@@ -150,30 +165,11 @@ TEST(FloatMathErf, RaisesNoFlagOnNumbers) {
   EXPECT_EQ(std::fetestexcept(FE_INVALID | FE_DIVBYZERO | FE_OVERFLOW), 0);
 }
 
-// On the C library it reproduces, the same bits as its erff.
-TEST(FloatMathErf, MatchesTheCLibraryItReproduces) {
-  if (!reference_libc()) GTEST_SKIP() << "the C library is not GNU libc 2.36 on an x86-64 host with FMA";
-  std::vector<float> xs = sample(1021);
-  std::vector<float> ys = xs;
-  erf_block(ys.data(), ys.size());
-  for (size_t i = 0; i < xs.size(); ++i) expect_same(ys[i], erff(xs[i]), xs[i]);
-}
+TEST(FloatMathErf, MatchesTheCLibraryItReproduces) { expect_matches_the_c_library(erf_block, erff); }
 
-}  // namespace
-
-namespace {
 
 // exp: the same properties.
-TEST(FloatMathExp, BlockMatchesOneByOne) {
-  std::vector<float> xs = sample(251);
-  for (int shuffled = 0; shuffled < 2; ++shuffled) {
-    if (shuffled) std::shuffle(xs.begin(), xs.end(), std::mt19937(7));
-    std::vector<float> ys = xs;
-    for (size_t at = 0, len = 1; at < ys.size(); at += len, len = len % 301 + 7)
-      exp_block(ys.data() + at, std::min(len, ys.size() - at));
-    for (size_t i = 0; i < xs.size(); ++i) expect_same(ys[i], exp_one(xs[i]), xs[i]);
-  }
-}
+TEST(FloatMathExp, BlockMatchesOneByOne) { expect_block_matches_one(exp_block, exp_one, 7); }
 
 // Rounded once from a result within 2^-33 relative: at most half an ulp and
 // a little, subnormal results included.
@@ -186,8 +182,7 @@ TEST(FloatMathExp, WithinHalfAnUlpOfDoubleExp) {
       ASSERT_EQ(got, INFINITY) << std::hexfloat << x;
       continue;
     }
-    const double ulp = std::ldexp(1.0, std::max(std::ilogb(static_cast<float>(want)), -126) - 23);
-    ASSERT_LE(std::fabs(got - want), 0.51 * ulp) << std::hexfloat << x;
+    ASSERT_LE(std::fabs(got - want), 0.51 * ulp_at(want)) << std::hexfloat << x;
   }
 }
 
@@ -201,15 +196,7 @@ TEST(FloatMathExp, RecordedValues) {
       {100.0f, INFINITY},           {-104.0f, 0.0f},                    {-INFINITY, 0.0f},
       {INFINITY, INFINITY},         {-0.0f, 1.0f},
   };
-  std::vector<float> block;
-  for (const auto& c : cases) {
-    expect_same(exp_one(c[0]), c[1], c[0]);
-    for (int k = 0; k < 16; ++k) block.push_back(c[0]);
-  }
-  block.push_back(NAN);
-  exp_block(block.data(), block.size());
-  for (size_t i = 0; i + 1 < block.size(); ++i) expect_same(block[i], cases[i / 16][1], cases[i / 16][0]);
-  EXPECT_TRUE(std::isnan(block.back()));
+  expect_recorded(exp_block, exp_one, cases);
 }
 
 // Overflow and underflow may raise their flags, as the C library's does; no
@@ -224,12 +211,6 @@ TEST(FloatMathExp, RaisesNoInvalidOrDivisionFlag) {
   EXPECT_EQ(std::fetestexcept(FE_INVALID | FE_DIVBYZERO), 0);
 }
 
-TEST(FloatMathExp, MatchesTheCLibraryItReproduces) {
-  if (!reference_libc()) GTEST_SKIP() << "the C library is not GNU libc 2.36 on an x86-64 host with FMA";
-  std::vector<float> xs = sample(1021);
-  std::vector<float> ys = xs;
-  exp_block(ys.data(), ys.size());
-  for (size_t i = 0; i < xs.size(); ++i) expect_same(ys[i], expf(xs[i]), xs[i]);
-}
+TEST(FloatMathExp, MatchesTheCLibraryItReproduces) { expect_matches_the_c_library(exp_block, expf); }
 
 }  // namespace
