@@ -18,9 +18,8 @@ What is compared bit for bit, and what within which bound:
 - MatMul and Conv in float32, in float16 with float partials and with half
   partials, and MatMul in mixed: bit for bit. The emulation reproduces the
   order: every block sums its exact products in k order in float32 (for
-  convolutions with float partials and 8 or more input channels a block, or a
-  1x1 kernel, tap by tap: each tap's channels in order, the taps added in
-  kernel order); a K split, read from the plan in the compile report, sums
+  convolutions k runs over (input channel, kernel row, kernel column), as
+  in a product with im2col's matrix); a K split, read from the plan in the compile report, sums
   its blocks' partials in order in a second stage (rounding to half after
   each addition with half partials); half partials round every 16-product
   chunk (amp.h). Conv bias is added to the float32 sum before its one
@@ -466,19 +465,10 @@ def conv_emulation(x, w, bias, strides, pads, dilations, groups, k_split, half_p
         parts = []
         for c0, c1 in k_ranges(cg, k_split, 8):
             cin = c1 - c0
-            if not half_partials and (cin >= 8 or kh * kw == 1):
-                # Tap by tap: each tap's channels summed in order, the taps added.
-                p = None
-                for ta in range(kh):
-                    for tb in range(kw):
-                        t = dot_seq(wg[None, :, c0:c1, ta, tb], taps[:, c0:c1, ta, tb])
-                        p = t if p is None else (p + t).astype(F32)
-            else:
-                # In (channel, kernel row, kernel column) order.
-                wk = wg[None, :, c0:c1].reshape(1, cog, cin * kh * kw)
-                tk = taps[:, c0:c1].reshape(n, cin * kh * kw, ho * wo)
-                p = (dot_half_partials if half_partials else dot_seq)(wk, tk)
-            parts.append(p)
+            # In (channel, kernel row, kernel column) order.
+            wk = wg[None, :, c0:c1].reshape(1, cog, cin * kh * kw)
+            tk = taps[:, c0:c1].reshape(n, cin * kh * kw, ho * wo)
+            parts.append((dot_half_partials if half_partials else dot_seq)(wk, tk))
         s = parts[0] if k_split == 1 else sum_partials(parts, half_partials)
         if bias is not None:
             s = (s + bias[g * cog : (g + 1) * cog][None, :, None]).astype(F32)

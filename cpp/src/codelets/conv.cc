@@ -234,16 +234,18 @@ void ConvVertex::compute(uint8_t* mem) const {
   // sh x sw phases (rows i*sh + ph, columns j*sw + pc of the padded window),
   // so that tap (a, b) of output (r, wo) reads phase ((a*dh) % sh, (b*dw) % sw)
   // at row r + (a*dh) / sh, column wo + (b*dw) / sw: a shifted view of one
-  // phase plane. Each tap is then one product of the weights' (a, b) slice
-  // with that view, accumulated over taps; columns wo >= out_w of each row are
-  // computed and dropped.
-  // Few input channels make each tap's product too thin: the sum then runs
-  // over k = (ci, a, b) in one product whose rows are again shifted views of
-  // phase planes, read through a table of row pointers (the same sums, in the
-  // same order, as a product with im2col's packed panels). With half partials
-  // it always does, in chunks of the AMP depth.
+  // phase plane. The sum runs over k = (ci, a, b) in one product whose rows
+  // are those shifted views, read through a table of row pointers (the same
+  // sums, in the same order, as a product with im2col's packed panels);
+  // columns wo >= out_w of each row are computed and dropped. With half
+  // partials it runs in chunks of the AMP depth.
+  // A 1x1 kernel with float partials has one tap: one product of the
+  // weights with its phase plane, read as a strided matrix (packed panels
+  // run up to 1.7x faster than row pointers there). Larger kernels once ran
+  // a strided product per tap, accumulated: 0.98-2.9x the time of the one
+  // product over all taps (docs/benchmarks.md).
   const bool half_rows = partials_ == DeviceType::kFloat16;
-  const bool by_tap = !half_rows && (s.cin >= 8 || s.kh * s.kw == 1);
+  const bool one_tap = !half_rows && s.kh * s.kw == 1;
   // Phase rows and their width: what the taps of the outputs read, no more
   // (the products' columns are rows x wq, padded to whole panels).
   const uint32_t wq = s.out_w + (s.kw - 1) * s.dw / s.sw;
@@ -384,7 +386,7 @@ void ConvVertex::compute(uint8_t* mem) const {
   }
   acc.resize(static_cast<size_t>(s.cout) * n);
   const uint32_t khw = s.kh * s.kw;
-  if (!by_tap) {
+  if (!one_tap) {
     // Row kk = (ci * kh + a) * kw + b is tap (a, b)'s view of channel ci:
     // each tap's offset from channel 0 once, then a plane further per
     // channel.
@@ -417,19 +419,11 @@ void ConvVertex::compute(uint8_t* mem) const {
         });
       }
     }
+  } else if (by_channel) {  // in place
+    gemm_f32_rows(w_f, ldw, chans.data(), acc.data(), s.cout, n, s.cin, n, false);
   } else {
-    for (uint32_t a = 0; a < s.kh; ++a)
-      for (uint32_t bb = 0; bb < s.kw; ++bb) {
-        const uint32_t tap = a * s.kw + bb;
-        const uint32_t ra = a * s.dh, cb = bb * s.dw;
-        const float* base = in_place ? in_f
-                                     : planes + static_cast<size_t>((ra % s.sh) * s.sw + cb % s.sw) * s.cin * plane +
-                                           static_cast<size_t>(ra / s.sh) * wq + cb / s.sw;
-        if (by_channel)  // in place: the one tap
-          gemm_f32_rows(w_f, ldw, chans.data(), acc.data(), s.cout, n, s.cin, n, false);
-        else
-          gemm_f32_strided(w_f + tap, ldw, khw, base, in_plane, acc.data(), s.cout, n, s.cin, n, tap > 0, !in_place);
-      }
+    // (The tap reads phase (0, 0): the first plane.)
+    gemm_f32_strided(w_f, ldw, 1, in_place ? in_f : planes, in_plane, acc.data(), s.cout, n, s.cin, n, false, !in_place);
   }
   // Valid columns are acc[co][r * row_w + wo], wo < out_w.
   const size_t acc_co = n, acc_row = row_w;
