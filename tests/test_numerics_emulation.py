@@ -19,11 +19,11 @@ What is compared bit for bit, and what within which bound:
   partials, and MatMul in mixed: bit for bit. The emulation reproduces the
   order: every block sums its exact products in k order in float32 (for
   convolutions k runs over (input channel, kernel row, kernel column), as
-  in a product with im2col's matrix); a K split, read from the plan in the compile report, sums
-  its blocks' partials in order in a second stage (rounding to half after
-  each addition with half partials); half partials round every 16-product
-  chunk (amp.h). Conv bias is added to the float32 sum before its one
-  rounding.
+  in a product with im2col's matrix); a K split, read from the plan in the
+  compile report, sums its blocks' partials in order in a second stage
+  (rounding to half after each addition with half partials); half partials
+  round every 16-product chunk (amp.h). Conv bias is added to the float32
+  sum before its one rounding.
 - ReduceMax/ReduceMin: bit for bit. ReduceSum/ReduceMean/ReduceSumSquare:
   the order of a float32 sum is the tile mapping's, which the documentation
   leaves open, so
