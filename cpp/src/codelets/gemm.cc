@@ -1,11 +1,15 @@
 // The host kernel behind the matrix-product and convolution vertices:
-// single-precision C = A . B with B packed into column panels and a
-// register-blocked micro-kernel (GCC vector extensions: 16-column panels of
-// two 8-wide vectors with AVX2/FMA; with AVX-512, 32-column panels of two
-// 16-wide vectors for wide products and 16-column panels of one for narrow
-// ones, when the build host has them; with AVX-512 FP16 the half-partials
-// kernels keep their running sums in half lanes). Only the simulator's speed
-// depends on it: results are plain float32 dot products, and half partials
+// single-precision C = A . B with B read where it lies, a column panel at a
+// time, by a register-blocked micro-kernel (GCC vector extensions: 16-column
+// panels of two 8-wide vectors with AVX2/FMA; with AVX-512, 32-column panels
+// of two 16-wide vectors for wide products and 16-column panels of one for
+// narrow ones, when the build host has them; with AVX-512 FP16 the
+// half-partials kernels keep their running sums in half lanes). Products are
+// a tile's share, small enough that B stays in the core's caches: copying B
+// into packed panels first, as large-matrix libraries do, cost more than it
+// saved, and LIBXSMM's generated kernels are no more than 6% faster on these
+// shapes (cpp/bench/small_gemm_bench.cc). Only the simulator's speed depends
+// on it: results are plain float32 dot products in K order, and half partials
 // the documented roundings, bit for bit in every build.
 #include "neurenix/codelets/gemm.h"
 
@@ -150,15 +154,12 @@ inline void store_block(const V* acc0, const V* acc1, float* __restrict c, uint3
 }
 
 // C[MR x NR] (+)= A[MR x kc] . P[kc x NR]; `nr` valid columns. A's k-th
-// element of row r is a[r * lda + k * ak]; P's rows are `pld` floats apart
-// (NR when packed); MASKED: nothing past a row's `nr` columns is read.
-template <typename V, uint32_t NV, uint32_t MR, bool PACKED, bool MASKED>
-void micro(const float* __restrict a, uint32_t lda, uint32_t ak_arg, const float* __restrict p, uint32_t pld_arg,
-           uint32_t kc, float* __restrict c, uint32_t ldc, uint32_t nr, bool accumulate) {
-  constexpr uint32_t VW = sizeof(V) / sizeof(float), NR = NV * VW;
-  // Packed panels have compile-time strides, which the inner loop needs.
-  const uint32_t pld = PACKED ? NR : pld_arg;
-  const uint32_t ak = PACKED ? 1 : ak_arg;
+// element of row r is a[r * lda + k * ak]; P's rows are `pld` floats apart;
+// MASKED: nothing past a row's `nr` columns is read.
+template <typename V, uint32_t NV, uint32_t MR, bool MASKED>
+void micro(const float* __restrict a, uint32_t lda, uint32_t ak, const float* __restrict p, uint32_t pld, uint32_t kc,
+           float* __restrict c, uint32_t ldc, uint32_t nr, bool accumulate) {
+  constexpr uint32_t VW = sizeof(V) / sizeof(float);
   const uint32_t last = nr - (NV - 1) * VW;
   V acc0[MR], acc1[MR];
 #pragma GCC unroll 16
@@ -431,44 +432,28 @@ void run_rows_half(const float* a, uint32_t lda, const float* const* rows, float
 using MicroFn = void (*)(const float*, uint32_t, uint32_t, const float*, uint32_t, uint32_t, float*, uint32_t, uint32_t,
                          bool);
 
-template <typename V, uint32_t NV, bool PACKED, bool MASKED = false>
+template <typename V, uint32_t NV, bool MASKED>
 inline constexpr MicroFn kMicro[9] = {nullptr,
-                                      micro<V, NV, 1, PACKED, MASKED>,
-                                      micro<V, NV, 2, PACKED, MASKED>,
-                                      micro<V, NV, 3, PACKED, MASKED>,
-                                      micro<V, NV, 4, PACKED, MASKED>,
-                                      micro<V, NV, 5, PACKED, MASKED>,
-                                      micro<V, NV, 6, PACKED, MASKED>,
-                                      micro<V, NV, 7, PACKED, MASKED>,
-                                      micro<V, NV, 8, PACKED, MASKED>};
-template <typename V, uint32_t NV, bool PACKED, bool MASKED = false>
+                                      micro<V, NV, 1, MASKED>,
+                                      micro<V, NV, 2, MASKED>,
+                                      micro<V, NV, 3, MASKED>,
+                                      micro<V, NV, 4, MASKED>,
+                                      micro<V, NV, 5, MASKED>,
+                                      micro<V, NV, 6, MASKED>,
+                                      micro<V, NV, 7, MASKED>,
+                                      micro<V, NV, 8, MASKED>};
+template <typename V, uint32_t NV, bool MASKED>
 inline MicroFn micro_for(uint32_t mr) {
-  return kMicro<V, NV, PACKED, MASKED>[mr];
+  return kMicro<V, NV, MASKED>[mr];
 }
 
-template <typename V, uint32_t NV>
-void run_panels(const float* a, uint32_t lda, const float* packed, uint32_t ktot, float* c, uint32_t m, uint32_t n,
-                uint32_t k, uint32_t ldc, bool accumulate) {
-  constexpr uint32_t NR = NV * sizeof(V) / sizeof(float);
-  const uint32_t panels = (n + NR - 1) / NR;
-  for (uint32_t i0 = 0; i0 < m; i0 += kMR) {
-    const uint32_t mr = std::min(kMR, m - i0);
-    const float* ai = a + static_cast<size_t>(i0) * lda;
-    for (uint32_t pj = 0; pj < panels; ++pj) {
-      const uint32_t j0 = pj * NR;
-      micro_for<V, NV, true>(mr)(ai, lda, 1, packed + static_cast<size_t>(pj) * ktot * NR, NR, k,
-                       c + static_cast<size_t>(i0) * ldc + j0, ldc, std::min(NR, n - j0), accumulate);
-    }
-  }
-}
-
-// Unpacked B (rows `ldb` apart), read in place.
+// B (rows `ldb` apart) read in place.
 template <typename V, uint32_t NV>
 void run_strided(const float* a, uint32_t lda, uint32_t ak, const float* b, uint32_t ldb, float* c, uint32_t m,
                  uint32_t n, uint32_t k, uint32_t ldc, bool accumulate, bool readable_tail) {
   constexpr uint32_t NR = NV * sizeof(V) / sizeof(float);
   const Panels<V, NV> p(n, readable_tail);
-  auto kernels = [](auto nv, auto masked, uint32_t mr) { return micro_for<V, decltype(nv)::value, false, decltype(masked)::value>(mr); };
+  auto kernels = [](auto nv, auto masked, uint32_t mr) { return micro_for<V, decltype(nv)::value, decltype(masked)::value>(mr); };
   for (uint32_t i0 = 0; i0 < m; i0 += kMR) {
     const uint32_t mr = std::min(kMR, m - i0);
     const float* ai = a + static_cast<size_t>(i0) * lda;
@@ -493,48 +478,12 @@ uint32_t gemm_panel(uint32_t n) {
 #endif
 }
 
-size_t gemm_packed_size(uint32_t panel, uint32_t k, uint32_t n) {
-  return static_cast<size_t>((n + panel - 1) / panel) * k * panel;
-}
-
-void gemm_pack_b(uint32_t panel, const float* b, uint32_t ldb, uint32_t k, uint32_t n, float* packed) {
-  const uint32_t panels = (n + panel - 1) / panel;
-  for (uint32_t pj = 0; pj < panels; ++pj) {
-    const uint32_t j0 = pj * panel, nr = std::min(panel, n - j0);
-    float* dst = packed + static_cast<size_t>(pj) * k * panel;
-    for (uint32_t kk = 0; kk < k; ++kk) {
-      const float* src = b + static_cast<size_t>(kk) * ldb + j0;
-      float* d = dst + static_cast<size_t>(kk) * panel;
-      std::memcpy(d, src, nr * sizeof(float));
-      if (nr < panel) std::fill(d + nr, d + panel, 0.0f);
-    }
-  }
-}
-
-void gemm_f32_packed(uint32_t panel, const float* a, uint32_t lda, const float* packed, uint32_t ktot, float* c,
-                     uint32_t m, uint32_t n, uint32_t k, uint32_t ldc, bool accumulate) {
-  if (m == 0 || n == 0) return;
-  if (k == 0) {
-    if (!accumulate)
-      for (uint32_t i = 0; i < m; ++i) std::fill(c + static_cast<size_t>(i) * ldc, c + static_cast<size_t>(i) * ldc + n, 0.0f);
-    return;
-  }
-#if defined(__AVX512F__)
-  if (panel == 32) {
-    run_panels<v16, 2>(a, lda, packed, ktot, c, m, n, k, ldc, accumulate);
-  } else {
-    run_panels<v16, 1>(a, lda, packed, ktot, c, m, n, k, ldc, accumulate);
-  }
-#else
-  run_panels<v8, 2>(a, lda, packed, ktot, c, m, n, k, ldc, accumulate);
-#endif
-}
-
 void gemm_f32_strided(const float* a, uint32_t lda, uint32_t a_kstride, const float* b, uint32_t ldb, float* c, uint32_t m,
                       uint32_t n, uint32_t k, uint32_t ldc, bool accumulate, bool readable_tail) {
   if (m == 0 || n == 0) return;
   if (k == 0) {
-    gemm_f32_packed(16, a, lda, nullptr, 0, c, m, n, 0, ldc, accumulate);
+    if (!accumulate)
+      for (uint32_t i = 0; i < m; ++i) std::fill(c + static_cast<size_t>(i) * ldc, c + static_cast<size_t>(i) * ldc + n, 0.0f);
     return;
   }
 #if defined(__AVX512F__)
@@ -586,27 +535,9 @@ void gemm_half_partials_rows(const float* a, uint32_t lda, const float* const* r
 
 void gemm_f32(const float* a, const float* b, float* c, uint32_t m, uint32_t n, uint32_t k, uint32_t lda, uint32_t ldb,
               uint32_t ldc, bool accumulate) {
-  if (m == 0 || n == 0) return;
-  // Few rows of A use each element of B only a few times: packing B would
-  // cost as much as the product. Read it in place.
-  if (m <= 2 * kMR && k > 0) {
-    gemm_f32_strided(a, lda, 1, b, ldb, c, m, n, k, ldc, accumulate, false);
-    return;
-  }
-  const uint32_t panel = gemm_panel(n);
-  if (k == 0) {
-    gemm_f32_packed(panel, a, lda, nullptr, 0, c, m, n, 0, ldc, accumulate);
-    return;
-  }
-  // Block over k so that a packed panel and the rows of A it meets stay in cache.
-  constexpr uint32_t kKC = 256;
-  thread_local std::vector<float> pack;
-  for (uint32_t k0 = 0; k0 < k; k0 += kKC) {
-    const uint32_t kc = std::min(kKC, k - k0);
-    pack.resize(gemm_packed_size(panel, kc, n));
-    gemm_pack_b(panel, b + static_cast<size_t>(k0) * ldb, ldb, kc, n, pack.data());
-    gemm_f32_packed(panel, a + k0, lda, pack.data(), kc, c, m, n, kc, ldc, accumulate || k0 > 0);
-  }
+  // B read in place, whatever the shape: packing it into panels first cost
+  // more than it saved on products of a tile's size (cpp/bench/small_gemm_bench.cc).
+  gemm_f32_strided(a, lda, 1, b, ldb, c, m, n, k, ldc, accumulate, false);
 }
 
 }  // namespace neurenix
