@@ -176,13 +176,14 @@ TEST(Gemm, HalfPartialsAtTheEdgesOfHalf) {
 // Each element of C, through every entry point and panel layout (one or two
 // vectors per panel row, a partial last panel of at most one vector's
 // columns on a one-vector kernel, read in place or copied; more rows of A
-// than a block holds; a K deeper than 256): the products of its row and
-// column added from 0 in K order, then added to C when accumulating. Compared bit for bit with that
-// sum made one element at a time, each product added through one fused
-// multiply-add where the build contracts the kernels' products (optimised
-// AVX2 and AVX-512 builds), else rounded first (sanitizer builds); every
-// path must agree with the same one, so a kernel that orders or rounds a
-// lane differently from the others fails.
+// than a block holds; no K at all; a K deeper than 256): the products of
+// its row and column added from 0 in K order, then added to C when
+// accumulating. Compared bit for bit with that sum made one element at a
+// time, each product added through one fused multiply-add where the build
+// contracts the kernels' products (optimised AVX2 and AVX-512 builds),
+// else rounded first (sanitizer builds); every path must agree with the
+// same one, so a kernel that orders or rounds a lane differently from the
+// others fails.
 TEST(Gemm, EveryPanelLayoutSumsEachElementInKOrder) {
   std::mt19937 rng(24);
   std::normal_distribution<float> nd;
@@ -194,7 +195,7 @@ TEST(Gemm, EveryPanelLayoutSumsEachElementInKOrder) {
   int fused = -1;  // which reference this build's kernels follow, once seen
   for (uint32_t n : {1u, 5u, 8u, 9u, 15u, 16u, 17u, 24u, 31u, 32u, 33u, 40u, 47u, 48u, 49u, 63u, 64u, 65u, 80u, 81u})
     for (uint32_t m : {1u, 7u, 9u, 20u})
-      for (uint32_t k : {1u, 3u, 19u, 300u}) {
+      for (uint32_t k : {0u, 1u, 3u, 19u, 300u}) {
         const uint32_t lda = k + 1, ldb = n + 3, ldc = n + 2;
         // B's rows may be read up to a whole panel past n: slack after the last.
         std::vector<float> a(m * lda), b(static_cast<size_t>(k) * ldb + 64), c0(m * ldc);

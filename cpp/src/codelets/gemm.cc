@@ -467,6 +467,26 @@ void run_strided(const float* a, uint32_t lda, uint32_t ak, const float* b, uint
   }
 }
 
+// The entry points' common frame: nothing for an empty C; for K = 0, C
+// zeroed (unless accumulating into it); otherwise run(a vector, vectors per
+// panel row as an integral constant) in the panel layout gemm_panel(n)
+// picks for this build.
+template <class Run>
+void with_panels(float* c, uint32_t m, uint32_t n, uint32_t k, uint32_t ldc, bool accumulate, Run run) {
+  if (m == 0 || n == 0) return;
+  if (k == 0) {
+    if (!accumulate)
+      for (uint32_t i = 0; i < m; ++i) std::fill(c + static_cast<size_t>(i) * ldc, c + static_cast<size_t>(i) * ldc + n, 0.0f);
+    return;
+  }
+#if defined(__AVX512F__)
+  if (gemm_panel(n) == 32) run(v16{}, std::integral_constant<uint32_t, 2>{});
+  else run(v16{}, std::integral_constant<uint32_t, 1>{});
+#else
+  run(v8{}, std::integral_constant<uint32_t, 2>{});
+#endif
+}
+
 }  // namespace
 
 uint32_t gemm_panel(uint32_t n) {
@@ -480,57 +500,23 @@ uint32_t gemm_panel(uint32_t n) {
 
 void gemm_f32_strided(const float* a, uint32_t lda, uint32_t a_kstride, const float* b, uint32_t ldb, float* c, uint32_t m,
                       uint32_t n, uint32_t k, uint32_t ldc, bool accumulate, bool readable_tail) {
-  if (m == 0 || n == 0) return;
-  if (k == 0) {
-    if (!accumulate)
-      for (uint32_t i = 0; i < m; ++i) std::fill(c + static_cast<size_t>(i) * ldc, c + static_cast<size_t>(i) * ldc + n, 0.0f);
-    return;
-  }
-#if defined(__AVX512F__)
-  if (gemm_panel(n) == 32) {
-    run_strided<v16, 2>(a, lda, a_kstride, b, ldb, c, m, n, k, ldc, accumulate, readable_tail);
-  } else {
-    run_strided<v16, 1>(a, lda, a_kstride, b, ldb, c, m, n, k, ldc, accumulate, readable_tail);
-  }
-#else
-  run_strided<v8, 2>(a, lda, a_kstride, b, ldb, c, m, n, k, ldc, accumulate, readable_tail);
-#endif
+  with_panels(c, m, n, k, ldc, accumulate, [&](auto v, auto nv) {
+    run_strided<decltype(v), decltype(nv)::value>(a, lda, a_kstride, b, ldb, c, m, n, k, ldc, accumulate, readable_tail);
+  });
 }
 
 void gemm_f32_rows(const float* a, uint32_t lda, const float* const* rows, float* c, uint32_t m, uint32_t n, uint32_t k,
                    uint32_t ldc, bool readable_tail) {
-  if (m == 0 || n == 0) return;
-  if (k == 0) {
-    for (uint32_t i = 0; i < m; ++i) std::fill(c + static_cast<size_t>(i) * ldc, c + static_cast<size_t>(i) * ldc + n, 0.0f);
-    return;
-  }
-#if defined(__AVX512F__)
-  if (gemm_panel(n) == 32) {
-    run_rows<v16, 2>(a, lda, rows, c, m, n, k, ldc, readable_tail);
-  } else {
-    run_rows<v16, 1>(a, lda, rows, c, m, n, k, ldc, readable_tail);
-  }
-#else
-  run_rows<v8, 2>(a, lda, rows, c, m, n, k, ldc, readable_tail);
-#endif
+  with_panels(c, m, n, k, ldc, false, [&](auto v, auto nv) {
+    run_rows<decltype(v), decltype(nv)::value>(a, lda, rows, c, m, n, k, ldc, readable_tail);
+  });
 }
 
 void gemm_half_partials_rows(const float* a, uint32_t lda, const float* const* rows, float* c, uint32_t m, uint32_t n,
                              uint32_t k, uint32_t ldc, uint32_t depth, float scale, bool readable_tail) {
-  if (m == 0 || n == 0) return;
-  if (k == 0) {
-    for (uint32_t i = 0; i < m; ++i) std::fill(c + static_cast<size_t>(i) * ldc, c + static_cast<size_t>(i) * ldc + n, 0.0f);
-    return;
-  }
-#if defined(__AVX512F__)
-  if (gemm_panel(n) == 32) {
-    run_rows_half<v16, 2>(a, lda, rows, c, m, n, k, ldc, depth, scale, readable_tail);
-  } else {
-    run_rows_half<v16, 1>(a, lda, rows, c, m, n, k, ldc, depth, scale, readable_tail);
-  }
-#else
-  run_rows_half<v8, 2>(a, lda, rows, c, m, n, k, ldc, depth, scale, readable_tail);
-#endif
+  with_panels(c, m, n, k, ldc, false, [&](auto v, auto nv) {
+    run_rows_half<decltype(v), decltype(nv)::value>(a, lda, rows, c, m, n, k, ldc, depth, scale, readable_tail);
+  });
 }
 
 void gemm_f32(const float* a, const float* b, float* c, uint32_t m, uint32_t n, uint32_t k, uint32_t lda, uint32_t ldb,
