@@ -137,6 +137,10 @@ std::unique_ptr<Executable> compile(std::unique_ptr<Graph> gp) {
   for (uint32_t i = 0; i < g.outputs().size(); ++i)
     program.insert(program.begin() + static_cast<std::ptrdiff_t>(out_at + i), Step{StepKind::kDeviceToHost, i});
   for (size_t v = 0; v < g.num_vars(); ++v) g.ensure_mapped(static_cast<VarId>(v));
+  // Every vertex's field list, kept from here on (Vertex::fields), in one
+  // pass: the lists lie together, not between the vertex objects.
+  for (const ComputeSet& cs : g.compute_sets())
+    for (const auto& v : cs.vertices) v->all_fields();
 
   // Liveness per variable, in program steps.
   const int64_t nsteps = static_cast<int64_t>(program.size());

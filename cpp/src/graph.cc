@@ -297,7 +297,9 @@ uint32_t Graph::add_compute_set(const std::string& name) {
 }
 
 void Graph::add_vertex(uint32_t cs, std::unique_ptr<Vertex> v) {
-  for (Field* f : v->all_fields()) {
+  thread_local std::vector<Field*> fields;
+  v->list_fields_into(fields);
+  for (Field* f : fields) {
     const Variable& var_ = var(f->var);
     NX_CHECK(f->tile == v->tile, std::string("vertex ") + v->name() + " names memory of another tile");
     const TileShare* s = var_.share(f->tile);

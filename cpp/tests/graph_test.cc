@@ -376,11 +376,13 @@ TEST(Graph, FieldRunsCoverAnyRangeOfAFieldInPieces) {
   const std::vector<std::pair<uint64_t, uint64_t>> cuts = {{0, 120}, {5, 10}, {6, 60}, {15, 150}};  // (begin, slot)
   Field f{0, 0, 0, n};
   f.address = 180 * 4;  // its own bytes (only used when not in pieces)
+  std::vector<Field::Piece> pieces;
   for (size_t k = 0; k < cuts.size(); ++k) {
     const uint64_t b = cuts[k].first, e = k + 1 < cuts.size() ? cuts[k + 1].first : n;
     for (uint64_t i = b; i < e; ++i) mem[cuts[k].second + (i - b)] = static_cast<float>(i);
-    f.pieces.push_back(Field::Piece{b, static_cast<int64_t>(cuts[k].second * 4), static_cast<uint32_t>(k), 0});
+    pieces.push_back(Field::Piece{b, static_cast<int64_t>(cuts[k].second * 4), static_cast<uint32_t>(k), 0});
   }
+  f.pieces = std::move(pieces);
   const auto* base = reinterpret_cast<const uint8_t*>(mem.data());
   for (uint64_t first = 0; first <= n; ++first)
     for (uint64_t len = 0; first + len <= n; ++len) {

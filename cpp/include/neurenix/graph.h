@@ -106,41 +106,91 @@ struct View {
 
 enum class Access : uint8_t { kRead, kWrite, kReadWrite };
 
+// A list that is almost always empty, held as one pointer (null when
+// empty) so that the objects holding it, which a run reads by the hundred
+// thousand, stay small. Read like the vector it is built from.
+template <class T>
+class RareList {
+ public:
+  RareList() = default;
+  RareList(std::vector<T> list)  // implicit: it stands for the vector
+      : list_(list.empty() ? nullptr : std::make_unique<std::vector<T>>(std::move(list))) {}
+  RareList(const RareList& o) : list_(o.list_ ? std::make_unique<std::vector<T>>(*o.list_) : nullptr) {}
+  RareList(RareList&&) noexcept = default;
+  RareList& operator=(const RareList& o) { return *this = RareList(o); }
+  RareList& operator=(RareList&&) noexcept = default;
+  bool empty() const { return list_ == nullptr; }
+  size_t size() const { return list_ ? list_->size() : 0; }
+  const T& operator[](size_t i) const { return (*list_)[i]; }
+  const T* begin() const { return list_ ? list_->data() : nullptr; }
+  const T* end() const { return list_ ? list_->data() + list_->size() : nullptr; }
+  void clear() { list_.reset(); }
+
+ private:
+  std::unique_ptr<std::vector<T>> list_;
+};
+
 // A run of tile-local memory used by a vertex: `count` elements of `var`
 // starting at tile-local element `local`, all on `tile`.
+//
+// A run reads every vertex object of the program, hundreds of thousands for
+// a large model, and they do not stay in the host's caches from one run to
+// the next: what a codelet reads when it runs (address, count, pieces) comes
+// first, and a field is kept to 64 bytes.
 struct Field {
-  VarId var = 0;
-  uint32_t tile = 0;
-  uint64_t local = 0;
-  uint64_t count = 0;
-  Access access = Access::kRead;
-  uint64_t byte_offset = 0;  // its own bytes within the tile's memory; set by the compiler
-  // Where the vertex finds the field, relative to its tile's memory: its own
-  // bytes, or, for data received unchanged from another tile, the sender's
-  // bytes (a receive alias, see compiler.h; the tiles' memories lie in one
-  // host block, so this may point outside the tile's own). Set by the
-  // compiler; codelets read and write only here.
-  int64_t address = 0;
-  // The sender a receive alias reads (UINT32_MAX: none), for checked mode.
-  uint32_t alias_tile = UINT32_MAX;
-  VarId alias_var = 0;
-  // The field's bytes are shadowed: kept by the host at `address` in its
-  // tile range's shadow region, not in the tile's arena
-  // (Executable::shadowed).
-  bool shadow = false;
-  // Set by a codelet that reads the field through for_each_field_run() and
-  // load_field_floats(): a receive alias may then give it in pieces, each
-  // received from its own sender (a window gathered from several tiles).
-  bool piecewise = false;
-  // Those pieces, by first element (ascending, the first at 0), when some
-  // but not all of the field is aliased; empty otherwise.
+  // A part of the field read where another tile holds it (below).
   struct Piece {
     uint64_t begin;    // first element of the field in the piece
     int64_t address;   // where that element is, as `address`
     uint32_t tile;     // the sender (UINT32_MAX: the field's own bytes)
     VarId var;         // the sender's variable
   };
-  std::vector<Piece> pieces{};
+  // The pieces, by first element (ascending, the first at 0), when some but
+  // not all of the field is aliased; empty otherwise (almost every field).
+  using Pieces = RareList<Piece>;
+
+  Field() = default;
+  Field(VarId var_, uint32_t tile_, uint64_t local_, uint64_t count_)
+      : count(count_), local(local_), var(var_), tile(tile_) {}
+
+  // Where the vertex finds the field, relative to its tile's memory: its own
+  // bytes, or, for data received unchanged from another tile, the sender's
+  // bytes (a receive alias, see compiler.h; the tiles' memories lie in one
+  // host block, so this may point outside the tile's own). Set by the
+  // compiler; codelets read and write only here.
+  int64_t address = 0;
+  uint64_t count = 0;
+  // For a field read through for_each_field_run() and load_field_floats()
+  // (`piecewise`, below), a receive alias may give it in pieces, each
+  // received from its own sender (a window gathered from several tiles).
+  Pieces pieces{};
+  uint64_t local = 0;
+  uint64_t byte_offset = 0;  // its own bytes within the tile's memory; set by the compiler
+  VarId var = 0;
+  uint32_t tile = 0;
+  // The sender a receive alias reads (UINT32_MAX: none), for checked mode.
+  uint32_t alias_tile = UINT32_MAX;
+  VarId alias_var = 0;
+  Access access = Access::kRead;
+  // The field's bytes are shadowed: kept by the host at `address` in its
+  // tile range's shadow region, not in the tile's arena
+  // (Executable::shadowed).
+  bool shadow = false;
+  // Set by a codelet that reads the field through for_each_field_run() and
+  // load_field_floats(): its pieces may then be set.
+  bool piecewise = false;
+};
+static_assert(sizeof(Field) == 64, "a field is one cache line's worth (see above)");
+
+// Fields that few vertices of a kind have, held out of line so that the
+// others stay small: a bias, with its type, and the scales of float8
+// operands (a float32 scalar field each).
+struct BiasField {
+  Field field;
+  DeviceType dtype;
+};
+struct Float8Scales {
+  Field a, b;
 };
 
 // Elements [first, first + n) of field `f` (of type `type`) as floats, each
@@ -188,22 +238,29 @@ class Vertex {
   virtual bool uses_random() const { return false; }
   // The vertex's fields (listed once, then cached: fields never change).
   const std::vector<Field*>& all_fields() {
-    if (!fields_listed_) {
-      list_fields(fields_);
-      fields_listed_ = true;
+    if (!fields_) {
+      fields_ = std::make_unique<std::vector<Field*>>();
+      list_fields(*fields_);
     }
-    return fields_;
+    return *fields_;
   }
-  // The fields as listed (every vertex of a graph is listed when it joins).
-  const std::vector<Field*>& fields() const { return fields_; }
+  // The fields as listed (compile() lists every vertex of its graph first;
+  // a graph checks a vertex as it joins without keeping the list, so that
+  // the lists do not lie between the vertex objects a run reads).
+  const std::vector<Field*>& fields() const { return fields_ ? *fields_ : kNoFields; }
+  // The fields, listed into `out` and not kept.
+  void list_fields_into(std::vector<Field*>& out) {
+    out.clear();
+    list_fields(out);
+  }
   uint32_t tile = 0;
 
  protected:
   virtual void list_fields(std::vector<Field*>& out) = 0;
 
  private:
-  std::vector<Field*> fields_;
-  bool fields_listed_ = false;
+  static inline const std::vector<Field*> kNoFields{};
+  std::unique_ptr<std::vector<Field*>> fields_;  // once listed (a vertex object is 24 bytes before its own members)
 };
 
 struct ComputeSet {

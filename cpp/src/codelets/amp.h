@@ -14,10 +14,10 @@ namespace neurenix {
 
 // The product's scale: the float8 operands' two float32 scales multiplied,
 // or 1 for operands without scales.
-inline float operand_scale(const uint8_t* mem, bool has_scale, const Field& a, const Field& b) {
-  if (!has_scale) return 1.0f;
-  return static_cast<float>(load_element(mem + a.address, DeviceType::kFloat32, 0)) *
-         static_cast<float>(load_element(mem + b.address, DeviceType::kFloat32, 0));
+inline float operand_scale(const uint8_t* mem, const Float8Scales* scales) {
+  if (!scales) return 1.0f;
+  return static_cast<float>(load_element(mem + scales->a.address, DeviceType::kFloat32, 0)) *
+         static_cast<float>(load_element(mem + scales->b.address, DeviceType::kFloat32, 0));
 }
 
 // acc = the half-partials sum over K: `product(k0, kc, out)` writes the exact

@@ -120,29 +120,25 @@ ConvVertex::ConvVertex(uint32_t tile_, Field in, Field weights, Field out, ConvW
 
 void ConvVertex::set_scales(Field a, Field b) {
   NX_CHECK(a.count >= 1 && b.count >= 1, "conv scale field is empty");
-  scale_a_ = a;
-  scale_b_ = b;
-  scale_a_.access = Access::kRead;
-  scale_b_.access = Access::kRead;
-  has_scale_ = true;
+  scales_ = std::make_unique<Float8Scales>(Float8Scales{a, b});
+  scales_->a.access = Access::kRead;
+  scales_->b.access = Access::kRead;
 }
 
 void ConvVertex::set_bias(Field bias, DeviceType dtype) {
   NX_CHECK(bias.count >= s_.cout, "conv bias shorter than the output channels");
-  bias_ = bias;
-  bias_.access = Access::kRead;
-  bias_dtype_ = dtype;
-  has_bias_ = true;
+  bias_ = std::make_unique<BiasField>(BiasField{bias, dtype});
+  bias_->field.access = Access::kRead;
 }
 
 void ConvVertex::list_fields(std::vector<Field*>& out) {
   out.push_back(&in_);
   out.push_back(&w_);
   out.push_back(&out_);
-  if (has_bias_) out.push_back(&bias_);
-  if (has_scale_) {
-    out.push_back(&scale_a_);
-    out.push_back(&scale_b_);
+  if (bias_) out.push_back(&bias_->field);
+  if (scales_) {
+    out.push_back(&scales_->a);
+    out.push_back(&scales_->b);
   }
 }
 
@@ -376,9 +372,9 @@ void ConvVertex::compute(uint8_t* mem) const {
       gemm_f32_rows(w_f, ldw, chans.data(), out, s.cout, n, s.cin, s.ld_out, false);
     else
       gemm_f32_strided(w_f, ldw, 1, in_f, in_plane, out, s.cout, n, s.cin, s.ld_out, false, false);
-    if (has_bias_)
+    if (bias_)
       for (uint32_t co = 0; co < s.cout; ++co) {
-        const float bv = static_cast<float>(load_element(mem + bias_.address, bias_dtype_, co));
+        const float bv = static_cast<float>(load_element(mem + bias_->field.address, bias_->dtype, co));
         float* o = out + static_cast<size_t>(co) * s.ld_out;
         for (uint32_t i = 0; i < n; ++i) o[i] += bv;
       }
@@ -408,8 +404,8 @@ void ConvVertex::compute(uint8_t* mem) const {
     if (!half_rows) {
       gemm_f32_rows(w_f, ldw, rows.data(), acc.data(), s.cout, n, k, n, true);
     } else {
-      NX_CHECK(has_scale_ || !is_float8(in_dtype_), "float8 conv vertex without its scale");
-      const float scale = operand_scale(mem, has_scale_, scale_a_, scale_b_);
+      NX_CHECK(scales_ || !is_float8(in_dtype_), "float8 conv vertex without its scale");
+      const float scale = operand_scale(mem, scales_.get());
       if (!active_rounding_rng()) {
         gemm_half_partials_rows(w_f, ldw, rows.data(), acc.data(), s.cout, n, k, n, amp_depth(in_dtype_), scale, true);
       } else {
@@ -434,7 +430,7 @@ void ConvVertex::compute(uint8_t* mem) const {
   // write(co, r, src, bias) for every output row, src its out_w valid sums.
   auto each_row = [&](auto write) {
     for (uint32_t co = 0; co < s.cout; ++co) {
-      const float bv = has_bias_ ? static_cast<float>(load_element(mem + bias_.address, bias_dtype_, co)) : 0.0f;
+      const float bv = bias_ ? static_cast<float>(load_element(mem + bias_->field.address, bias_->dtype, co)) : 0.0f;
       for (uint32_t r = 0; r < s.rows; ++r)
         write(static_cast<size_t>(co) * s.ld_out + static_cast<size_t>(r) * s.out_w,
               acc.data() + static_cast<size_t>(co) * acc_co + static_cast<size_t>(r) * acc_row, bv);
@@ -443,7 +439,7 @@ void ConvVertex::compute(uint8_t* mem) const {
   if (out_dtype_ == DeviceType::kFloat32 && partials_ == DeviceType::kFloat32) {
     // Short rows: copied (or added to the bias) inline, not a call per row.
     each_row([&](size_t at, const float* src, float bv) {
-      store_row(reinterpret_cast<float*>(out) + at, src, s.out_w, has_bias_, bv);
+      store_row(reinterpret_cast<float*>(out) + at, src, s.out_w, bias_ != nullptr, bv);
     });
     return;
   }
@@ -452,7 +448,7 @@ void ConvVertex::compute(uint8_t* mem) const {
     // Each output (plus the bias) rounded to half once, as the general path
     // below (rounding a sum already rounded to half changes nothing).
     each_row([&](size_t at, const float* src, float bv) {
-      store_row_half(reinterpret_cast<half_bits*>(out) + at, src, s.out_w, has_bias_, bv);
+      store_row_half(reinterpret_cast<half_bits*>(out) + at, src, s.out_w, bias_ != nullptr, bv);
     });
     return;
   }
@@ -460,7 +456,7 @@ void ConvVertex::compute(uint8_t* mem) const {
   thread_local std::vector<float> row_buf;
   row_buf.resize(s.out_w);
   each_row([&](size_t at, const float* src, float bv) {
-    if (has_bias_) {
+    if (bias_) {
       for (uint32_t i = 0; i < s.out_w; ++i) row_buf[i] = src[i] + bv;
       if (partials_ == DeviceType::kFloat16) round_to_half_n(row_buf.data(), s.out_w);
       src = row_buf.data();

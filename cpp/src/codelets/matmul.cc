@@ -63,20 +63,18 @@ MatMulVertex::MatMulVertex(uint32_t tile_, Field a, Field b, Field c, MatMulBloc
 
 void MatMulVertex::set_scales(Field a, Field b) {
   NX_CHECK(a.count >= 1 && b.count >= 1, "matmul scale field is empty");
-  scale_a_ = a;
-  scale_b_ = b;
-  scale_a_.access = Access::kRead;
-  scale_b_.access = Access::kRead;
-  has_scale_ = true;
+  scales_ = std::make_unique<Float8Scales>(Float8Scales{a, b});
+  scales_->a.access = Access::kRead;
+  scales_->b.access = Access::kRead;
 }
 
 void MatMulVertex::list_fields(std::vector<Field*>& out) {
   out.push_back(&a_);
   out.push_back(&b_);
   out.push_back(&c_);
-  if (has_scale_) {
-    out.push_back(&scale_a_);
-    out.push_back(&scale_b_);
+  if (scales_) {
+    out.push_back(&scales_->a);
+    out.push_back(&scales_->b);
   }
 }
 
@@ -110,8 +108,8 @@ void MatMulVertex::compute(uint8_t* mem) const {
   if (partials_ == DeviceType::kFloat32) {
     gemm_f32(abuf.data(), bbuf.data(), cbuf.data(), m, n, k, k, n, n, false);
   } else {
-    NX_CHECK(has_scale_ || !is_float8(in_), "float8 matmul vertex without its scale");
-    const float scale = operand_scale(mem, has_scale_, scale_a_, scale_b_);
+    NX_CHECK(scales_ || !is_float8(in_), "float8 matmul vertex without its scale");
+    const float scale = operand_scale(mem, scales_.get());
     if (!active_rounding_rng()) {
       thread_local std::vector<const float*> rows;
       rows.resize(k);
@@ -141,16 +139,14 @@ SumPartialsVertex::SumPartialsVertex(uint32_t tile_, Field in, Field out, uint32
 
 void SumPartialsVertex::set_bias(Field bias, DeviceType dtype) {
   NX_CHECK(bias.count >= rows_, "partials bias shorter than its rows");
-  bias_ = bias;
-  bias_.access = Access::kRead;
-  bias_dtype_ = dtype;
-  has_bias_ = true;
+  bias_ = std::make_unique<BiasField>(BiasField{bias, dtype});
+  bias_->field.access = Access::kRead;
 }
 
 void SumPartialsVertex::list_fields(std::vector<Field*>& out) {
   out.push_back(&in_);
   out.push_back(&out_);
-  if (has_bias_) out.push_back(&bias_);
+  if (bias_) out.push_back(&bias_->field);
 }
 
 uint64_t SumPartialsVertex::cycles(const TargetSpec& t) const {
@@ -185,7 +181,7 @@ void SumPartialsVertex::compute(uint8_t* mem) const {
       for_each_field_run(mem, in_, p * n, n, sizeof(half_bits), [&](const uint8_t* src, uint64_t at, uint64_t len) {
         add_half_n(hacc.data() + at, reinterpret_cast<const half_bits*>(src), len);
       });
-    if (!has_bias_ && out_dtype_ == DeviceType::kFloat16) {
+    if (!bias_ && out_dtype_ == DeviceType::kFloat16) {
       uint8_t* o = mem + out_.address;
       for (uint32_t r = 0; r < rows_; ++r)
         std::memcpy(o + static_cast<size_t>(r) * ld_out_ * sizeof(half_bits),
@@ -203,9 +199,9 @@ void SumPartialsVertex::compute(uint8_t* mem) const {
       if (partials_ == DeviceType::kFloat16) round_to_half_n(acc.data(), n);
     }
   }
-  if (has_bias_) {
+  if (bias_) {
     for (uint32_t r = 0; r < rows_; ++r) {
-      const float bv = static_cast<float>(load_element(mem + bias_.address, bias_dtype_, r));
+      const float bv = static_cast<float>(load_element(mem + bias_->field.address, bias_->dtype, r));
       for (uint32_t c = 0; c < cols_; ++c) acc[static_cast<size_t>(r) * cols_ + c] += bv;
     }
     if (partials_ == DeviceType::kFloat16 || out_dtype_ == DeviceType::kFloat16) round_to_half_n(acc.data(), n);

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "neurenix/graph.h"
@@ -50,11 +51,8 @@ class ConvVertex : public Vertex {
   Field in_, w_, out_;
   ConvWindow s_;
   DeviceType in_dtype_, partials_, out_dtype_;
-  bool has_bias_ = false;
-  Field bias_;
-  DeviceType bias_dtype_ = DeviceType::kFloat32;
-  bool has_scale_ = false;
-  Field scale_a_, scale_b_;
+  std::unique_ptr<BiasField> bias_;       // if it has one
+  std::unique_ptr<Float8Scales> scales_;  // float8 operands only
 };
 
 }  // namespace neurenix

@@ -21,7 +21,7 @@ class MapVertex : public Vertex {
     Field field;
     DeviceType dtype;
     bool scalar;
-    std::vector<uint32_t> runs{};
+    RareList<uint32_t> runs{};
   };
   MapVertex(uint32_t tile, std::shared_ptr<const std::vector<ExprInstr>> expr, std::vector<Operand> operands,
             Field out, DeviceType out_dtype);

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "neurenix/graph.h"
@@ -35,8 +36,7 @@ class MatMulVertex : public Vertex {
   Field a_, b_, c_;
   MatMulBlock s_;
   DeviceType in_, partials_, out_;
-  bool has_scale_ = false;
-  Field scale_a_, scale_b_;
+  std::unique_ptr<Float8Scales> scales_;  // float8 operands only
 };
 
 // Sums `parts` partial blocks laid out back to back in `in` (each a packed
@@ -60,9 +60,7 @@ class SumPartialsVertex : public Vertex {
   Field in_, out_;
   uint32_t parts_, rows_, cols_, ld_out_;
   DeviceType partials_, out_dtype_;
-  bool has_bias_ = false;
-  Field bias_;
-  DeviceType bias_dtype_ = DeviceType::kFloat32;
+  std::unique_ptr<BiasField> bias_;  // a convolution's bias, if it has one
 };
 
 }  // namespace neurenix
