@@ -773,6 +773,9 @@ std::unique_ptr<Executable> compile(std::unique_ptr<Graph> gp) {
   }
   fuse_exchanges(*exe);
   shadow_temporaries(*exe);
+  // The codelets' own copies of their fields take what the passes set.
+  for (const ComputeSet& cs : exe->graph().compute_sets())
+    for (const auto& v : cs.vertices) v->refresh();
   return exe;
 }
 

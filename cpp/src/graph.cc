@@ -1,6 +1,9 @@
 #include "neurenix/graph.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <mutex>
+#include <new>
 #include <sstream>
 
 #include "neurenix/error.h"
@@ -21,9 +24,49 @@ std::string shape_str(const Shape& shape) {
   return os.str();
 }
 
-void load_field_floats(const uint8_t* mem, const Field& f, DeviceType type, uint64_t first, uint64_t n, float* out) {
-  for_each_field_run(mem, f, first, n, device_type_size(type),
-                     [&](const uint8_t* run, uint64_t at, uint64_t len) { load_floats(run, type, out + at, len); });
+// Where FieldRefs keep their fields: chunks of 256 KiB (aligned to their
+// size, so that a field finds its chunk), filled in order and freed when
+// their last field goes, so that one graph's fields lie together.
+namespace {
+constexpr size_t kChunkBytes = size_t{1} << 18;
+struct FieldChunk {
+  size_t used = 0;  // slots handed out
+  size_t live = 0;  // of them not yet released
+};
+constexpr size_t kChunkHeader = 64;
+constexpr size_t kChunkSlots = (kChunkBytes - kChunkHeader) / sizeof(Field);
+// (Never destroyed: fields may outlive the other statics at exit.)
+std::mutex& field_store_mutex = *new std::mutex;
+FieldChunk* field_store_current = nullptr;
+
+Field* store_field(const Field& f) {
+  std::lock_guard<std::mutex> lock(field_store_mutex);
+  if (!field_store_current || field_store_current->used == kChunkSlots) {
+    if (field_store_current && field_store_current->live == 0) std::free(field_store_current);
+    void* mem = std::aligned_alloc(kChunkBytes, kChunkBytes);
+    if (!mem) throw std::bad_alloc();
+    field_store_current = new (mem) FieldChunk();
+  }
+  FieldChunk* c = field_store_current;
+  Field* slot = reinterpret_cast<Field*>(reinterpret_cast<char*>(c) + kChunkHeader) + c->used;
+  new (slot) Field(f);  // (may throw: nothing counted yet)
+  ++c->used;
+  ++c->live;
+  return slot;
+}
+
+void release_field(Field* f) {
+  f->~Field();
+  std::lock_guard<std::mutex> lock(field_store_mutex);
+  auto* c = reinterpret_cast<FieldChunk*>(reinterpret_cast<uintptr_t>(f) & ~(uintptr_t{kChunkBytes} - 1));
+  if (--c->live == 0 && c != field_store_current) std::free(c);
+}
+}  // namespace
+
+FieldRef::FieldRef(const Field& f) : field_(store_field(f)) { refresh(); }
+
+FieldRef::~FieldRef() {
+  if (field_) release_field(field_);
 }
 
 const TileShare* Variable::share(uint32_t tile) const {

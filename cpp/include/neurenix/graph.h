@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "neurenix/device_type.h"
@@ -126,6 +127,22 @@ class RareList {
   const T* end() const { return list_ ? list_->data() + list_->size() : nullptr; }
   void clear() { list_.reset(); }
 
+  // The same list read through one pointer, valid while the list is.
+  class View {
+   public:
+    View() = default;
+    explicit View(const std::vector<T>* list) : list_(list) {}
+    bool empty() const { return list_ == nullptr; }
+    size_t size() const { return list_ ? list_->size() : 0; }
+    const T& operator[](size_t i) const { return (*list_)[i]; }
+    const T* begin() const { return list_ ? list_->data() : nullptr; }
+    const T* end() const { return list_ ? list_->data() + list_->size() : nullptr; }
+
+   private:
+    const std::vector<T>* list_ = nullptr;
+  };
+  View view() const { return View(list_.get()); }
+
  private:
   std::unique_ptr<std::vector<T>> list_;
 };
@@ -193,15 +210,54 @@ struct Float8Scales {
   Field a, b;
 };
 
+// A field as a codelet holds it: what the codelet reads when it runs
+// (address, count, pieces), 32 bytes in the vertex object, and the whole
+// field, which the compiler reads and sets (list_fields gives it), kept
+// apart with the other vertices' fields, so that the vertex objects a run
+// reads stay small. compile() ends by copying what it set into the
+// codelets' copies (Vertex::refresh).
+class FieldRef {
+ public:
+  FieldRef(const Field& f);  // implicit: it stands for the field
+  FieldRef(const FieldRef& o) : FieldRef(*o.field_) {}
+  FieldRef(FieldRef&& o) noexcept
+      : address(o.address), count(o.count), pieces(o.pieces), field_(std::exchange(o.field_, nullptr)) {}
+  FieldRef& operator=(const FieldRef& o) { return *this = FieldRef(o); }
+  FieldRef& operator=(FieldRef&& o) noexcept {
+    std::swap(address, o.address);
+    std::swap(count, o.count);
+    std::swap(pieces, o.pieces);
+    std::swap(field_, o.field_);
+    return *this;
+  }
+  ~FieldRef();
+  Field& field() const { return *field_; }
+  // Takes the field's address, count and pieces as they are now.
+  void refresh() {
+    address = field_->address;
+    count = field_->count;
+    pieces = field_->pieces.view();
+  }
+
+  int64_t address;
+  uint64_t count;
+  Field::Pieces::View pieces;
+
+ private:
+  Field* field_;
+};
+
 // Elements [first, first + n) of field `f` (of type `type`) as floats, each
 // piece read where it is.
-void load_field_floats(const uint8_t* mem, const Field& f, DeviceType type, uint64_t first, uint64_t n, float* out);
+template <class F>
+void load_field_floats(const uint8_t* mem, const F& f, DeviceType type, uint64_t first, uint64_t n, float* out);
 // Calls visit(bytes, at, len) for the runs that make up elements
 // [first, first + n) of field `f`, in order: `len` elements read at `bytes`
 // (relative to `mem`, each piece where it is), the first of them element
 // first + at.
-template <class Visit>
-void for_each_field_run(const uint8_t* mem, const Field& f, uint64_t first, uint64_t n, size_t elem_size, Visit visit) {
+// (`F`: Field or FieldRef.)
+template <class F, class Visit>
+void for_each_field_run(const uint8_t* mem, const F& f, uint64_t first, uint64_t n, size_t elem_size, Visit visit) {
   if (f.pieces.empty()) {
     if (n) visit(mem + f.address + static_cast<int64_t>(first * elem_size), uint64_t{0}, n);
     return;
@@ -221,6 +277,12 @@ void for_each_field_run(const uint8_t* mem, const Field& f, uint64_t first, uint
   }
 }
 
+template <class F>
+void load_field_floats(const uint8_t* mem, const F& f, DeviceType type, uint64_t first, uint64_t n, float* out) {
+  for_each_field_run(mem, f, first, n, device_type_size(type),
+                     [&](const uint8_t* run, uint64_t at, uint64_t len) { load_floats(run, type, out + at, len); });
+}
+
 class Vertex {
  public:
   virtual ~Vertex() = default;
@@ -236,6 +298,8 @@ class Vertex {
   virtual uint64_t state_bytes() const { return 0; }
   // True if compute() draws from the tile's random generator.
   virtual bool uses_random() const { return false; }
+  // Copies what the compiler set in the fields into the codelet's FieldRefs.
+  virtual void refresh() {}
   // The vertex's fields (listed once, then cached: fields never change).
   const std::vector<Field*>& all_fields() {
     if (!fields_) {

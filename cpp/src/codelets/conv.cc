@@ -103,12 +103,12 @@ ConvVertex::ConvVertex(uint32_t tile_, Field in, Field weights, Field out, ConvW
                        DeviceType partials_dtype, DeviceType out_dtype)
     : in_(in), w_(weights), out_(out), s_(shape), in_dtype_(in_dtype), partials_(partials_dtype), out_dtype_(out_dtype) {
   tile = tile_;
-  in_.access = Access::kRead;
+  in_.field().access = Access::kRead;
   // A window the product reads in place may be received from several
   // senders, each channel read where it was sent from.
-  in_.piecewise = reads_in_place();
-  w_.access = Access::kRead;
-  out_.access = Access::kWrite;
+  in_.field().piecewise = reads_in_place();
+  w_.field().access = Access::kRead;
+  out_.field().access = Access::kWrite;
   const uint64_t k = static_cast<uint64_t>(s_.cin) * s_.kh * s_.kw;
   NX_CHECK(static_cast<uint64_t>(s_.cin) * s_.in_rows * s_.in_w <= in_.count, "conv input window exceeds its field");
   NX_CHECK(s_.cout == 0 || (s_.cout - 1) * static_cast<uint64_t>(s_.ldw) + k <= w_.count, "conv weights exceed their field");
@@ -132,14 +132,20 @@ void ConvVertex::set_bias(Field bias, DeviceType dtype) {
 }
 
 void ConvVertex::list_fields(std::vector<Field*>& out) {
-  out.push_back(&in_);
-  out.push_back(&w_);
-  out.push_back(&out_);
+  out.push_back(&in_.field());
+  out.push_back(&w_.field());
+  out.push_back(&out_.field());
   if (bias_) out.push_back(&bias_->field);
   if (scales_) {
     out.push_back(&scales_->a);
     out.push_back(&scales_->b);
   }
+}
+
+void ConvVertex::refresh() {
+  in_.refresh();
+  w_.refresh();
+  out_.refresh();
 }
 
 bool ConvVertex::window_is_plane() const {

@@ -11,17 +11,23 @@ GatherVertex::GatherVertex(uint32_t tile_, Field table, Field indices, Field out
                            uint32_t ld, DeviceType dtype)
     : table_(table), idx_(indices), out_(out), rows_(rows), cols_(cols), ld_(ld), dtype_(dtype) {
   tile = tile_;
-  table_.access = Access::kRead;
-  idx_.access = Access::kRead;
-  out_.access = Access::kWrite;
+  table_.field().access = Access::kRead;
+  idx_.field().access = Access::kRead;
+  out_.field().access = Access::kWrite;
   NX_CHECK(rows_ == 0 || (rows_ - 1) * static_cast<uint64_t>(ld_) + cols_ <= table_.count, "gather table exceeds its field");
   NX_CHECK(out_.count == idx_.count * cols_, "gather output size mismatch");
 }
 
 void GatherVertex::list_fields(std::vector<Field*>& out) {
-  out.push_back(&table_);
-  out.push_back(&idx_);
-  out.push_back(&out_);
+  out.push_back(&table_.field());
+  out.push_back(&idx_.field());
+  out.push_back(&out_.field());
+}
+
+void GatherVertex::refresh() {
+  table_.refresh();
+  idx_.refresh();
+  out_.refresh();
 }
 
 uint64_t GatherVertex::cycles(const TargetSpec& t) const {

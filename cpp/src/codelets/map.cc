@@ -183,9 +183,9 @@ MapVertex::MapVertex(uint32_t tile_, std::shared_ptr<const std::vector<ExprInstr
                      Field out, DeviceType out_dtype)
     : expr_(std::move(expr)), operands_(std::move(operands)), out_(out), out_dtype_(out_dtype) {
   tile = tile_;
-  out_.access = Access::kWrite;
+  out_.field().access = Access::kWrite;
   for (auto& o : operands_) {
-    o.field.access = Access::kRead;
+    o.field.field().access = Access::kRead;
     if (!o.runs.empty()) {
       has_runs_ = true;
       uint64_t covered = 0;
@@ -205,8 +205,13 @@ uint64_t MapVertex::state_bytes() const {
 }
 
 void MapVertex::list_fields(std::vector<Field*>& out) {
-  for (auto& o : operands_) out.push_back(&o.field);
-  out.push_back(&out_);
+  for (auto& o : operands_) out.push_back(&o.field.field());
+  out.push_back(&out_.field());
+}
+
+void MapVertex::refresh() {
+  for (auto& o : operands_) o.field.refresh();
+  out_.refresh();
 }
 
 bool MapVertex::uses_random() const {
@@ -494,7 +499,7 @@ void MapVertex::compute(uint8_t* mem) const {
 
 FillVertex::FillVertex(uint32_t tile_, Field out, DeviceType dtype, double value) : out_(out), dtype_(dtype), value_(value) {
   tile = tile_;
-  out_.access = Access::kWrite;
+  out_.field().access = Access::kWrite;
 }
 
 void FillVertex::compute(uint8_t* mem) const {

@@ -47,9 +47,9 @@ MatMulVertex::MatMulVertex(uint32_t tile_, Field a, Field b, Field c, MatMulBloc
                            DeviceType partials_dtype, DeviceType out_dtype)
     : a_(a), b_(b), c_(c), s_(shape), in_(in_dtype), partials_(partials_dtype), out_(out_dtype) {
   tile = tile_;
-  a_.access = Access::kRead;
-  b_.access = Access::kRead;
-  c_.access = Access::kWrite;
+  a_.field().access = Access::kRead;
+  b_.field().access = Access::kRead;
+  c_.field().access = Access::kWrite;
   NX_CHECK((is_float(in_) || is_float8(in_)) && is_float(partials_) && is_float(out_), "matmul vertex on non-float data");
   NX_CHECK(!(partials_ == DeviceType::kFloat16 && in_ == DeviceType::kFloat32), "half partials need half inputs");
   NX_CHECK(!is_float8(in_) || partials_ == DeviceType::kFloat16, "float8 operands need half partials");
@@ -69,13 +69,19 @@ void MatMulVertex::set_scales(Field a, Field b) {
 }
 
 void MatMulVertex::list_fields(std::vector<Field*>& out) {
-  out.push_back(&a_);
-  out.push_back(&b_);
-  out.push_back(&c_);
+  out.push_back(&a_.field());
+  out.push_back(&b_.field());
+  out.push_back(&c_.field());
   if (scales_) {
     out.push_back(&scales_->a);
     out.push_back(&scales_->b);
   }
+}
+
+void MatMulVertex::refresh() {
+  a_.refresh();
+  b_.refresh();
+  c_.refresh();
 }
 
 uint64_t MatMulVertex::cycles(const TargetSpec& t) const {
@@ -130,9 +136,9 @@ SumPartialsVertex::SumPartialsVertex(uint32_t tile_, Field in, Field out, uint32
     : in_(in), out_(out), parts_(parts), rows_(rows), cols_(cols), ld_out_(ld_out), partials_(partials_dtype),
       out_dtype_(out_dtype) {
   tile = tile_;
-  in_.access = Access::kRead;
-  in_.piecewise = true;  // the parts are received from the tiles that computed them
-  out_.access = Access::kWrite;
+  in_.field().access = Access::kRead;
+  in_.field().piecewise = true;  // the parts are received from the tiles that computed them
+  out_.field().access = Access::kWrite;
   NX_CHECK(in_.count == static_cast<uint64_t>(parts) * rows * cols, "partials field size mismatch");
   NX_CHECK(rows == 0 || static_cast<uint64_t>(rows - 1) * ld_out + cols <= out_.count, "partials output exceeds its field");
 }
@@ -144,9 +150,14 @@ void SumPartialsVertex::set_bias(Field bias, DeviceType dtype) {
 }
 
 void SumPartialsVertex::list_fields(std::vector<Field*>& out) {
-  out.push_back(&in_);
-  out.push_back(&out_);
+  out.push_back(&in_.field());
+  out.push_back(&out_.field());
   if (bias_) out.push_back(&bias_->field);
+}
+
+void SumPartialsVertex::refresh() {
+  in_.refresh();
+  out_.refresh();
 }
 
 uint64_t SumPartialsVertex::cycles(const TargetSpec& t) const {

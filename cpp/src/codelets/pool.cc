@@ -12,8 +12,8 @@ namespace neurenix {
 PoolVertex::PoolVertex(uint32_t tile_, Field in, Field out, PoolWindow shape, PoolMode mode, DeviceType dtype)
     : in_(in), out_(out), s_(std::move(shape)), mode_(mode), dtype_(dtype) {
   tile = tile_;
-  in_.access = Access::kRead;
-  out_.access = Access::kWrite;
+  in_.field().access = Access::kRead;
+  out_.field().access = Access::kWrite;
   NX_CHECK(is_float(dtype_), "pooling of non-float data");
   NX_CHECK(static_cast<uint64_t>(s_.planes) * s_.rows.size() * s_.in_cols <= in_.count, "pool window exceeds its field");
   NX_CHECK(s_.planes == 0 || s_.out_rows == 0 ||
@@ -24,8 +24,13 @@ PoolVertex::PoolVertex(uint32_t tile_, Field in, Field out, PoolWindow shape, Po
 }
 
 void PoolVertex::list_fields(std::vector<Field*>& out) {
-  out.push_back(&in_);
-  out.push_back(&out_);
+  out.push_back(&in_.field());
+  out.push_back(&out_.field());
+}
+
+void PoolVertex::refresh() {
+  in_.refresh();
+  out_.refresh();
 }
 
 uint64_t PoolVertex::cycles(const TargetSpec& t) const {

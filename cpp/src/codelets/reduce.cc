@@ -31,8 +31,8 @@ ReduceVertex::ReduceVertex(uint32_t tile_, Field in, DeviceType in_dtype, Field 
     : in_(in), out_(out), in_dtype_(in_dtype), out_dtype_(out_dtype), op_(op), combine_(combine), final_(final_op),
       scale_(scale), segs_(std::move(segments)) {
   tile = tile_;
-  in_.access = Access::kRead;
-  out_.access = Access::kWrite;
+  in_.field().access = Access::kRead;
+  out_.field().access = Access::kWrite;
   for (const auto& s : segs_) {
     NX_CHECK(s.out_offset < out_.count, "reduce segment writes outside its output");
     NX_CHECK(s.len == 0 || s.in_offset + (s.len - 1) * s.in_stride < in_.count, "reduce segment reads outside its input");
@@ -40,8 +40,13 @@ ReduceVertex::ReduceVertex(uint32_t tile_, Field in, DeviceType in_dtype, Field 
 }
 
 void ReduceVertex::list_fields(std::vector<Field*>& out) {
-  out.push_back(&in_);
-  out.push_back(&out_);
+  out.push_back(&in_.field());
+  out.push_back(&out_.field());
+}
+
+void ReduceVertex::refresh() {
+  in_.refresh();
+  out_.refresh();
 }
 
 uint64_t ReduceVertex::cycles(const TargetSpec& t) const {

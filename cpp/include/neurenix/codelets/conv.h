@@ -40,6 +40,7 @@ class ConvVertex : public Vertex {
 
  protected:
   void list_fields(std::vector<Field*>& out) override;
+  void refresh() override;
 
  private:
   // A 1x1, stride-1, unpadded window whose rows are the output's: it is its
@@ -48,7 +49,7 @@ class ConvVertex : public Vertex {
   // Such a window in float32 (partials in float): the product reads it in
   // place, in tile memory.
   bool reads_in_place() const;
-  Field in_, w_, out_;
+  FieldRef in_, w_, out_;
   ConvWindow s_;
   DeviceType in_dtype_, partials_, out_dtype_;
   std::unique_ptr<BiasField> bias_;       // if it has one

@@ -21,9 +21,10 @@ class GatherVertex : public Vertex {
 
  protected:
   void list_fields(std::vector<Field*>& out) override;
+  void refresh() override;
 
  private:
-  Field table_, idx_, out_;
+  FieldRef table_, idx_, out_;
   uint32_t rows_, cols_, ld_;
   DeviceType dtype_;
 };

@@ -18,7 +18,7 @@ class MapVertex : public Vertex {
   // the output (a broadcast operand kept compact: a channel's scale over
   // the channel's plane).
   struct Operand {
-    Field field;
+    FieldRef field;
     DeviceType dtype;
     bool scalar;
     RareList<uint32_t> runs{};
@@ -34,12 +34,13 @@ class MapVertex : public Vertex {
 
  protected:
   void list_fields(std::vector<Field*>& out) override;
+  void refresh() override;
 
  private:
   std::shared_ptr<const std::vector<ExprInstr>> expr_;
   std::vector<Operand> operands_;
   bool has_runs_ = false;  // some operand is repeated
-  Field out_;
+  FieldRef out_;
   DeviceType out_dtype_;
 };
 
@@ -53,10 +54,11 @@ class FillVertex : public Vertex {
   uint64_t code_bytes() const override { return 64; }
 
  protected:
-  void list_fields(std::vector<Field*>& out) override { out.push_back(&out_); }
+  void list_fields(std::vector<Field*>& out) override { out.push_back(&out_.field()); }
+  void refresh() override { out_.refresh(); }
 
  private:
-  Field out_;
+  FieldRef out_;
   DeviceType dtype_;
   double value_;
 };

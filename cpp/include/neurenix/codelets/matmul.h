@@ -31,9 +31,10 @@ class MatMulVertex : public Vertex {
 
  protected:
   void list_fields(std::vector<Field*>& out) override;
+  void refresh() override;
 
  private:
-  Field a_, b_, c_;
+  FieldRef a_, b_, c_;
   MatMulBlock s_;
   DeviceType in_, partials_, out_;
   std::unique_ptr<Float8Scales> scales_;  // float8 operands only
@@ -55,9 +56,10 @@ class SumPartialsVertex : public Vertex {
 
  protected:
   void list_fields(std::vector<Field*>& out) override;
+  void refresh() override;
 
  private:
-  Field in_, out_;
+  FieldRef in_, out_;
   uint32_t parts_, rows_, cols_, ld_out_;
   DeviceType partials_, out_dtype_;
   std::unique_ptr<BiasField> bias_;  // a convolution's bias, if it has one

@@ -36,9 +36,10 @@ class PoolVertex : public Vertex {
 
  protected:
   void list_fields(std::vector<Field*>& out) override;
+  void refresh() override;
 
  private:
-  Field in_, out_;
+  FieldRef in_, out_;
   PoolWindow s_;
   PoolMode mode_;
   DeviceType dtype_;

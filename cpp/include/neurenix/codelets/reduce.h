@@ -39,9 +39,10 @@ class ReduceVertex : public Vertex {
 
  protected:
   void list_fields(std::vector<Field*>& out) override;
+  void refresh() override;
 
  private:
-  Field in_, out_;
+  FieldRef in_, out_;
   DeviceType in_dtype_, out_dtype_;
   ReduceOp op_;
   bool combine_;
