@@ -167,13 +167,16 @@ class Checker {
     for (size_t ci = 0; ci < g_.compute_sets().size(); ++ci) {
       const ComputeSet& cs = g_.compute_sets()[ci];
       for (size_t vi = 0; vi < cs.vertices.size(); ++vi) {
-        // Fields are listed (and cached) when a vertex joins the graph.
+        // (compile() lists every vertex's fields.)
         Vertex& vx = *cs.vertices[vi];
+        const auto who = [&] { return std::string("vertex ") + vx.name() + " #" + std::to_string(vi) + " of compute set '" + cs.name + "'"; };
         if (vx.tile >= exe_.arena_bytes().size())
-          violation(std::string("vertex ") + vx.name() + " #" + std::to_string(vi) + " of compute set '" + cs.name +
-                    "' runs on tile " + std::to_string(vx.tile) + ", which does not exist");
+          violation(who() + " runs on tile " + std::to_string(vx.tile) + ", which does not exist");
         const std::vector<Field*>& fields = vx.all_fields();
         for (size_t fi = 0; fi < fields.size(); ++fi) field(vx, vi, cs.name, fi, *fields[fi]);
+        // What is checked is what the codelet reads (its FieldRefs).
+        if (!vx.refreshed())
+          violation(who() + " has a field changed after the program was compiled: its codelet would not see the change");
       }
     }
     for (size_t ei = 0; ei < g_.exchanges().size(); ++ei) {

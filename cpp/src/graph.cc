@@ -35,14 +35,19 @@ struct FieldChunk {
 };
 constexpr size_t kChunkHeader = 64;
 constexpr size_t kChunkSlots = (kChunkBytes - kChunkHeader) / sizeof(Field);
-// (Never destroyed: fields may outlive the other statics at exit.)
-std::mutex& field_store_mutex = *new std::mutex;
 FieldChunk* field_store_current = nullptr;
+// (Made on first use and never destroyed: fields may be made before and
+// outlive the other statics.)
+std::mutex& field_store_mutex() {
+  static std::mutex& m = *new std::mutex;
+  return m;
+}
 
 Field* store_field(const Field& f) {
-  std::lock_guard<std::mutex> lock(field_store_mutex);
+  std::lock_guard<std::mutex> lock(field_store_mutex());
   if (!field_store_current || field_store_current->used == kChunkSlots) {
     if (field_store_current && field_store_current->live == 0) std::free(field_store_current);
+    field_store_current = nullptr;
     void* mem = std::aligned_alloc(kChunkBytes, kChunkBytes);
     if (!mem) throw std::bad_alloc();
     field_store_current = new (mem) FieldChunk();
@@ -57,7 +62,7 @@ Field* store_field(const Field& f) {
 
 void release_field(Field* f) {
   f->~Field();
-  std::lock_guard<std::mutex> lock(field_store_mutex);
+  std::lock_guard<std::mutex> lock(field_store_mutex());
   auto* c = reinterpret_cast<FieldChunk*>(reinterpret_cast<uintptr_t>(f) & ~(uintptr_t{kChunkBytes} - 1));
   if (--c->live == 0 && c != field_store_current) std::free(c);
 }

@@ -125,6 +125,21 @@ Field& first_field(Executable& exe, size_t field) {
   throw std::runtime_error("no vertex");
 }
 
+// A codelet reads its own copy of a field's address, count and pieces
+// (FieldRef), taken when compile() ends: a field changed after that is one
+// the codelet would not see, even where the field itself is valid (here one
+// element shorter, inside its slice), and checked mode says so.
+TEST(EngineChecked, AFieldChangedAfterCompileIsCaught) {
+  std::shared_ptr<Executable> exe = small_map();
+  EXPECT_NO_THROW(Engine(exe, EngineOptions{1, true}));
+  Field& f = first_field(*exe, 1);
+  f.count -= 1;
+  EXPECT_NX_ERROR(kInternal, Engine(exe, EngineOptions{1, true}), "checked mode", "vertex Map #0",
+                  "compute set 'neg'", "field changed after the program was compiled");
+  f.count += 1;
+  EXPECT_NO_THROW(Engine(exe, EngineOptions{1, true})) << "as the codelet reads it again";
+}
+
 TEST(EngineChecked, FieldsOutsideTheirSliceAreCaught) {
   // A field shifted off the offset the compiler assigned.
   {

@@ -238,6 +238,11 @@ class FieldRef {
     count = field_->count;
     pieces = field_->pieces.view();
   }
+  // Holds what the field does now.
+  bool current() const {
+    return address == field_->address && count == field_->count && pieces.begin() == field_->pieces.begin() &&
+           pieces.size() == field_->pieces.size();
+  }
 
   int64_t address;
   uint64_t count;
@@ -299,7 +304,20 @@ class Vertex {
   // True if compute() draws from the tile's random generator.
   virtual bool uses_random() const { return false; }
   // Copies what the compiler set in the fields into the codelet's FieldRefs.
-  virtual void refresh() {}
+  void refresh() {
+    std::vector<const FieldRef*> refs;
+    list_refs(refs);
+    for (const FieldRef* r : refs) const_cast<FieldRef*>(r)->refresh();
+  }
+  // True when every FieldRef holds what its field does now (checked mode:
+  // a field changed after compile() is one the codelet does not see).
+  bool refreshed() const {
+    std::vector<const FieldRef*> refs;
+    list_refs(refs);
+    for (const FieldRef* r : refs)
+      if (!r->current()) return false;
+    return true;
+  }
   // The vertex's fields (listed once, then cached: fields never change).
   const std::vector<Field*>& all_fields() {
     if (!fields_) {
@@ -321,6 +339,8 @@ class Vertex {
 
  protected:
   virtual void list_fields(std::vector<Field*>& out) = 0;
+  // The codelet's FieldRefs (a codelet holding plain Fields has none).
+  virtual void list_refs(std::vector<const FieldRef*>& out) const { (void)out; }
 
  private:
   static inline const std::vector<Field*> kNoFields{};

@@ -142,10 +142,10 @@ void ConvVertex::list_fields(std::vector<Field*>& out) {
   }
 }
 
-void ConvVertex::refresh() {
-  in_.refresh();
-  w_.refresh();
-  out_.refresh();
+void ConvVertex::list_refs(std::vector<const FieldRef*>& out) const {
+  out.push_back(&in_);
+  out.push_back(&w_);
+  out.push_back(&out_);
 }
 
 bool ConvVertex::window_is_plane() const {

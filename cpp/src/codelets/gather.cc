@@ -24,10 +24,10 @@ void GatherVertex::list_fields(std::vector<Field*>& out) {
   out.push_back(&out_.field());
 }
 
-void GatherVertex::refresh() {
-  table_.refresh();
-  idx_.refresh();
-  out_.refresh();
+void GatherVertex::list_refs(std::vector<const FieldRef*>& out) const {
+  out.push_back(&table_);
+  out.push_back(&idx_);
+  out.push_back(&out_);
 }
 
 uint64_t GatherVertex::cycles(const TargetSpec& t) const {

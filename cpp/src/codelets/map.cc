@@ -209,9 +209,9 @@ void MapVertex::list_fields(std::vector<Field*>& out) {
   out.push_back(&out_.field());
 }
 
-void MapVertex::refresh() {
-  for (auto& o : operands_) o.field.refresh();
-  out_.refresh();
+void MapVertex::list_refs(std::vector<const FieldRef*>& out) const {
+  for (const auto& o : operands_) out.push_back(&o.field);
+  out.push_back(&out_);
 }
 
 bool MapVertex::uses_random() const {

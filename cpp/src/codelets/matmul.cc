@@ -78,10 +78,10 @@ void MatMulVertex::list_fields(std::vector<Field*>& out) {
   }
 }
 
-void MatMulVertex::refresh() {
-  a_.refresh();
-  b_.refresh();
-  c_.refresh();
+void MatMulVertex::list_refs(std::vector<const FieldRef*>& out) const {
+  out.push_back(&a_);
+  out.push_back(&b_);
+  out.push_back(&c_);
 }
 
 uint64_t MatMulVertex::cycles(const TargetSpec& t) const {
@@ -155,9 +155,9 @@ void SumPartialsVertex::list_fields(std::vector<Field*>& out) {
   if (bias_) out.push_back(&bias_->field);
 }
 
-void SumPartialsVertex::refresh() {
-  in_.refresh();
-  out_.refresh();
+void SumPartialsVertex::list_refs(std::vector<const FieldRef*>& out) const {
+  out.push_back(&in_);
+  out.push_back(&out_);
 }
 
 uint64_t SumPartialsVertex::cycles(const TargetSpec& t) const {

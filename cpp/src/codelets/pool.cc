@@ -28,9 +28,9 @@ void PoolVertex::list_fields(std::vector<Field*>& out) {
   out.push_back(&out_.field());
 }
 
-void PoolVertex::refresh() {
-  in_.refresh();
-  out_.refresh();
+void PoolVertex::list_refs(std::vector<const FieldRef*>& out) const {
+  out.push_back(&in_);
+  out.push_back(&out_);
 }
 
 uint64_t PoolVertex::cycles(const TargetSpec& t) const {

@@ -44,9 +44,9 @@ void ReduceVertex::list_fields(std::vector<Field*>& out) {
   out.push_back(&out_.field());
 }
 
-void ReduceVertex::refresh() {
-  in_.refresh();
-  out_.refresh();
+void ReduceVertex::list_refs(std::vector<const FieldRef*>& out) const {
+  out.push_back(&in_);
+  out.push_back(&out_);
 }
 
 uint64_t ReduceVertex::cycles(const TargetSpec& t) const {

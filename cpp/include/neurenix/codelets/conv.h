@@ -40,7 +40,7 @@ class ConvVertex : public Vertex {
 
  protected:
   void list_fields(std::vector<Field*>& out) override;
-  void refresh() override;
+  void list_refs(std::vector<const FieldRef*>& out) const override;
 
  private:
   // A 1x1, stride-1, unpadded window whose rows are the output's: it is its

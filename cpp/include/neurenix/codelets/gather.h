@@ -21,7 +21,7 @@ class GatherVertex : public Vertex {
 
  protected:
   void list_fields(std::vector<Field*>& out) override;
-  void refresh() override;
+  void list_refs(std::vector<const FieldRef*>& out) const override;
 
  private:
   FieldRef table_, idx_, out_;

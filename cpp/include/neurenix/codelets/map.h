@@ -34,7 +34,7 @@ class MapVertex : public Vertex {
 
  protected:
   void list_fields(std::vector<Field*>& out) override;
-  void refresh() override;
+  void list_refs(std::vector<const FieldRef*>& out) const override;
 
  private:
   std::shared_ptr<const std::vector<ExprInstr>> expr_;
@@ -55,7 +55,7 @@ class FillVertex : public Vertex {
 
  protected:
   void list_fields(std::vector<Field*>& out) override { out.push_back(&out_.field()); }
-  void refresh() override { out_.refresh(); }
+  void list_refs(std::vector<const FieldRef*>& out) const override { out.push_back(&out_); }
 
  private:
   FieldRef out_;

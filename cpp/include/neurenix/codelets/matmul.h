@@ -31,7 +31,7 @@ class MatMulVertex : public Vertex {
 
  protected:
   void list_fields(std::vector<Field*>& out) override;
-  void refresh() override;
+  void list_refs(std::vector<const FieldRef*>& out) const override;
 
  private:
   FieldRef a_, b_, c_;
@@ -56,7 +56,7 @@ class SumPartialsVertex : public Vertex {
 
  protected:
   void list_fields(std::vector<Field*>& out) override;
-  void refresh() override;
+  void list_refs(std::vector<const FieldRef*>& out) const override;
 
  private:
   FieldRef in_, out_;

@@ -39,7 +39,7 @@ class ReduceVertex : public Vertex {
 
  protected:
   void list_fields(std::vector<Field*>& out) override;
-  void refresh() override;
+  void list_refs(std::vector<const FieldRef*>& out) const override;
 
  private:
   FieldRef in_, out_;
