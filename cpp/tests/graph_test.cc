@@ -415,3 +415,44 @@ TEST(Graph, FieldRunsCoverAnyRangeOfAFieldInPieces) {
 }
 
 }  // namespace
+
+// A FieldRef holds what its codelet reads (address, count, pieces) as they
+// were when it was made or last refreshed; its whole field lies apart, is
+// its own per copy, and survives moves. Many of them (more than one of the
+// store's chunks) come and go without loss (ASan checks the store).
+TEST(Graph, AFieldRefHoldsWhatItsFieldHadWhenRefreshed) {
+  Field f{3, 0, 4, 10};
+  f.address = 64;
+  FieldRef r(f);
+  EXPECT_EQ(r.address, 64);
+  EXPECT_EQ(r.count, 10u);
+  EXPECT_TRUE(r.pieces.empty());
+  EXPECT_EQ(r.field().var, 3u);
+  EXPECT_EQ(r.field().local, 4u);
+  r.field().address = 128;
+  r.field().pieces = std::vector<Field::Piece>{{0, 128, UINT32_MAX, 0}, {5, 512, 1, 7}};
+  EXPECT_EQ(r.address, 64) << "not seen before refresh";
+  EXPECT_FALSE(r.current());
+  r.refresh();
+  EXPECT_TRUE(r.current());
+  EXPECT_EQ(r.address, 128);
+  ASSERT_EQ(r.pieces.size(), 2u);
+  EXPECT_EQ(r.pieces[1].address, 512);
+  EXPECT_EQ(r.pieces.begin(), r.field().pieces.begin()) << "a view of the field's own pieces";
+
+  FieldRef c(r);  // a field of its own
+  EXPECT_NE(&c.field(), &r.field());
+  c.field().address = 1;
+  EXPECT_EQ(r.field().address, 128);
+  Field* whole = &r.field();
+  FieldRef m(std::move(r));
+  EXPECT_EQ(&m.field(), whole);
+  EXPECT_EQ(m.address, 128);
+
+  std::vector<FieldRef> many;
+  for (uint32_t i = 0; i < 10000; ++i) many.emplace_back(Field{i, 0, 0, i});
+  for (uint32_t i = 0; i < 10000; i += 997) EXPECT_EQ(many[i].field().var, i);
+  many.erase(many.begin(), many.begin() + 5000);
+  EXPECT_EQ(many.front().count, 5000u);
+  EXPECT_EQ(many.front().field().var, 5000u);
+}

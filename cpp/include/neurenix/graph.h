@@ -120,14 +120,7 @@ class RareList {
   RareList(RareList&&) noexcept = default;
   RareList& operator=(const RareList& o) { return *this = RareList(o); }
   RareList& operator=(RareList&&) noexcept = default;
-  bool empty() const { return list_ == nullptr; }
-  size_t size() const { return list_ ? list_->size() : 0; }
-  const T& operator[](size_t i) const { return (*list_)[i]; }
-  const T* begin() const { return list_ ? list_->data() : nullptr; }
-  const T* end() const { return list_ ? list_->data() + list_->size() : nullptr; }
-  void clear() { list_.reset(); }
-
-  // The same list read through one pointer, valid while the list is.
+  // The list read through one pointer, valid while the list is.
   class View {
    public:
     View() = default;
@@ -142,6 +135,12 @@ class RareList {
     const std::vector<T>* list_ = nullptr;
   };
   View view() const { return View(list_.get()); }
+  bool empty() const { return view().empty(); }
+  size_t size() const { return view().size(); }
+  const T& operator[](size_t i) const { return view()[i]; }
+  const T* begin() const { return view().begin(); }
+  const T* end() const { return view().end(); }
+  void clear() { list_.reset(); }
 
  private:
   std::unique_ptr<std::vector<T>> list_;
@@ -305,14 +304,16 @@ class Vertex {
   virtual bool uses_random() const { return false; }
   // Copies what the compiler set in the fields into the codelet's FieldRefs.
   void refresh() {
-    std::vector<const FieldRef*> refs;
+    thread_local std::vector<const FieldRef*> refs;
+    refs.clear();
     list_refs(refs);
     for (const FieldRef* r : refs) const_cast<FieldRef*>(r)->refresh();
   }
   // True when every FieldRef holds what its field does now (checked mode:
   // a field changed after compile() is one the codelet does not see).
   bool refreshed() const {
-    std::vector<const FieldRef*> refs;
+    thread_local std::vector<const FieldRef*> refs;
+    refs.clear();
     list_refs(refs);
     for (const FieldRef* r : refs)
       if (!r->current()) return false;

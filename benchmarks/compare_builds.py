@@ -1,0 +1,97 @@
+"""Two builds of the native library in one process: the run time of one
+against the other on the same model, free of the host's drift between
+processes and hours (see docs/benchmarks.md).
+
+    python benchmarks/compare_builds.py BEFORE.so AFTER.so
+        [--models "bert-base-like b1" ...] [--precision float32] [--runs 40]
+
+Each `.so` is a built `neurenix/_native.abi3.so` (for example a copy of
+`target/release/libneurenix_native.so` from each checkout). The package is
+loaded twice, under two names, each with its own library; each build
+compiles the model once, the outputs are compared bit for bit, and then the
+two run alternately (`--runs` each, the order swapped every round). Printed
+per model: the medians, after / before (the median of the paired ratios),
+and in how many rounds the second build was faster. The same file given
+twice measures the method itself (about 0.99-1.01).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import re
+import shutil
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PACKAGE = os.path.join(HERE, "..", "python", "neurenix")
+
+
+def load_as(name: str, native: str, root: str):
+    """The package, copied to `root/name` with `native` as its library and
+    its own imports renamed; returns its graphcore module."""
+    dst = os.path.join(root, name)
+    shutil.copytree(PACKAGE, dst, ignore=shutil.ignore_patterns("__pycache__", "_native*.so"))
+    shutil.copy(native, os.path.join(dst, "_native.abi3.so"))
+    pattern = re.compile(r"\b(from|import) neurenix\b")
+    for folder, _, files in os.walk(dst):
+        for f in files:
+            if f.endswith(".py"):
+                path = os.path.join(folder, f)
+                with open(path) as fh:
+                    text = fh.read()
+                with open(path, "w") as fh:
+                    fh.write(pattern.sub(rf"\1 {name}", text))
+    return importlib.import_module(f"{name}.hardware.graphcore")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("before")
+    ap.add_argument("after")
+    ap.add_argument("--models", nargs="+", default=["bert-base-like b1"])
+    ap.add_argument("--precision", default="float32")
+    ap.add_argument("--runs", type=int, default=40)
+    args = ap.parse_args()
+    sys.path.insert(0, HERE)
+    from models import MODELS
+
+    root = tempfile.mkdtemp(prefix="neurenix-builds-")
+    sys.path.insert(0, root)
+    managers = {}
+    for label, native in (("before", args.before), ("after", args.after)):
+        graphcore = load_as(f"neurenix_{label}", native, root)
+        # Each build takes its own device locks.
+        os.environ["NEURENIX_IPU_LOCK_DIR"] = os.path.join(root, f"locks-{label}")
+        ipu = graphcore.GraphCoreManager(num_ipus=1, precision=args.precision)
+        ipu.__enter__()
+        managers[label] = ipu
+    try:
+        for name in args.models:
+            model, feeds = MODELS[name]()
+            compiled = {k: ipu.compile_model(model, feeds) for k, ipu in managers.items()}
+            outs = {k: managers[k].execute_model(c, feeds) for k, c in compiled.items()}
+            same = all(np.array_equal(a, b) for a, b in zip(outs["before"], outs["after"]))
+            times = {"before": [], "after": []}
+            for i in range(args.runs):
+                for k in ("before", "after") if i % 2 == 0 else ("after", "before"):
+                    t = time.perf_counter()
+                    managers[k].execute_model(compiled[k], feeds)
+                    times[k].append(time.perf_counter() - t)
+            a, b = np.array(times["before"]), np.array(times["after"])
+            print(f"{name} {args.precision}: before {np.median(a) * 1e3:.2f} ms, after {np.median(b) * 1e3:.2f} ms, "
+                  f"after / before {np.median(b / a):.3f}, after faster in {int(np.sum(b < a))} of {args.runs}, "
+                  f"outputs {'bit for bit the same' if same else 'DIFFERENT'}", flush=True)
+    finally:
+        for ipu in managers.values():
+            ipu.__exit__(None, None, None)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
