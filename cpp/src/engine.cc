@@ -470,28 +470,6 @@ inline void strided_copy(uint8_t* dst, const uint8_t* src, uint64_t count, int64
 
 }  // namespace
 
-void Engine::copy_pattern(uint8_t* dst, const Executable::ByteCopy& c) const {
-  const uint8_t* src = arenas_[c.src_tile] + c.src_byte;
-  uint8_t* d = dst + c.dst_byte;
-  const uint64_t row = static_cast<uint64_t>(c.count) * c.elem;
-  for (uint64_t o = 0; o < c.outer; ++o, src += c.src_outer, d += c.dst_outer) {
-    if (c.contiguous_rows()) {
-      std::memmove(d, src, row);
-    } else if (c.src_stride == 0) {
-      // One element repeated: double the filled prefix.
-      std::memcpy(d, src, c.elem);
-      uint64_t done = c.elem;
-      while (done < row) {
-        const uint64_t n = std::min(done, row - done);
-        std::memcpy(d + done, d, n);
-        done += n;
-      }
-    } else {
-      strided_copy(d, src, c.count, c.src_stride, c.elem);
-    }
-  }
-}
-
 namespace {
 
 // n bytes from `from` to `to`, as memmove. Up to 64 bytes (most exchange
@@ -521,6 +499,28 @@ inline void move_bytes(uint8_t* to, const uint8_t* from, uint32_t n) {
 }
 
 }  // namespace
+
+void Engine::copy_pattern(uint8_t* dst, const Executable::ByteCopy& c) const {
+  const uint8_t* src = arenas_[c.src_tile] + c.src_byte;
+  uint8_t* d = dst + c.dst_byte;
+  const uint64_t row = static_cast<uint64_t>(c.count) * c.elem;
+  for (uint64_t o = 0; o < c.outer; ++o, src += c.src_outer, d += c.dst_outer) {
+    if (c.contiguous_rows()) {
+      move_bytes(d, src, static_cast<uint32_t>(row));
+    } else if (c.src_stride == 0) {
+      // One element repeated: double the filled prefix.
+      std::memcpy(d, src, c.elem);
+      uint64_t done = c.elem;
+      while (done < row) {
+        const uint64_t n = std::min(done, row - done);
+        std::memcpy(d + done, d, n);
+        done += n;
+      }
+    } else {
+      strided_copy(d, src, c.count, c.src_stride, c.elem);
+    }
+  }
+}
 
 void Engine::copy_into_tile(uint8_t* dst, uint32_t e, uint32_t first, uint32_t last) const {
   const Executable::HostCopy* hc = exe_->host_copies()[e].data();
