@@ -127,6 +127,19 @@ uint64_t Executable::cycles_per_run() const {
   return c;
 }
 
+Executable::HostCopy Executable::host_copy_of(const ByteCopy& b, uint64_t src) {
+  constexpr HostCopy kPattern{kPatternCopy, 0, 0};
+  const uint64_t row = static_cast<uint64_t>(b.count) * b.elem;
+  if (src > HostCopy::kSrcMask || !b.contiguous_rows()) return kPattern;
+  if (b.outer == 1) return row >> 32 ? kPattern : HostCopy{src, b.dst_byte, static_cast<uint32_t>(row)};
+  // Rows read one after the other, written a positive step apart.
+  if (b.outer == 0 || b.outer > HostCopy::kMaxOuter || b.src_outer != static_cast<int64_t>(row) || b.dst_outer <= 0 ||
+      static_cast<uint64_t>(b.dst_outer) > HostCopy::kMaxDstOuter || row == 0 || row >> HostCopy::kRowBits)
+    return kPattern;
+  return HostCopy{src | static_cast<uint64_t>(b.dst_outer) << HostCopy::kRowsShift, b.dst_byte,
+                  static_cast<uint32_t>(row) | (b.outer - 1) << HostCopy::kRowBits};
+}
+
 std::unique_ptr<Executable> compile(std::unique_ptr<Graph> gp) {
   Graph& g = *gp;
   const TargetSpec& t = g.target();
@@ -765,10 +778,8 @@ std::unique_ptr<Executable> compile(std::unique_ptr<Graph> gp) {
       const size_t ei = static_cast<size_t>(x);
       auto& hc = exe->host_copies_[ei];
       hc.reserve(exe->byte_copies_[ei].size());
-      for (const auto& b : exe->byte_copies_[ei]) {
-        hc.push_back(b.is_run() ? Executable::HostCopy{exe->arena_offsets_[b.src_tile] + b.src_byte, b.dst_byte, b.count * b.elem}
-                         : Executable::HostCopy{Executable::kPatternCopy, 0, 0});
-      }
+      for (const auto& b : exe->byte_copies_[ei])
+        hc.push_back(Executable::host_copy_of(b, exe->arena_offsets_[b.src_tile] + b.src_byte));
     });
   }
   fuse_exchanges(*exe);

@@ -526,8 +526,16 @@ void Engine::copy_into_tile(uint8_t* dst, uint32_t e, uint32_t first, uint32_t l
   const Executable::HostCopy* hc = exe_->host_copies()[e].data();
   for (uint32_t k = first; k < last; ++k) {
     const Executable::HostCopy& c = hc[k];
-    if (c.src != Executable::kPatternCopy) move_bytes(dst + c.dst_byte, block_ + c.src, c.bytes);
-    else copy_pattern(dst, exe_->byte_copies()[e][k]);
+    if (!c.rows()) {
+      move_bytes(dst + c.dst_byte, block_ + c.src, c.bytes);
+    } else if (c.src != Executable::kPatternCopy) {
+      const uint8_t* from = block_ + c.rows_src();
+      uint8_t* to = dst + c.dst_byte;
+      const uint32_t row = c.row_bytes(), step = c.dst_outer();
+      for (uint32_t o = c.outer(); o > 0; --o, from += row, to += step) move_bytes(to, from, row);
+    } else {
+      copy_pattern(dst, exe_->byte_copies()[e][k]);
+    }
   }
 }
 

@@ -151,10 +151,23 @@ class Checker {
                  const Who& who) const {
     if (k >= hc.size()) violation(who() + " has no host copy");
     const Executable::HostCopy& h = hc[k];
-    if (h.src == Executable::kPatternCopy ? b.is_run()
-                                          : !b.is_run() || h.src != exe_.arena_offset(b.src_tile) + b.src_byte ||
-                                                h.dst_byte != b.dst_byte ||
-                                                h.bytes != static_cast<uint64_t>(b.count) * b.elem)
+    const uint64_t src = exe_.arena_offset(b.src_tile) + b.src_byte;
+    const uint64_t row = static_cast<uint64_t>(b.count) * b.elem;
+    // What the host does with it, read back from its form: one run, rows
+    // one after the other, or the byte copy itself.
+    bool same;
+    if (h.src == Executable::kPatternCopy)
+      same = true;
+    else if (!h.rows())
+      same = b.is_run() && h.src == src && h.dst_byte == b.dst_byte && h.bytes == row;
+    else
+      same = b.contiguous_rows() && h.rows_src() == src && h.dst_byte == b.dst_byte && h.row_bytes() == row &&
+             h.outer() == b.outer && b.src_outer == static_cast<int64_t>(row) &&
+             static_cast<int64_t>(h.dst_outer()) == b.dst_outer;
+    // And the form the compiler gives it (a run or rows it could move are
+    // not left to the slower general path).
+    const Executable::HostCopy want = Executable::host_copy_of(b, src);
+    if (!same || h.src != want.src || h.dst_byte != want.dst_byte || h.bytes != want.bytes)
       violation(who() + " is run by the host as another copy");
   }
 

@@ -255,6 +255,42 @@ TEST(EngineChecked, HostCopiesMustBeTheirByteCopies) {
   }
 }
 
+// Rows read one after the other and written a step apart are run from
+// their 16-byte form: the result is the copy's, and a form that moves them
+// elsewhere, more or fewer of them, is caught.
+TEST(EngineChecked, RowsCopiesRunAndMustBeTheirByteCopies) {
+  // 2 rows of 4 int32 from a[0, 8) to b[0, 4) and b[8, 12).
+  const Copy rows = pattern(0, 1, 0, 4, 2, 4, 8);
+  {
+    std::shared_ptr<Executable> exe = hand_copy(rows);
+    const Executable::HostCopy& h = exe->host_copies()[0][0];
+    ASSERT_TRUE(h.rows());
+    ASSERT_NE(h.src, Executable::kPatternCopy);
+    EXPECT_EQ(h.outer(), 2u);
+    EXPECT_EQ(h.row_bytes(), 16u);
+    EXPECT_EQ(h.dst_outer(), 32u);
+    Engine e(exe, EngineOptions{1, true});
+    std::vector<int32_t> a(16), b(16, -1);
+    for (int i = 0; i < 16; ++i) a[i] = 100 + i;
+    e.write_input(0, reinterpret_cast<const uint8_t*>(a.data()), 64);
+    e.run();
+    e.read_output(0, reinterpret_cast<uint8_t*>(b.data()), 64);
+    for (int i = 0; i < 4; ++i) {
+      EXPECT_EQ(b[i], 100 + i);
+      EXPECT_EQ(b[8 + i], 104 + i);
+    }
+  }
+  const std::string where = "copy 0 of exchange 'move' from IPU 0 tile 0 to IPU 0 tile 1";
+  for (int how = 0; how < 3; ++how) {
+    std::shared_ptr<Executable> exe = hand_copy(rows);
+    auto& host = const_cast<std::vector<std::vector<Executable::HostCopy>>&>(exe->host_copies())[0][0];
+    if (how == 0) host.src += uint64_t{4} << Executable::HostCopy::kRowsShift;  // a wider step
+    if (how == 1) host.bytes += 1u << Executable::HostCopy::kRowBits;          // a third row
+    if (how == 2) host.bytes -= 4;                                             // shorter rows
+    EXPECT_NX_ERROR(kInternal, Engine(exe, EngineOptions{1, true}), where, "is run by the host as another copy");
+  }
+}
+
 TEST(EngineChecked, CopiesInsideTheirSlicesPassAndRun) {
   // A transposing 2-D copy (4 rows of 4, read down the columns) and a
   // broadcast of one element, both in bounds: checked mode lets them run.

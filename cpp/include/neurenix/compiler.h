@@ -120,7 +120,7 @@ class Executable {
     uint32_t elem;                             // element size
     // A row reads its elements one after the other.
     bool contiguous_rows() const { return count == 1 || src_stride == static_cast<int32_t>(elem); }
-    // One contiguous run of bytes (what a HostCopy holds).
+    // One contiguous run of bytes (what a plain HostCopy moves).
     bool is_run() const { return outer == 1 && contiguous_rows(); }
   };
   struct TileByteCopies {
@@ -130,18 +130,37 @@ class Executable {
   const std::vector<std::vector<TileByteCopies>>& byte_schedule() const { return byte_schedule_; }
   const std::vector<std::vector<ByteCopy>>& byte_copies() const { return byte_copies_; }
   // The same copies in the form the host runs them: host_copies()[e][k] is
-  // byte_copies()[e][k]. Most copies move one contiguous run (one row, read
-  // and written element after element): 16 bytes here, the source as its
-  // offset in the block of all tile memories (arena_offset). Any other (2-D
-  // patterns, strided or repeated reads) is marked kPatternCopy and run from
-  // its ByteCopy. The engine walks this table every run (a copy is often a
-  // few dozen bytes: its descriptor is as much memory traffic as its data).
+  // byte_copies()[e][k] in 16 bytes, read without its ByteCopy (the engine
+  // walks this table every run, and a copy is often a few dozen bytes: its
+  // descriptor is as much memory traffic as its data). Most copies move one
+  // contiguous run (one row, read and written element after element): its
+  // source as an offset in the block of all tile memories (arena_offset),
+  // its destination and length. Many others move `outer` such rows read
+  // one after the other and written `dst_outer` bytes apart (a block
+  // gathered into a wider one): the same, with the rows' step and count
+  // packed into the spare bits (rows()). Any other (strided or repeated
+  // reads, other strides, sizes past the packed fields) is marked
+  // kPatternCopy and run from its ByteCopy.
   struct HostCopy {
-    uint64_t src;  // offset in the block, or kPatternCopy
+    uint64_t src;  // offset in the block (below kRowsShift bits); rows: | dst_outer << kRowsShift; or kPatternCopy
     uint32_t dst_byte;
-    uint32_t bytes;
+    uint32_t bytes;  // rows: the row's bytes | (outer - 1) << kRowBits
+
+    static constexpr int kRowsShift = 40, kRowBits = 20;
+    static constexpr uint64_t kSrcMask = (uint64_t{1} << kRowsShift) - 1;
+    static constexpr uint64_t kMaxDstOuter = (uint64_t{1} << 23) - 1;  // so that src stays below kPatternCopy
+    static constexpr uint32_t kMaxOuter = uint32_t{1} << (32 - kRowBits);
+    // Several rows (src has bits above kSrcMask), not a plain run.
+    bool rows() const { return src > kSrcMask; }
+    uint64_t rows_src() const { return src & kSrcMask; }
+    uint32_t dst_outer() const { return static_cast<uint32_t>(src >> kRowsShift); }
+    uint32_t row_bytes() const { return bytes & ((1u << kRowBits) - 1); }
+    uint32_t outer() const { return (bytes >> kRowBits) + 1; }
   };
   static constexpr uint64_t kPatternCopy = ~uint64_t{0};
+  // The form byte copy `b` from `src` (its source's offset in the block)
+  // takes.
+  static HostCopy host_copy_of(const ByteCopy& b, uint64_t src);
   const std::vector<std::vector<HostCopy>>& host_copies() const { return host_copies_; }
   const std::vector<std::vector<uint32_t>>& copy_order() const { return copy_order_; }
   // Exchanges that read a variable they also write: their sources are staged.
