@@ -475,7 +475,7 @@ namespace {
 // n bytes from `from` to `to`, as memmove. Up to 64 bytes (most exchange
 // copies are a few dozen) inline: both ends loaded before either is stored
 // (two overlapping halves), without a call.
-inline void move_bytes(uint8_t* to, const uint8_t* from, uint32_t n) {
+inline void move_bytes(uint8_t* to, const uint8_t* from, uint64_t n) {
   auto halves = [&](auto word) {
     constexpr uint32_t w = sizeof(word);
     decltype(word) a, b;
@@ -506,7 +506,7 @@ void Engine::copy_pattern(uint8_t* dst, const Executable::ByteCopy& c) const {
   const uint64_t row = static_cast<uint64_t>(c.count) * c.elem;
   for (uint64_t o = 0; o < c.outer; ++o, src += c.src_outer, d += c.dst_outer) {
     if (c.contiguous_rows()) {
-      move_bytes(d, src, static_cast<uint32_t>(row));
+      move_bytes(d, src, row);
     } else if (c.src_stride == 0) {
       // One element repeated: double the filled prefix.
       std::memcpy(d, src, c.elem);

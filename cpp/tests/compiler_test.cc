@@ -462,4 +462,47 @@ TEST(Compiler, FixedOverheadsPerTile) {
   EXPECT_EQ(l.code, s.code);
 }
 
+// The host's form of a byte copy (Executable::host_copy_of): runs and rows
+// up to the packed fields' limits, the general path past them.
+TEST(Compiler, HostCopyFormsAndTheirLimits) {
+  using B = Executable::ByteCopy;
+  using H = Executable::HostCopy;
+  // rows of `row` bytes (float elements), `outer` of them, read one after the
+  // other and written dst_outer bytes apart.
+  auto rows = [](uint32_t row, uint32_t outer, int32_t dst_outer, int32_t src_outer = -1) {
+    return B{3, 64, 128, row / 4, outer, 4, src_outer < 0 ? static_cast<int32_t>(row) : src_outer, dst_outer, 4};
+  };
+  auto pattern = [](const H& h) { return h.src == Executable::kPatternCopy; };
+  // A plain run.
+  H run = Executable::host_copy_of(rows(64, 1, 0), 1000);
+  EXPECT_FALSE(run.rows());
+  EXPECT_EQ(run.src, 1000u);
+  EXPECT_EQ(run.dst_byte, 128u);
+  EXPECT_EQ(run.bytes, 64u);
+  EXPECT_TRUE(pattern(Executable::host_copy_of(rows(64, 1, 0), uint64_t{1} << 40)));  // source past the field
+  // Rows at the limits, and one past each.
+  const uint32_t max_row = (1u << 20) - 4;  // whole floats under 1 MiB
+  for (auto [row, outer, step] : {std::tuple{64u, 2u, 96}, std::tuple{max_row, 4096u, (1 << 23) - 1}}) {
+    H h = Executable::host_copy_of(rows(row, outer, step), 1000);
+    ASSERT_TRUE(h.rows());
+    EXPECT_FALSE(pattern(h));
+    EXPECT_EQ(h.rows_src(), 1000u);
+    EXPECT_EQ(h.dst_byte, 128u);
+    EXPECT_EQ(h.row_bytes(), row);
+    EXPECT_EQ(h.outer(), outer);
+    EXPECT_EQ(h.dst_outer(), static_cast<uint32_t>(step));
+  }
+  EXPECT_TRUE(pattern(Executable::host_copy_of(rows(1u << 20, 2, 1 << 21), 1000)));   // a row of 1 MiB
+  EXPECT_TRUE(pattern(Executable::host_copy_of(rows(64, 4097, 96), 1000)));           // 4,097 rows
+  EXPECT_TRUE(pattern(Executable::host_copy_of(rows(64, 2, 1 << 23), 1000)));         // a step of 8 MiB
+  EXPECT_TRUE(pattern(Executable::host_copy_of(rows(64, 2, 0), 1000)));               // rows on top of each other
+  EXPECT_TRUE(pattern(Executable::host_copy_of(rows(64, 2, -96), 1000)));             // written backwards
+  EXPECT_TRUE(pattern(Executable::host_copy_of(rows(64, 2, 96, 128), 1000)));         // read with gaps
+  EXPECT_TRUE(pattern(Executable::host_copy_of(rows(64, 2, 96), uint64_t{1} << 40)));  // source past the field
+  EXPECT_TRUE(pattern(Executable::host_copy_of(rows(64, 0, 96), 1000)));              // no rows
+  B strided = rows(64, 2, 96);
+  strided.src_stride = 8;  // every other float
+  EXPECT_TRUE(pattern(Executable::host_copy_of(strided, 1000)));
+}
+
 }  // namespace

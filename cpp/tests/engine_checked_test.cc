@@ -278,15 +278,19 @@ TEST(EngineChecked, RowsCopiesRunAndMustBeTheirByteCopies) {
     for (int i = 0; i < 4; ++i) {
       EXPECT_EQ(b[i], 100 + i);
       EXPECT_EQ(b[8 + i], 104 + i);
+      EXPECT_EQ(b[4 + i], 0);  // between the rows and after them: the zeros tile memory starts with
+      EXPECT_EQ(b[12 + i], 0);
     }
   }
   const std::string where = "copy 0 of exchange 'move' from IPU 0 tile 0 to IPU 0 tile 1";
-  for (int how = 0; how < 3; ++how) {
+  for (int how = 0; how < 5; ++how) {
     std::shared_ptr<Executable> exe = hand_copy(rows);
     auto& host = const_cast<std::vector<std::vector<Executable::HostCopy>>&>(exe->host_copies())[0][0];
     if (how == 0) host.src += uint64_t{4} << Executable::HostCopy::kRowsShift;  // a wider step
     if (how == 1) host.bytes += 1u << Executable::HostCopy::kRowBits;          // a third row
     if (how == 2) host.bytes -= 4;                                             // shorter rows
+    if (how == 3) host.src &= Executable::HostCopy::kSrcMask;                  // one run instead
+    if (how == 4) host.src = Executable::kPatternCopy;                         // the slower path
     EXPECT_NX_ERROR(kInternal, Engine(exe, EngineOptions{1, true}), where, "is run by the host as another copy");
   }
 }
