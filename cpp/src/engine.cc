@@ -498,16 +498,22 @@ inline void move_bytes(uint8_t* to, const uint8_t* from, uint64_t n) {
   else std::memmove(to, from, n);
 }
 
+// `outer` rows of `row` bytes, the source's `src_step` and the
+// destination's `dst_step` bytes apart, one after another (as memmove each).
+inline void move_rows(uint8_t* to, const uint8_t* from, uint64_t row, uint64_t outer, int64_t src_step,
+                      int64_t dst_step) {
+  for (; outer > 0; --outer, from += src_step, to += dst_step) move_bytes(to, from, row);
+}
+
 }  // namespace
 
 void Engine::copy_pattern(uint8_t* dst, const Executable::ByteCopy& c) const {
   const uint8_t* src = arenas_[c.src_tile] + c.src_byte;
   uint8_t* d = dst + c.dst_byte;
   const uint64_t row = static_cast<uint64_t>(c.count) * c.elem;
+  if (c.contiguous_rows()) return move_rows(d, src, row, c.outer, c.src_outer, c.dst_outer);
   for (uint64_t o = 0; o < c.outer; ++o, src += c.src_outer, d += c.dst_outer) {
-    if (c.contiguous_rows()) {
-      move_bytes(d, src, row);
-    } else if (c.src_stride == 0) {
+    if (c.src_stride == 0) {
       // One element repeated: double the filled prefix.
       std::memcpy(d, src, c.elem);
       uint64_t done = c.elem;
@@ -529,10 +535,7 @@ void Engine::copy_into_tile(uint8_t* dst, uint32_t e, uint32_t first, uint32_t l
     if (!c.rows()) {
       move_bytes(dst + c.dst_byte, block_ + c.src, c.bytes);
     } else if (c.src != Executable::kPatternCopy) {
-      const uint8_t* from = block_ + c.rows_src();
-      uint8_t* to = dst + c.dst_byte;
-      const uint32_t row = c.row_bytes(), step = c.dst_outer();
-      for (uint32_t o = c.outer(); o > 0; --o, from += row, to += step) move_bytes(to, from, row);
+      move_rows(dst + c.dst_byte, block_ + c.rows_src(), c.row_bytes(), c.outer(), c.row_bytes(), c.dst_outer());
     } else {
       copy_pattern(dst, exe_->byte_copies()[e][k]);
     }
