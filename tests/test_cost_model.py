@@ -102,13 +102,16 @@ def mlp_run(tmp_path_factory):
         return model, params, compiled.report, ipu.last_execution_report
 
 
-def test_tile_memory_sums_to_what_the_engine_allocated(mlp_run):
+def test_tile_memory_bounds_what_the_engine_allocated(mlp_run):
     model, params, report, run = mlp_run
-    # The engine sizes each tile's arena from the allocator's placement; the
-    # shadow regions of shadowed temporaries come on top, 64 of them (one per
-    # range of tiles), none larger than the fullest tile, with alignment.
+    # The host lays the tiles' variables out by variable, placed by their
+    # lives as each tile places its own: about the bytes the tiles' allocators
+    # placed, at most 1.2 times them. The shadow regions of shadowed
+    # temporaries come on top, 64 of them (one per range of tiles), none
+    # larger than the fullest tile, with alignment.
     placed = sum(t.variables for t in report.tiles)
-    assert placed + run.host_shadow_bytes == run.host_memory_bytes
+    host_variables = run.host_memory_bytes - run.host_shadow_bytes
+    assert 0 < host_variables <= 1.2 * placed
     assert 0 < run.host_shadow_bytes <= 64 * (max(t.variables for t in report.tiles) + 64) + 64
     for t in report.tiles:
         assert t.total == t.variables + t.vertex_state + t.code + t.exchange_code + t.control_code

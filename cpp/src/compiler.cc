@@ -7,7 +7,9 @@
 #include <unordered_set>
 
 #include "neurenix/error.h"
+#include "first_fit.h"
 #include "fused_exchanges.h"
+#include "host_layout.h"
 #include "host_threads.h"
 #include "receive_alias.h"
 #include "shadow_temporaries.h"
@@ -24,48 +26,6 @@ constexpr uint64_t kVertexStatePerField = 4;
 constexpr size_t kLargestPerTile = 3;  // tensors a tile's memory report lists
 
 uint64_t align_up(uint64_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
-
-struct LiveRange {
-  int64_t first = -1;
-  int64_t last = -1;
-  void touch(int64_t s) {
-    if (first < 0 || s < first) first = s;
-    if (s > last) last = s;
-  }
-};
-
-struct Block {
-  VarId var;
-  uint64_t offset;
-  uint64_t size;
-  int64_t end;
-};
-
-// First-fit allocation in program order, freeing blocks after their last use.
-struct TileAllocator {
-  std::vector<Block> active;  // sorted by offset
-  uint64_t hwm = 0;
-  std::vector<std::pair<VarId, uint64_t>> at_peak;  // live blocks when the high-water mark was set
-
-  void release_before(int64_t step) {
-    active.erase(std::remove_if(active.begin(), active.end(), [&](const Block& b) { return b.end < step; }), active.end());
-  }
-  uint64_t place(VarId var, uint64_t size, int64_t end) {
-    uint64_t at = 0;
-    size_t pos = 0;
-    for (; pos < active.size(); ++pos) {
-      if (active[pos].offset >= at + size) break;
-      at = std::max(at, active[pos].offset + active[pos].size);
-    }
-    active.insert(active.begin() + pos, Block{var, at, size, end});
-    if (at + size > hwm) {
-      hwm = at + size;
-      at_peak.clear();
-      for (const Block& b : active) at_peak.push_back({b.var, b.size});
-    }
-    return at;
-  }
-};
 
 // Greedy by size (as TensorFlow Lite's arena planner): the largest blocks
 // first, each at the lowest offset free over its whole live range. Used for
@@ -255,7 +215,7 @@ std::unique_ptr<Executable> compile(std::unique_ptr<Graph> gp) {
       return g.var(a.first).tiles[a.second].count * device_type_size(g.var(a.first).dtype) >
              g.var(b.first).tiles[b.second].count * device_type_size(g.var(b.first).dtype);
     });
-    TileAllocator alloc;
+    FirstFit alloc;
     for (const auto& [v, si] : items) {
       const Variable& var = g.var(v);
       alloc.release_before(live[v].first);
@@ -731,11 +691,21 @@ std::unique_ptr<Executable> compile(std::unique_ptr<Graph> gp) {
   exe->program_ = std::move(program);
   exe->graph_ = std::move(gp);
 
-  // One host block holds every tile's arena, back to back.
+  // One host block holds every tile's arena, back to back (tile-major; laid
+  // out by variable at the end: lay_out_by_variable).
   exe->arena_offsets_.assign(ntiles, 0);
   for (uint32_t tile = 0; tile < ntiles; ++tile) {
     exe->arena_offsets_[tile] = exe->block_bytes_;
     exe->block_bytes_ += exe->arena_bytes_[tile];  // a multiple of kAlign
+  }
+  exe->variables_end_ = exe->block_bytes_;
+  exe->host_offsets_.resize(g.num_vars());
+  for (size_t v = 0; v < g.num_vars(); ++v) {
+    const Variable& var = g.var(static_cast<VarId>(v));
+    auto& h = exe->host_offsets_[v];
+    h.resize(var.tiles.size());
+    for (size_t si = 0; si < var.tiles.size(); ++si)
+      h[si] = exe->arena_offsets_[var.tiles[si].tile] + exe->var_offsets_[v][si];
   }
   // Receive aliases: the host skips the copies nobody needs performed.
   exe->aliased_copies_.assign(g.exchanges().size(), {});
@@ -784,6 +754,11 @@ std::unique_ptr<Executable> compile(std::unique_ptr<Graph> gp) {
   }
   fuse_exchanges(*exe);
   shadow_temporaries(*exe);
+  {
+    std::vector<std::pair<int64_t, int64_t>> lives(live.size());
+    for (size_t v = 0; v < live.size(); ++v) lives[v] = {live[v].first, live[v].last};
+    lay_out_by_variable(*exe, lives);
+  }
   // The codelets' own copies of their fields take what the passes set.
   for (const ComputeSet& cs : exe->graph().compute_sets())
     for (const auto& v : cs.vertices) v->refresh();

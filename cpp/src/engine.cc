@@ -361,7 +361,7 @@ void Engine::scatter(const Tensor& t, const uint8_t* data) {
   const Variable& v = g.var(t.var);
   const size_t es = device_type_size(v.dtype);
   for (size_t si = 0; si < v.tiles.size(); ++si) {
-    uint8_t* base = arenas_[v.tiles[si].tile] + exe_->var_offset(t.var, si);
+    uint8_t* base = block_ + exe_->host_offset(t.var, si);
     for (uint32_t ii : v.tiles[si].intervals) {
       const TileInterval& iv = v.mapping[ii];
       std::memcpy(base + iv.local * es, data + iv.begin * es, (iv.end - iv.begin) * es);
@@ -374,7 +374,7 @@ void Engine::gather(const Tensor& t, uint8_t* data) const {
   const Variable& v = g.var(t.var);
   const size_t es = device_type_size(v.dtype);
   for (size_t si = 0; si < v.tiles.size(); ++si) {
-    const uint8_t* base = arenas_[v.tiles[si].tile] + exe_->var_offset(t.var, si);
+    const uint8_t* base = block_ + exe_->host_offset(t.var, si);
     for (uint32_t ii : v.tiles[si].intervals) {
       const TileInterval& iv = v.mapping[ii];
       std::memcpy(data + iv.begin * es, base + iv.local * es, (iv.end - iv.begin) * es);

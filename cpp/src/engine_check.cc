@@ -59,6 +59,16 @@ class Checker {
                 str(arena));
     return b;
   }
+  // The same slice in the host block (Executable::host_offset), where the
+  // host reads and writes it.
+  Bytes host_slice(VarId var, uint32_t tile) const {
+    const Variable& v = g_.var(var);
+    const TileShare* s = v.share(tile);
+    const Wide base = exe_.host_offset(var, static_cast<size_t>(s - v.tiles.data()));
+    return Bytes{base, base + static_cast<Wide>(s->count) * device_type_size(v.dtype)};
+  }
+  // Where byte `at` relative to `tile`'s arena is in the block.
+  Wide in_block(uint32_t tile, Wide at) const { return static_cast<Wide>(exe_.arena_offset(tile)) + at; }
 
   void field(const Vertex& vx, size_t index, const std::string& cs, size_t fi, const Field& f) const {
     if (f.count == 0) return;  // names no memory
@@ -101,24 +111,30 @@ class Checker {
                Wide es) const {
     if (tile == UINT32_MAX) {
       // Its own bytes (a shadowed field's, in its shadow region: shadows()).
-      if (!f.shadow && address != static_cast<int64_t>(f.byte_offset + first * es))
-        violation(who() + ": its elements [" + str(first) + ", " + str(end) + ") are at " + str(f.byte_offset + first * es) +
-                  " but the vertex reads them at " + std::to_string(address));
+      if (f.shadow) return;
+      const Bytes own = host_slice(f.var, f.tile);
+      if (!own.inside(Bytes{0, static_cast<Wide>(exe_.variables_end())}))
+        violation(who() + ": '" + g_.var(f.var).name + "' there is " + str(own) + " of the host block, past the variables' end " +
+                  str(exe_.variables_end()));
+      const Wide at = own.begin + static_cast<Wide>(f.local + first) * es;
+      if (in_block(f.tile, address) != at)
+        violation(who() + ": its elements [" + str(first) + ", " + str(end) + ") are at " + str(at) +
+                  " of the host block but the vertex reads them at " + str(in_block(f.tile, address)));
       return;
     }
     if (f.shadow) violation(who() + " is shadowed and a receive alias at once");
     if (f.access != Access::kRead) violation(who() + " writes through a receive alias");
     if (tile >= exe_.arena_bytes().size() || var >= g_.num_vars())
       violation(who() + " aliases a tile or variable that does not exist");
-    const Bytes sender = slice(var, tile, who);
+    slice(var, tile, who);
+    const Bytes sender = host_slice(var, tile);
     if (device_type_size(g_.var(var).dtype) != es)
       violation(who() + " aliases '" + g_.var(var).name + "', of another element size");
-    const Wide at = static_cast<Wide>(address) + static_cast<Wide>(exe_.arena_offset(f.tile)) -
-                    static_cast<Wide>(exe_.arena_offset(tile));
+    const Wide at = in_block(f.tile, address);
     const Bytes read{at, at + static_cast<Wide>(end - first) * es};
     if (!read.inside(sender))
-      violation(who() + " aliases " + str(read) + " of " + where(tile) + " but '" + g_.var(var).name + "' there is " +
-                str(sender));
+      violation(who() + " aliases " + str(read) + " of the host block but '" + g_.var(var).name + "' on " + where(tile) +
+                " is " + str(sender) + " there");
   }
 
   template <typename Who>
@@ -126,8 +142,9 @@ class Checker {
     if (b.src_tile != c.src_tile || dst_tile != c.dst_tile)
       violation(who() + " is resolved between other tiles (" + where(b.src_tile) + " to " + where(dst_tile) + ")");
     if (c.count == 0 || c.outer == 0) return;
-    const Bytes src = slice(c.src, c.src_tile, who);
-    const Bytes dst = slice(c.dst, c.dst_tile, who);
+    slice(c.src, c.src_tile, who);
+    slice(c.dst, c.dst_tile, who);
+    const Bytes src = host_slice(c.src, c.src_tile), dst = host_slice(c.dst, c.dst_tile);
     const Variable& sv = g_.var(c.src);
     const Variable& dv = g_.var(c.dst);
     if (b.elem != device_type_size(sv.dtype) || b.elem != device_type_size(dv.dtype))
@@ -135,14 +152,15 @@ class Checker {
     // Affine in the row and element index: its extremes are at the corners.
     const Wide rows = static_cast<Wide>(b.outer) - 1, last = static_cast<Wide>(b.count) - 1;
     const Wide so = rows * b.src_outer, ss = last * b.src_stride, d_o = rows * b.dst_outer;
-    const Bytes read{b.src_byte + std::min<Wide>(0, so) + std::min<Wide>(0, ss),
-                     b.src_byte + std::max<Wide>(0, so) + std::max<Wide>(0, ss) + b.elem};
-    const Bytes write{b.dst_byte + std::min<Wide>(0, d_o),
-                      b.dst_byte + std::max<Wide>(0, d_o) + static_cast<Wide>(b.count) * b.elem};
+    const Wide from = in_block(b.src_tile, b.src_byte), to = in_block(dst_tile, b.dst_byte);
+    const Bytes read{from + std::min<Wide>(0, so) + std::min<Wide>(0, ss), from + std::max<Wide>(0, so) + std::max<Wide>(0, ss) + b.elem};
+    const Bytes write{to + std::min<Wide>(0, d_o), to + std::max<Wide>(0, d_o) + static_cast<Wide>(b.count) * b.elem};
     if (!read.inside(src))
-      violation(who() + " reads " + str(read) + " of " + where(c.src_tile) + " but '" + sv.name + "' there is " + str(src));
+      violation(who() + " reads " + str(read) + " of the host block but '" + sv.name + "' on " + where(c.src_tile) +
+                " is " + str(src) + " there");
     if (!write.inside(dst))
-      violation(who() + " writes " + str(write) + " of " + where(c.dst_tile) + " but '" + dv.name + "' there is " + str(dst));
+      violation(who() + " writes " + str(write) + " of the host block but '" + dv.name + "' on " + where(c.dst_tile) +
+                " is " + str(dst) + " there");
   }
 
   // The form the host runs must be the byte copy it stands for.
@@ -173,7 +191,13 @@ class Checker {
 
   void stream(const Tensor& t, const std::string& who) const {
     if (t.var >= g_.num_vars()) violation(who + " names a variable that does not exist");
-    for (const TileShare& s : g_.var(t.var).tiles) slice(t.var, s.tile, [&] { return who; });
+    for (const TileShare& s : g_.var(t.var).tiles) {
+      slice(t.var, s.tile, [&] { return who; });
+      const Bytes h = host_slice(t.var, s.tile);
+      if (!h.inside(Bytes{0, static_cast<Wide>(exe_.variables_end())}))
+        violation(who + ": its share on " + where(s.tile) + " is " + str(h) + " of the host block, past the variables' end " +
+                  str(exe_.variables_end()));
+    }
   }
 
   void run() const {
@@ -244,13 +268,12 @@ class Checker {
   // other step's field, copy or host stream).
   void shadows() const {
     if (exe_.shadow_block_bytes() != 0) {
-      const Wide arenas =
-          static_cast<Wide>(exe_.arena_offset(g_.num_tiles() - 1)) + exe_.arena_bytes()[g_.num_tiles() - 1];
+      const Wide arenas = static_cast<Wide>(exe_.variables_end());
       const Wide regions_end = static_cast<Wide>(exe_.shadow_offset(Executable::kShadowRanges - 1)) +
                                static_cast<Wide>(exe_.shadow_region_bytes());
       if (static_cast<Wide>(exe_.shadow_offset(0)) < arenas || regions_end > static_cast<Wide>(exe_.block_bytes()))
         violation("the shadow regions [" + str(exe_.shadow_offset(0)) + ", " + str(regions_end) +
-                  ") are not between the arenas' end " + str(arenas) + " and the block's " + str(exe_.block_bytes()));
+                  ") are not between the variables' end " + str(arenas) + " and the block's " + str(exe_.block_bytes()));
     }
     std::vector<uint8_t> shadowed_var(g_.num_vars(), 0), shadow_cs(g_.compute_sets().size(), 0);
     std::vector<uint8_t> shadow_ex(g_.exchanges().size(), 0);

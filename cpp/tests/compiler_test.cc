@@ -76,10 +76,21 @@ void check_addresses(const Executable& exe) {
         EXPECT_LE(f->byte_offset + f->count * es, e) << cs.name;
         EXPECT_LE(e, exe.arena_bytes()[f->tile]);
       }
+  // Where a variable's share on a tile is in the host block.
+  auto host = [&](VarId v, uint32_t tile) {
+    const Variable& var = g.var(v);
+    return exe.host_offset(v, static_cast<size_t>(var.share(tile) - var.tiles.data()));
+  };
+  // The copies into shadow regions (their destinations are bytes in the tile).
+  std::vector<std::set<size_t>> to_region(g.exchanges().size());
+  for (size_t s = 0; s < exe.program().size(); ++s)
+    if (exe.shadowed(s))
+      for (const auto& ft : exe.fused(s))
+        for (uint32_t k = ft.begin; k < ft.shadow_end; ++k) to_region[exe.program()[s].index].insert(k);
   for (size_t ei = 0; ei < g.exchanges().size(); ++ei) {
     const Exchange& ex = g.exchanges()[ei];
     // The byte copies the engine performs (those not aliased away) start
-    // at their copies' first elements.
+    // at their copies' first elements, where the host block holds them.
     ASSERT_EQ(exe.byte_copies()[ei].size(), exe.copy_order()[ei].size());
     for (size_t k = 0; k < exe.byte_copies()[ei].size(); ++k) {
       const Copy& c = ex.copies.at(exe.copy_order()[ei][k]);
@@ -89,8 +100,11 @@ void check_addresses(const Executable& exe) {
       block(c.src, c.src_tile, &sb, &se);
       block(c.dst, c.dst_tile, &db, &de);
       EXPECT_EQ(bc.src_tile, c.src_tile);
-      EXPECT_EQ(bc.src_byte, sb + c.src_local * es);
-      EXPECT_EQ(bc.dst_byte, db + c.dst_local * es);
+      EXPECT_EQ(exe.arena_offset(c.src_tile) + bc.src_byte, host(c.src, c.src_tile) + c.src_local * es);
+      if (to_region[ei].count(k))
+        EXPECT_EQ(bc.dst_byte, db + c.dst_local * es);
+      else
+        EXPECT_EQ(exe.arena_offset(c.dst_tile) + bc.dst_byte, host(c.dst, c.dst_tile) + c.dst_local * es);
     }
     for (const Copy& c : ex.copies) {
       const uint64_t es = device_type_size(g.var(c.src).dtype);
@@ -130,6 +144,7 @@ TEST(Compiler, DisjointLifetimesShareMemory) {
   EXPECT_LT(exe->arena_bytes()[0], 4 * block);
   check_allocation(*exe);
   check_addresses(*exe);
+  check_host_layout(*exe);
   Engine e(exe, 1);
   std::vector<float> xs(n);
   for (uint64_t i = 0; i < n; ++i) xs[i] = static_cast<float>(i) - 500;
@@ -138,6 +153,38 @@ TEST(Compiler, DisjointLifetimesShareMemory) {
   std::vector<float> out(n);
   e.read_output(0, reinterpret_cast<uint8_t*>(out.data()), n * 4);
   for (uint64_t i = 0; i < n; ++i) ASSERT_EQ(out[i], (xs[i] + 1) * 2 - 3);
+}
+
+TEST(Compiler, AHostBlockPastFourGiBKeepsEachTileWhole) {
+  // Five full IPUs whose variables all live at once: 4.4 GB laid out by
+  // variable would pass the copies' 32-bit offsets, so each tile's memory
+  // stays whole, at its arena offset (tile-major).
+  const uint32_t ipus = 5, tiles = 1472;
+  const uint64_t per_tile = 150000;
+  auto g = std::make_unique<Graph>(tiny(tiles, ipus), ipus);
+  for (uint32_t ipu = 0; ipu < ipus; ++ipu) {
+    Tensor x = g->add_variable("x" + std::to_string(ipu), kF32, {tiles * per_tile}, VarKind::kInput, ipu);
+    g->map_linearly(x.var);
+    g->add_input_stream("x" + std::to_string(ipu), x);
+    g->add_output_stream("y" + std::to_string(ipu), x);
+  }
+  std::shared_ptr<Executable> exe = compile(std::move(g));
+  ASSERT_TRUE(exe->fits());
+  EXPECT_FALSE(exe->by_variable());
+  uint64_t at = 0;
+  for (uint32_t t = 0; t < ipus * tiles; ++t) {
+    EXPECT_EQ(exe->arena_offset(t), at);
+    at += exe->arena_bytes()[t];
+  }
+  EXPECT_GT(at, uint64_t{1} << 32);
+  EXPECT_EQ(exe->variables_end(), at);
+  EXPECT_EQ(exe->block_bytes(), at);
+  const Graph& cg = exe->graph();
+  for (size_t v = 0; v < cg.num_vars(); ++v)
+    for (size_t si = 0; si < cg.var(static_cast<VarId>(v)).tiles.size(); ++si)
+      ASSERT_EQ(exe->host_offset(static_cast<VarId>(v), si),
+                exe->arena_offset(cg.var(static_cast<VarId>(v)).tiles[si].tile) + exe->var_offset(static_cast<VarId>(v), si));
+  EXPECT_NO_THROW(verify_memory_bounds(*exe));
 }
 
 TEST(Compiler, TemporariesWithDisjointLifetimesReuseOneBlock) {
@@ -200,6 +247,7 @@ TEST(Compiler, AllocationInvariantsOnRealGraphs) {
     ASSERT_TRUE(exe->fits());
     check_allocation(*exe);
     check_addresses(*exe);
+    check_host_layout(*exe);
     // The schedules hold every vertex and copy once, grouped by tile.
     const Graph& cg = exe->graph();
     for (size_t ci = 0; ci < cg.compute_sets().size(); ++ci) {

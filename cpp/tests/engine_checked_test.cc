@@ -224,7 +224,7 @@ TEST(EngineChecked, CopiesOutsideTheirSlicesAreCaught) {
   const std::string where = "copy 0 of exchange 'move' from IPU 0 tile 0 to IPU 0 tile 1";
   // Reads past the end of the source.
   EXPECT_NX_ERROR(kInternal, Engine(hand_copy(pattern(10, 1, 0, 8)), EngineOptions{1, true}), where,
-                  "reads bytes [40, 72) of IPU 0 tile 0 but 'a' there is bytes [0, 64)");
+                  "reads bytes [40, 72) of the host block but 'a' on IPU 0 tile 0 is bytes [0, 64) there");
   // A negative stride that walks before the start of the source.
   EXPECT_NX_ERROR(kInternal, Engine(hand_copy(pattern(2, -1, 0, 4)), EngineOptions{1, true}), where,
                   "reads bytes [-4, 12)");
@@ -233,7 +233,7 @@ TEST(EngineChecked, CopiesOutsideTheirSlicesAreCaught) {
   // A 2-D pattern whose last row lands past the end of the destination.
   EXPECT_NO_THROW(Engine(hand_copy(pattern(0, 1, 0, 4, 3, 4, 6)), EngineOptions{1, true})) << "rows end at element 16";
   EXPECT_NX_ERROR(kInternal, Engine(hand_copy(pattern(0, 1, 0, 4, 3, 4, 7)), EngineOptions{1, true}),
-                  "writes bytes [0, 72) of IPU 0 tile 1 but 'b' there is bytes [0, 64)");
+                  "writes bytes [64, 136) of the host block but 'b' on IPU 0 tile 1 is bytes [64, 128) there");
   // Rows that step backwards before the start of the source.
   EXPECT_NX_ERROR(kInternal, Engine(hand_copy(pattern(4, 1, 0, 4, 3, -4, 4)), EngineOptions{1, true}),
                   "reads bytes [-16, 32)");

@@ -124,14 +124,12 @@ TEST(Engine, StatisticsAddUp) {
   EXPECT_EQ(e.output_bytes(0), 2u * 4);
   EXPECT_EQ(e.output_bytes(1), 108u * 2);
   EXPECT_EQ(e.output_bytes(2), 108u * 4);
-  // One block of every arena, back to back.
-  uint64_t arena = 0;
-  for (uint32_t t = 0; t < exe->arena_bytes().size(); ++t) {
-    EXPECT_EQ(exe->arena_offset(t), arena);
-    arena += exe->arena_bytes()[t];
-  }
-  EXPECT_EQ(e.arena_bytes(), arena);
-  EXPECT_EQ(exe->block_bytes(), arena);
+  // One block, laid out by variable: every tile's bytes are addressed from
+  // its start, the variables first, then the shadow regions.
+  ASSERT_TRUE(exe->by_variable());
+  for (uint32_t t = 0; t < exe->arena_bytes().size(); ++t) EXPECT_EQ(exe->arena_offset(t), 0u);
+  EXPECT_EQ(exe->block_bytes(), exe->variables_end() + exe->shadow_block_bytes());
+  EXPECT_EQ(e.arena_bytes(), exe->block_bytes());
   EXPECT_EQ(&e.executable(), exe.get());
   run_once(e, model_input(2));
   const RunStats& st = e.last_run();

@@ -82,6 +82,7 @@ Rotation rotation(uint32_t overwriting, bool reversed = false) {
   if (overwriting < kTiles) g->add_output_stream("c", c);
   Rotation r;
   r.exe = compile(std::move(g));
+  check_host_layout(*r.exe);
   r.exchange_step = step_of_exchange(*r.exe, ex);
   return r;
 }
@@ -368,6 +369,7 @@ TEST(FusedExchange, RandomProgramsGiveTheResultsOfStepsRunApart) {
         g->add_output_stream("o" + std::to_string(i), Tensor{vars[i].id, {vars[i].n}});
     std::shared_ptr<Executable> exe = compile(std::move(g));
     ASSERT_TRUE(exe->fits()) << "seed " << seed;
+    check_host_layout(*exe);
     for (size_t s = 0; s < exe->program().size(); ++s)
       if (!exe->fused(s).empty()) {
         ++fused_pairs;

@@ -89,7 +89,9 @@ std::shared_ptr<Executable> pipeline(Overwrite overwrite) {
   g->execute(read);
   g->add_output_stream("c", c);
   g->add_output_stream("a", a);
-  return compile(std::move(g));
+  std::shared_ptr<Executable> exe = compile(std::move(g));
+  check_host_layout(*exe);
+  return exe;
 }
 
 std::vector<float> run(const std::shared_ptr<Executable>& exe, bool checked = false) {
@@ -139,7 +141,7 @@ TEST(ReceiveAlias, CheckedModeRejectsAnAliasOutsideTheSendersSlice) {
   f.address += 4;  // one element past the sender's variable at its end
   EngineOptions o;
   o.checked = true;
-  EXPECT_NX_ERROR(kInternal, Engine e(exe, o), "field 0 aliases bytes [", "of IPU 0 tile 0 but 'a' there is bytes [");
+  EXPECT_NX_ERROR(kInternal, Engine e(exe, o), "field 0 aliases bytes [", "of the host block but 'a' on IPU 0 tile 0 is bytes [");
 }
 
 // x (host, tiles 0 and 1, half each) -> a = x + 1 on each -> exchange a to
@@ -174,7 +176,9 @@ std::shared_ptr<Executable> two_senders(int overwrite_tile, bool piecewise) {
   g->execute(read);
   g->add_output_stream("c", c);
   g->add_output_stream("a", a);
-  return compile(std::move(g));
+  std::shared_ptr<Executable> exe = compile(std::move(g));
+  check_host_layout(*exe);
+  return exe;
 }
 
 TEST(ReceiveAlias, APiecewiseReaderAliasesEachSenderThatKeepsItsData) {
@@ -230,6 +234,7 @@ TEST(ReceiveAlias, ARowOfATwoDimensionalCopyIsDelivered) {
   g->execute(read);
   g->add_output_stream("c", c);
   std::shared_ptr<Executable> exe = compile(std::move(g));
+  check_host_layout(*exe);
   ASSERT_EQ(exe->graph().exchanges()[0].copies.size(), 1u);  // one copy, in two rows
   EXPECT_EQ(exe->graph().exchanges()[0].copies[0].outer, 2u);
   EXPECT_EQ(exe->aliased_bytes(), 0u);

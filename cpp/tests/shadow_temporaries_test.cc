@@ -116,6 +116,7 @@ Program program(uint32_t tiles, Variant variant) {
   g->add_output_stream("c", c);
   Program p;
   p.exe = compile(std::move(g));
+  check_host_layout(*p.exe);
   p.b = b.var;
   for (size_t s = 0; s < p.exe->program().size(); ++s)
     if (p.exe->program()[s].kind == StepKind::kExchange && p.exe->program()[s].index == ex) p.exchange_step = s;
@@ -247,7 +248,7 @@ TEST(ShadowTemporaries, CheckedModeCatchesAShadowedFieldOutOfPlace) {
     Program p = program(8, Variant::kShadowed);
     Field* f = find(*p.exe, p.b);
     f->shadow = false;  // its address still in the region
-    EXPECT_NX_ERROR(kInternal, verify_memory_bounds(*p.exe), "are at 24 but the vertex reads them at");
+    EXPECT_NX_ERROR(kInternal, verify_memory_bounds(*p.exe), "are at 24 of the host block but the vertex reads them at");
   }
   {
     Program p = program(8, Variant::kIntermediate);

@@ -71,6 +71,8 @@ inline std::vector<std::vector<uint8_t>> read_outputs(Engine& e) {
 // Compiles `g`, loads it in checked mode (so every field and copy is verified
 // to stay in bounds), writes `inputs` (in stream order), runs once and returns
 // every output's bytes. The executable is handed back when asked for.
+void check_host_layout(const Executable& exe);  // below
+
 inline std::vector<std::vector<uint8_t>> run_graph(std::unique_ptr<Graph> g,
                                                    const std::vector<std::vector<uint8_t>>& inputs,
                                                    unsigned threads = 1,
@@ -79,6 +81,7 @@ inline std::vector<std::vector<uint8_t>> run_graph(std::unique_ptr<Graph> g,
   if (exe_out) *exe_out = exe;
   EXPECT_TRUE(exe->fits());
   if (!exe->fits()) return {};
+  check_host_layout(*exe);
   Engine e(exe, EngineOptions{threads, true});
   EXPECT_EQ(e.num_inputs(), inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) e.write_input(static_cast<uint32_t>(i), inputs[i].data(), inputs[i].size());
@@ -273,6 +276,69 @@ inline std::vector<LiveRange> live_ranges(const Executable& exe) {
   for (size_t v = 0; v < g.num_vars(); ++v)
     if (g.var(static_cast<VarId>(v)).kind == VarKind::kConstant) live[v] = {0, static_cast<int64_t>(prog.size())};
   return live;
+}
+
+// The host block laid out by variable (Executable::host_offset): each
+// variable's shares side by side in tile order, inside the block, and no two
+// variables share host bytes while both live: on the device, into the step
+// after a fused exchange that reads or writes them (its tiles run the next
+// step's vertices as they finish their copies), and to the last vertex that
+// reads them through a receive alias. Shadowed variables, kept in the
+// shadow regions, take none.
+inline void check_host_layout(const Executable& exe) {
+  const Graph& g = exe.graph();
+  ASSERT_TRUE(exe.by_variable());
+  auto live = live_ranges(exe);
+  auto touch = [&](VarId v, int64_t s) {
+    if (live[v].first < 0 || s < live[v].first) live[v].first = s;
+    live[v].last = std::max(live[v].last, s);
+  };
+  std::vector<bool> shadowed(g.num_vars(), false);
+  const auto& prog = exe.program();
+  for (int64_t s = 0; s < static_cast<int64_t>(prog.size()); ++s) {
+    if (prog[s].kind == StepKind::kExchange && (!exe.fused(s).empty() || !exe.fused_late(s).empty()))
+      for (const Copy& c : g.exchanges()[prog[s].index].copies) {
+        touch(c.src, s + 1);
+        touch(c.dst, s + 1);
+      }
+    if (prog[s].kind != StepKind::kCompute) continue;
+    for (const auto& v : g.compute_sets()[prog[s].index].vertices)
+      for (const Field* f : v->fields()) {
+        shadowed[f->var] = shadowed[f->var] || f->shadow;
+        if (f->pieces.empty() && f->alias_tile != UINT32_MAX) touch(f->alias_var, s);
+        for (const Field::Piece& p : f->pieces)
+          if (p.tile != UINT32_MAX) touch(p.var, s);
+      }
+  }
+  struct Span {
+    VarId var;
+    uint64_t begin, end;
+  };
+  std::vector<Span> spans;
+  for (size_t v = 0; v < g.num_vars(); ++v) {
+    const Variable& var = g.var(static_cast<VarId>(v));
+    if (live[v].first < 0 || shadowed[v] || var.tiles.empty()) continue;
+    const uint64_t es = device_type_size(var.dtype);
+    uint64_t at = exe.host_offset(static_cast<VarId>(v), 0);
+    const uint64_t begin = at;
+    for (size_t si = 0; si < var.tiles.size(); ++si) {
+      if (si) {
+        EXPECT_GT(var.tiles[si].tile, var.tiles[si - 1].tile);
+      }
+      EXPECT_EQ(exe.host_offset(static_cast<VarId>(v), si), at) << var.name << ": shares side by side in tile order";
+      at += (var.tiles[si].count * es + 7) / 8 * 8;
+    }
+    EXPECT_LE(at, exe.variables_end()) << var.name;
+    spans.push_back({static_cast<VarId>(v), begin, at});
+  }
+  std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) { return a.begin < b.begin; });
+  for (size_t i = 0; i < spans.size(); ++i)
+    for (size_t j = i + 1; j < spans.size() && spans[j].begin < spans[i].end; ++j)
+      if (spans[j].begin < spans[j].end) {
+        EXPECT_FALSE(live[spans[i].var].overlaps(live[spans[j].var]))
+            << "'" << g.var(spans[i].var).name << "' and '" << g.var(spans[j].var).name
+            << "' share host bytes while both are live";
+      }
 }
 
 }  // namespace nxtest

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "neurenix/graph.h"
@@ -83,13 +84,30 @@ class Executable {
 
   // Arena layout: bytes of variables per tile (index: global tile).
   const std::vector<uint64_t>& arena_bytes() const { return arena_bytes_; }
-  // Where each tile's arena starts in the one host block that holds them all
-  // back to back, and the block's size: receive aliases address other tiles'
-  // arenas relative to their own.
-  uint64_t arena_offset(uint32_t tile) const { return arena_offsets_[tile]; }
-  uint64_t block_bytes() const { return block_bytes_; }
-  // Byte offset of `var`'s block on the i-th tile of its share list.
+  // Byte offset of `var`'s block on the i-th tile of its share list, in the
+  // tile's memory.
   uint64_t var_offset(VarId var, size_t share_index) const { return var_offsets_[var][share_index]; }
+
+  // Host layout. The host keeps every tile's memory in one block, laid out
+  // by variable: each variable's shares of every tile side by side in tile
+  // order, so that a step that walks the tiles walks each variable it
+  // touches from one end to the other (host_offset(var, i): where share i
+  // is in the block). Variables whose lives do not overlap share host bytes,
+  // as they share a tile's; a variable read through a receive alias lives
+  // until its last such reader. A shadowed variable (below) has no bytes
+  // here. Vertices, copies and streams address the block: a field's
+  // `address`, a byte copy's src_byte and dst_byte (a shadowed copy's
+  // destination excepted) are relative to arena_offset(tile) of their tile,
+  // which is 0 in this layout. A block past 4 GiB keeps the tile-major
+  // layout instead (each tile's memory whole at arena_offset(tile), its
+  // variables at var_offset), where those offsets fit their 32-bit fields.
+  uint64_t host_offset(VarId var, size_t share_index) const { return host_offsets_[var][share_index]; }
+  uint64_t arena_offset(uint32_t tile) const { return arena_offsets_[tile]; }
+  bool by_variable() const { return by_variable_; }
+  // Where the variables end in the block (the shadow regions follow), and
+  // the block's size.
+  uint64_t variables_end() const { return variables_end_; }
+  uint64_t block_bytes() const { return block_bytes_; }
 
   // Execution schedule, grouped for the engine: compute_schedule()[c] lists
   // the tiles compute set c runs on (ascending), each with its vertices, which
@@ -247,6 +265,7 @@ class Executable {
   friend std::unique_ptr<Executable> compile(std::unique_ptr<Graph> g);
   friend void fuse_exchanges(Executable& exe);
   friend void shadow_temporaries(Executable& exe);
+  friend void lay_out_by_variable(Executable& exe, const std::vector<std::pair<int64_t, int64_t>>& live);
   std::unique_ptr<Graph> graph_;
   std::vector<TileOverflow> overflows_;
   std::vector<TileMemory> tile_memory_;  // tiles that hold anything
@@ -268,7 +287,9 @@ class Executable {
   std::vector<std::vector<uint32_t>> shadow_bounds_;   // per program step
   uint64_t shadow_offset_ = 0, shadow_region_bytes_ = 0, shadow_block_bytes_ = 0;
   std::vector<uint64_t> arena_offsets_;
-  uint64_t block_bytes_ = 0;
+  std::vector<std::vector<uint64_t>> host_offsets_;
+  bool by_variable_ = false;
+  uint64_t variables_end_ = 0, block_bytes_ = 0;
   std::vector<std::vector<uint32_t>> aliased_copies_;
   uint64_t aliased_bytes_ = 0;
   uint64_t aliased_fields_ = 0;
