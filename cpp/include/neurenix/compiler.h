@@ -152,8 +152,8 @@ class Executable {
   // walks this table every run, and a copy is often a few dozen bytes: its
   // descriptor is as much memory traffic as its data). Most copies move one
   // contiguous run (one row, read and written element after element): its
-  // source as an offset in the block of all tile memories (arena_offset),
-  // its destination and length. Many others move `outer` such rows read
+  // source as an offset in the host block (host_offset), its destination
+  // (relative to its tile's arena_offset) and length. Many others move `outer` such rows read
   // one after the other and written `dst_outer` bytes apart (a block
   // gathered into a wider one): the same, with the rows' step and count
   // packed into the spare bits (rows()). Any other (strided or repeated

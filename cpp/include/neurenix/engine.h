@@ -1,12 +1,12 @@
 // The engine: runs a compiled program on simulated tiles, BSP style.
 //
-// Each tile owns a byte arena sized to its allocation high-water mark (the
-// arenas lie back to back in one host block). A compute step runs every
-// tile's vertices on host threads, each vertex seeing only its own tile's
-// arena, except that a receive alias reads what an exchange would have
-// delivered where it was sent from (Executable::aliased_copies); an exchange
-// step performs the other copies between arenas; host streams move inputs in
-// and outputs out. Cycles are accumulated step by step from the executable's
+// Every tile's memory lives in one host block, laid out by variable
+// (Executable::host_offset; each tile's addresses are relative to its arena
+// offset, 0 in that layout). A compute step runs every tile's vertices on
+// host threads, each vertex seeing only its own tile's variables, except that
+// a receive alias reads what an exchange would have delivered where it was
+// sent from (Executable::aliased_copies); an exchange step performs the other
+// copies between tiles; host streams move inputs in and outputs out. Cycles are accumulated step by step from the executable's
 // cost model.
 #pragma once
 
@@ -78,13 +78,14 @@ struct EngineOptions {
 //  - every vertex field lies inside its tile's arena and inside its
 //    variable's slice on that tile: elements [local, local + count) of the
 //    variable's share of the tile, at the byte offset the compiler assigned;
-//    and that the vertex reads it there or, for a receive alias (each piece
-//    of one), inside the sender's slice of the variable it aliases;
+//    and that the vertex reads it where the host block holds those elements
+//    or, for a receive alias (each piece of one), inside the sender's slice
+//    of the variable it aliases, in the block;
 //  - every exchange copy, over every row and element of its strided or 2-D
-//    pattern, reads only inside the source tile's arena and the source
-//    variable's slice there, and writes only inside the destination tile's
-//    arena and the destination variable's slice;
-//  - the slices that host streams and constants fill lie inside the arenas.
+//    pattern, reads only inside the source variable's slice on its tile and
+//    writes only inside the destination variable's slice, in the block;
+//  - the slices that host streams and constants fill lie inside the tiles'
+//    arenas and inside the block's variables.
 // Fields and copies are fixed once compiled (an Executable does not change
 // after compile()), so this verification at load covers every run. A
 // violation throws Error(kInternal) naming the vertex or copy, the tile, the
@@ -119,8 +120,9 @@ class Engine {
   void write_constant(const std::string& name, const uint8_t* data, size_t bytes);
   const RunStats& last_run() const { return stats_; }
   const Executable& executable() const { return *exe_; }
-  // Bytes of host memory the tile arenas occupy, the shadow regions
-  // (Executable::shadowed) included, and of those the shadow regions.
+  // Bytes of host memory the tiles' memory occupies (the host block), the
+  // shadow regions (Executable::shadowed) included, and of those the shadow
+  // regions.
   uint64_t arena_bytes() const { return arena_total_; }
   uint64_t shadow_block_bytes() const { return exe_->shadow_block_bytes(); }
   // True if the executable was verified in checked mode when loaded.
@@ -143,8 +145,8 @@ class Engine {
   std::shared_ptr<const Executable> exe_;
   std::unique_ptr<ThreadPool> pool_;
   uint8_t* raw_block_ = nullptr;    // as allocated ...
-  uint8_t* block_ = nullptr;        // ... on a cache line: every tile's arena (Executable::arena_offset)
-  std::vector<uint8_t*> arenas_;    // each tile's, inside block_
+  uint8_t* block_ = nullptr;        // ... on a cache line: every tile's memory (Executable::host_offset)
+  std::vector<uint8_t*> arenas_;    // each tile's addresses are relative to this (Executable::arena_offset)
   uint64_t arena_total_ = 0;
   std::vector<std::vector<uint8_t>> in_buf_, out_buf_;
   std::vector<bool> in_set_;

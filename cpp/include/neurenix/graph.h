@@ -169,11 +169,11 @@ struct Field {
   Field(VarId var_, uint32_t tile_, uint64_t local_, uint64_t count_)
       : count(count_), local(local_), var(var_), tile(tile_) {}
 
-  // Where the vertex finds the field, relative to its tile's memory: its own
+  // Where the vertex finds the field in the host block, relative to its
+  // tile's arena offset (Executable::host_offset, arena_offset): its own
   // bytes, or, for data received unchanged from another tile, the sender's
-  // bytes (a receive alias, see compiler.h; the tiles' memories lie in one
-  // host block, so this may point outside the tile's own). Set by the
-  // compiler; codelets read and write only here.
+  // bytes (a receive alias, see compiler.h). Set by the compiler; codelets
+  // read and write only here.
   int64_t address = 0;
   uint64_t count = 0;
   // For a field read through for_each_field_run() and load_field_floats()
