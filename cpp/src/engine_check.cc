@@ -67,6 +67,15 @@ class Checker {
     const Wide base = exe_.host_offset(var, static_cast<size_t>(s - v.tiles.data()));
     return Bytes{base, base + static_cast<Wide>(s->count) * device_type_size(v.dtype)};
   }
+  // The same, checked to lie among the block's variables.
+  template <typename Who>
+  Bytes held_slice(VarId var, uint32_t tile, const Who& who) const {
+    const Bytes h = host_slice(var, tile);
+    if (!h.inside(Bytes{0, static_cast<Wide>(exe_.variables_end())}))
+      violation(who() + ": '" + g_.var(var).name + "' on " + where(tile) + " is " + str(h) +
+                " of the host block, past the variables' end " + str(exe_.variables_end()));
+    return h;
+  }
   // Where byte `at` relative to `tile`'s arena is in the block.
   Wide in_block(uint32_t tile, Wide at) const { return static_cast<Wide>(exe_.arena_offset(tile)) + at; }
 
@@ -112,10 +121,7 @@ class Checker {
     if (tile == UINT32_MAX) {
       // Its own bytes (a shadowed field's, in its shadow region: shadows()).
       if (f.shadow) return;
-      const Bytes own = host_slice(f.var, f.tile);
-      if (!own.inside(Bytes{0, static_cast<Wide>(exe_.variables_end())}))
-        violation(who() + ": '" + g_.var(f.var).name + "' there is " + str(own) + " of the host block, past the variables' end " +
-                  str(exe_.variables_end()));
+      const Bytes own = held_slice(f.var, f.tile, who);
       const Wide at = own.begin + static_cast<Wide>(f.local + first) * es;
       if (in_block(f.tile, address) != at)
         violation(who() + ": its elements [" + str(first) + ", " + str(end) + ") are at " + str(at) +
@@ -127,7 +133,7 @@ class Checker {
     if (tile >= exe_.arena_bytes().size() || var >= g_.num_vars())
       violation(who() + " aliases a tile or variable that does not exist");
     slice(var, tile, who);
-    const Bytes sender = host_slice(var, tile);
+    const Bytes sender = held_slice(var, tile, who);
     if (device_type_size(g_.var(var).dtype) != es)
       violation(who() + " aliases '" + g_.var(var).name + "', of another element size");
     const Wide at = in_block(f.tile, address);
@@ -137,14 +143,18 @@ class Checker {
                 " is " + str(sender) + " there");
   }
 
+  // A copy into a shadow region (`to_region`) writes bytes of its tile, at
+  // its region's base (shadows() checks where); any other reads and writes
+  // the host block.
   template <typename Who>
-  void copy(const Copy& c, const Executable::ByteCopy& b, uint32_t dst_tile, const Who& who) const {
+  void copy(const Copy& c, const Executable::ByteCopy& b, uint32_t dst_tile, bool to_region, const Who& who) const {
     if (b.src_tile != c.src_tile || dst_tile != c.dst_tile)
       violation(who() + " is resolved between other tiles (" + where(b.src_tile) + " to " + where(dst_tile) + ")");
     if (c.count == 0 || c.outer == 0) return;
     slice(c.src, c.src_tile, who);
-    slice(c.dst, c.dst_tile, who);
-    const Bytes src = host_slice(c.src, c.src_tile), dst = host_slice(c.dst, c.dst_tile);
+    const Bytes src = held_slice(c.src, c.src_tile, who);
+    const Bytes in_tile = slice(c.dst, c.dst_tile, who);
+    const Bytes dst = to_region ? in_tile : held_slice(c.dst, c.dst_tile, who);
     const Variable& sv = g_.var(c.src);
     const Variable& dv = g_.var(c.dst);
     if (b.elem != device_type_size(sv.dtype) || b.elem != device_type_size(dv.dtype))
@@ -152,15 +162,15 @@ class Checker {
     // Affine in the row and element index: its extremes are at the corners.
     const Wide rows = static_cast<Wide>(b.outer) - 1, last = static_cast<Wide>(b.count) - 1;
     const Wide so = rows * b.src_outer, ss = last * b.src_stride, d_o = rows * b.dst_outer;
-    const Wide from = in_block(b.src_tile, b.src_byte), to = in_block(dst_tile, b.dst_byte);
+    const Wide from = in_block(b.src_tile, b.src_byte), to = to_region ? Wide{b.dst_byte} : in_block(dst_tile, b.dst_byte);
     const Bytes read{from + std::min<Wide>(0, so) + std::min<Wide>(0, ss), from + std::max<Wide>(0, so) + std::max<Wide>(0, ss) + b.elem};
     const Bytes write{to + std::min<Wide>(0, d_o), to + std::max<Wide>(0, d_o) + static_cast<Wide>(b.count) * b.elem};
     if (!read.inside(src))
       violation(who() + " reads " + str(read) + " of the host block but '" + sv.name + "' on " + where(c.src_tile) +
                 " is " + str(src) + " there");
     if (!write.inside(dst))
-      violation(who() + " writes " + str(write) + " of the host block but '" + dv.name + "' on " + where(c.dst_tile) +
-                " is " + str(dst) + " there");
+      violation(who() + " writes " + str(write) + (to_region ? " of its tile" : " of the host block") + " but '" + dv.name +
+                "' on " + where(c.dst_tile) + " is " + str(dst) + " there");
   }
 
   // The form the host runs must be the byte copy it stands for.
@@ -193,10 +203,7 @@ class Checker {
     if (t.var >= g_.num_vars()) violation(who + " names a variable that does not exist");
     for (const TileShare& s : g_.var(t.var).tiles) {
       slice(t.var, s.tile, [&] { return who; });
-      const Bytes h = host_slice(t.var, s.tile);
-      if (!h.inside(Bytes{0, static_cast<Wide>(exe_.variables_end())}))
-        violation(who + ": its share on " + where(s.tile) + " is " + str(h) + " of the host block, past the variables' end " +
-                  str(exe_.variables_end()));
+      held_slice(t.var, s.tile, [&] { return who; });
     }
   }
 
@@ -215,6 +222,15 @@ class Checker {
         if (!vx.refreshed())
           violation(who() + " has a field changed after the program was compiled: its codelet would not see the change");
       }
+    }
+    // The copies into shadow regions (per exchange).
+    std::vector<std::vector<uint8_t>> to_region(g_.exchanges().size());
+    for (size_t s = 0; s < exe_.program().size(); ++s) {
+      if (!exe_.shadowed(s) || exe_.program()[s].kind != StepKind::kExchange) continue;
+      auto& mark = to_region[exe_.program()[s].index];
+      mark.resize(exe_.byte_copies()[exe_.program()[s].index].size(), 0);
+      for (const auto& ft : exe_.fused(s))
+        for (uint32_t k = ft.begin; k < ft.shadow_end && k < mark.size(); ++k) mark[k] = 1;
     }
     for (size_t ei = 0; ei < g_.exchanges().size(); ++ei) {
       const auto ex = [&] { return "exchange '" + g_.exchanges()[ei].name + "'"; };
@@ -244,7 +260,7 @@ class Checker {
             return "copy " + std::to_string(order[k]) + " of " + ex() + " from " + where(c.src_tile) + " to " +
                    where(c.dst_tile);
           };
-          copy(c, copies[k], tb.dst_tile, who);
+          copy(c, copies[k], tb.dst_tile, !to_region[ei].empty() && to_region[ei][k], who);
           if (exe_.fits()) host_copy(exe_.host_copies()[ei], k, copies[k], who);
         }
       }

@@ -10,10 +10,12 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "first_fit.h"
 #include "host_threads.h"
+#include "neurenix/error.h"
 
 namespace neurenix {
 
@@ -43,7 +45,8 @@ class Mover {
         delta_ = static_cast<int64_t>(exe_.host_offset(var, i)) - static_cast<int64_t>(exe_.var_offset(var, i));
       }
     }
-    return found_ ? static_cast<uint64_t>(static_cast<int64_t>(byte) + delta_) : byte;
+    NX_CHECK(found_, "host layout: '" + g_.var(var).name + "' has no share on tile " + std::to_string(tile));
+    return static_cast<uint64_t>(static_cast<int64_t>(byte) + delta_);
   }
 
  private:
@@ -114,7 +117,6 @@ void lay_out_by_variable(Executable& exe, const std::vector<std::pair<int64_t, i
     if (life[v].first < 0 || shadowed[v]) continue;
     const Variable& var = g.var(static_cast<VarId>(v));
     for (const TileShare& sh : var.tiles) bytes[v] += round_up(sh.count * device_type_size(var.dtype), kShareAlign);
-    bytes[v] = round_up(bytes[v], kLine);
     order.push_back(static_cast<VarId>(v));
   }
   std::stable_sort(order.begin(), order.end(), [&](VarId a, VarId b) {
@@ -127,9 +129,22 @@ void lay_out_by_variable(Executable& exe, const std::vector<std::pair<int64_t, i
     base[v] = fit.place(v, bytes[v], life[v].last);
   }
   const uint64_t variables_end = round_up(fit.hwm, kLine);
+  // The shadow regions follow, far enough into the block that each fused
+  // tile's base (its region's offset less its first shadowed byte in the
+  // tile) is an offset in it.
   const uint64_t regions = exe.shadow_block_bytes_ ? Executable::kShadowRanges * exe.shadow_region_bytes_ : 0;
-  // Copies hold 32-bit offsets.
-  if (variables_end + regions > UINT32_MAX) return;
+  uint64_t regions_at = variables_end;
+  for (size_t s = 0; s < program.size(); ++s)
+    if (exe.shadowed(s))
+      for (const auto& ft : exe.fused_[s]) {
+        const uint32_t r = exe.shadow_range(ft.tile);
+        const uint64_t first = exe.shadow_offset(r) - ft.shadow_base, in_regions = r * exe.shadow_region_bytes_;
+        if (first > in_regions) regions_at = std::max(regions_at, round_up(first - in_regions, kLine));
+      }
+  // Copies hold 32-bit offsets; and the host keeps tile memory within 1.2
+  // times (and 4 KiB) the bytes the tiles' allocators placed (the
+  // tile-major block).
+  if (regions_at + regions > UINT32_MAX || variables_end * 5 > exe.variables_end_ * 6 + 5 * 4096) return;
 
   std::vector<std::vector<uint64_t>> host(nvars);
   for (size_t v = 0; v < nvars; ++v) {
@@ -148,7 +163,7 @@ void lay_out_by_variable(Executable& exe, const std::vector<std::pair<int64_t, i
   }
   const std::vector<uint64_t> old_arena = exe.arena_offsets_;
   exe.host_offsets_ = std::move(host);
-  const int64_t shift = static_cast<int64_t>(variables_end) - static_cast<int64_t>(exe.shadow_offset_);
+  const int64_t shift = static_cast<int64_t>(regions_at) - static_cast<int64_t>(exe.shadow_offset_);
 
   struct NoScratch {};
   // Fields: their own bytes, their senders' (receive aliases: their offset
@@ -157,6 +172,7 @@ void lay_out_by_variable(Executable& exe, const std::vector<std::pair<int64_t, i
     Mover to_host(exe);
     for (auto& vx : g.compute_sets()[static_cast<size_t>(ci)].vertices)
       for (Field* f : vx->all_fields()) {
+        if (f->count == 0) continue;  // names no memory
         const int64_t arena = static_cast<int64_t>(old_arena[f->tile]);
         if (f->shadow) {
           f->address += arena + shift;
@@ -197,16 +213,18 @@ void lay_out_by_variable(Executable& exe, const std::vector<std::pair<int64_t, i
       for (uint32_t k = tb.begin; k < tb.end; ++k) {
         const Copy& c = copies[order_e[k]];
         Executable::ByteCopy& b = bc[k];
-        b.src_byte = static_cast<uint32_t>(src_host(c.src, b.src_tile, b.src_byte));
-        if (mark.empty() || !mark[k]) b.dst_byte = static_cast<uint32_t>(dst_host(c.dst, tb.dst_tile, b.dst_byte));
+        if (b.count && b.outer) {
+          b.src_byte = static_cast<uint32_t>(src_host(c.src, b.src_tile, b.src_byte));
+          if (mark.empty() || !mark[k]) b.dst_byte = static_cast<uint32_t>(dst_host(c.dst, tb.dst_tile, b.dst_byte));
+        }
         hc[k] = Executable::host_copy_of(b, b.src_byte);
       }
   });
 
   std::fill(exe.arena_offsets_.begin(), exe.arena_offsets_.end(), 0);
   exe.variables_end_ = variables_end;
-  exe.shadow_offset_ = variables_end;
-  exe.block_bytes_ = variables_end + regions;
+  exe.shadow_offset_ = regions_at;
+  exe.block_bytes_ = regions ? regions_at + regions : variables_end;
   exe.shadow_block_bytes_ = regions;
   exe.by_variable_ = true;
 }
