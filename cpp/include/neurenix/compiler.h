@@ -98,9 +98,11 @@ class Executable {
   // here. Vertices, copies and streams address the block: a field's
   // `address`, a byte copy's src_byte and dst_byte (a shadowed copy's
   // destination excepted) are relative to arena_offset(tile) of their tile,
-  // which is 0 in this layout. A block past 4 GiB keeps the tile-major
-  // layout instead (each tile's memory whole at arena_offset(tile), its
-  // variables at var_offset), where those offsets fit their 32-bit fields.
+  // which is 0 in this layout. A block past 4 GiB (32-bit copy offsets), or
+  // past 1.2 times (and 4 KiB) the bytes the tiles' allocators placed, keeps
+  // the tile-major layout instead: each tile's memory whole at
+  // arena_offset(tile), its variables at var_offset. A variable with no bytes
+  // in the block (unused, or shadowed) has its tile offsets here.
   uint64_t host_offset(VarId var, size_t share_index) const { return host_offsets_[var][share_index]; }
   uint64_t arena_offset(uint32_t tile) const { return arena_offsets_[tile]; }
   bool by_variable() const { return by_variable_; }
