@@ -295,8 +295,7 @@ Engine::Engine(std::shared_ptr<const Executable> exe, const EngineOptions& optio
     fail(ErrorCode::kInvalidState, "this executable does not fit in tile memory and cannot be loaded");
   if (checked_) verify_memory_bounds(*exe_);
   pool_ = std::make_unique<ThreadPool>(options.threads ? options.threads : default_threads());
-  // One block for all arenas: a receive alias addresses its sender's arena
-  // relative to its own (Executable::aliased_copies).
+  // One block for every tile's memory (Executable::host_offset).
   const auto& sizes = exe_->arena_bytes();
   // (On a cache line, as the shadow regions inside it are laid out.)
   raw_block_ = static_cast<uint8_t*>(std::calloc(exe_->block_bytes() + 64, 1));
