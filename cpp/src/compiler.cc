@@ -759,6 +759,16 @@ std::unique_ptr<Executable> compile(std::unique_ptr<Graph> gp) {
     for (size_t v = 0; v < live.size(); ++v) lives[v] = {live[v].first, live[v].last};
     lay_out_by_variable(*exe, lives);
   }
+  // The fields' pieces made again in the order a run reads them, so that
+  // they lie one after another in memory (made while the old ones are still
+  // held, none of whose bytes the new ones can then take).
+  {
+    std::vector<std::pair<Field*, Field::Pieces>> fresh;
+    for (const Vertex* v : exe->scheduled_vertices_)
+      for (Field* f : const_cast<Vertex*>(v)->all_fields())
+        if (!f->pieces.empty()) fresh.emplace_back(f, f->pieces);
+    for (auto& [f, pieces] : fresh) f->pieces = std::move(pieces);
+  }
   // The codelets' own copies of their fields take what the passes set.
   for (const ComputeSet& cs : exe->graph().compute_sets())
     for (const auto& v : cs.vertices) v->refresh();

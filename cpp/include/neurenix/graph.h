@@ -11,8 +11,10 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -109,14 +111,18 @@ enum class Access : uint8_t { kRead, kWrite, kReadWrite };
 
 // A list that is almost always empty, held as one pointer (null when
 // empty) so that the objects holding it, which a run reads by the hundred
-// thousand, stay small. Read like the vector it is built from.
+// thousand, stay small; its length and items lie in one block, so that
+// reading it takes one pointer (not a vector's, then its data's). Read
+// like the vector it is built from.
 template <class T>
 class RareList {
+  static_assert(std::is_trivially_copyable_v<T> && alignof(T) <= alignof(uint64_t), "items copied as bytes after the length");
+
  public:
   RareList() = default;
-  RareList(std::vector<T> list)  // implicit: it stands for the vector
-      : list_(list.empty() ? nullptr : std::make_unique<std::vector<T>>(std::move(list))) {}
-  RareList(const RareList& o) : list_(o.list_ ? std::make_unique<std::vector<T>>(*o.list_) : nullptr) {}
+  RareList(const std::vector<T>& list)  // implicit: it stands for the vector
+      : block_(list.empty() ? nullptr : make(list.data(), list.size())) {}
+  RareList(const RareList& o) : block_(o.block_ ? make(o.begin(), o.size()) : nullptr) {}
   RareList(RareList&&) noexcept = default;
   RareList& operator=(const RareList& o) { return *this = RareList(o); }
   RareList& operator=(RareList&&) noexcept = default;
@@ -124,26 +130,32 @@ class RareList {
   class View {
    public:
     View() = default;
-    explicit View(const std::vector<T>* list) : list_(list) {}
-    bool empty() const { return list_ == nullptr; }
-    size_t size() const { return list_ ? list_->size() : 0; }
-    const T& operator[](size_t i) const { return (*list_)[i]; }
-    const T* begin() const { return list_ ? list_->data() : nullptr; }
-    const T* end() const { return list_ ? list_->data() + list_->size() : nullptr; }
+    explicit View(const uint64_t* block) : block_(block) {}
+    bool empty() const { return block_ == nullptr; }
+    size_t size() const { return block_ ? static_cast<size_t>(*block_) : 0; }
+    const T& operator[](size_t i) const { return begin()[i]; }
+    const T* begin() const { return block_ ? reinterpret_cast<const T*>(block_ + 1) : nullptr; }
+    const T* end() const { return block_ ? begin() + *block_ : nullptr; }
 
    private:
-    const std::vector<T>* list_ = nullptr;
+    const uint64_t* block_ = nullptr;  // the length, then the items
   };
-  View view() const { return View(list_.get()); }
+  View view() const { return View(block_.get()); }
   bool empty() const { return view().empty(); }
   size_t size() const { return view().size(); }
   const T& operator[](size_t i) const { return view()[i]; }
   const T* begin() const { return view().begin(); }
   const T* end() const { return view().end(); }
-  void clear() { list_.reset(); }
+  void clear() { block_.reset(); }
 
  private:
-  std::unique_ptr<std::vector<T>> list_;
+  static std::unique_ptr<uint64_t[]> make(const T* items, size_t n) {
+    std::unique_ptr<uint64_t[]> b(new uint64_t[1 + (n * sizeof(T) + sizeof(uint64_t) - 1) / sizeof(uint64_t)]);
+    b[0] = n;
+    std::memcpy(b.get() + 1, items, n * sizeof(T));
+    return b;
+  }
+  std::unique_ptr<uint64_t[]> block_;
 };
 
 // A run of tile-local memory used by a vertex: `count` elements of `var`
