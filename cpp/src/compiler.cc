@@ -17,15 +17,12 @@
 namespace neurenix {
 namespace {
 
-constexpr uint64_t kAlign = 8;
 constexpr uint64_t kWorkerStacks = 6 * 64 + 128;  // worker and supervisor stacks
 constexpr uint64_t kControlPerStep = 8;
 constexpr uint64_t kExchangeCodePerCopy = 8;
 constexpr uint64_t kVertexStateBase = 16;
 constexpr uint64_t kVertexStatePerField = 4;
 constexpr size_t kLargestPerTile = 3;  // tensors a tile's memory report lists
-
-uint64_t align_up(uint64_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
 
 // Greedy by size (as TensorFlow Lite's arena planner): the largest blocks
 // first, each at the lowest offset free over its whole live range. Used for

@@ -11,6 +11,10 @@
 
 namespace neurenix {
 
+// Blocks (a variable's share of a tile) start on 8-byte boundaries.
+constexpr uint64_t kAlign = 8;
+inline uint64_t align_up(uint64_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
+
 // The steps a variable is used in, first to last (-1: never).
 struct LiveRange {
   int64_t first = -1;

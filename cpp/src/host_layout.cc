@@ -21,7 +21,6 @@ namespace neurenix {
 
 namespace {
 
-constexpr uint64_t kShareAlign = 8;  // as a tile's memory aligns them
 constexpr uint64_t kLine = 64;
 
 uint64_t round_up(uint64_t x, uint64_t to) { return (x + to - 1) / to * to; }
@@ -66,13 +65,14 @@ void lay_out_by_variable(Executable& exe, const std::vector<std::pair<int64_t, i
   const auto& program = exe.program_;
   if (!exe.fits() || exe.host_copies_.size() != g.exchanges().size()) return;
 
-  // Lives on the host: the device's, to the last vertex that reads a
-  // variable through a receive alias (the alias search checked that nothing
-  // writes those bytes on the device meanwhile; here nothing else may take
-  // them). Shadowed variables live in the shadow regions only.
-  // A fused exchange's tiles each run their copies and then their vertices
-  // of the next step, so what the exchange reads and writes lives into that
-  // step: a tile's vertices may run before another tile's copies.
+  // Lives on the host: the device's, and
+  //  - into the step after a fused exchange for what it reads and writes
+  //    (its tiles each run their copies, then their vertices of that step:
+  //    a tile's vertices may run before another tile's copies);
+  //  - to the last vertex that reads a variable through a receive alias (the
+  //    alias search checked that nothing writes those bytes on the device
+  //    meanwhile; here nothing else may take them).
+  // Shadowed variables live in the shadow regions only.
   std::vector<LiveRange> life(live.size());
   for (size_t v = 0; v < live.size(); ++v) life[v] = LiveRange{live[v].first, live[v].second};
   std::vector<uint8_t> shadowed(nvars, 0);
@@ -116,7 +116,7 @@ void lay_out_by_variable(Executable& exe, const std::vector<std::pair<int64_t, i
   for (size_t v = 0; v < nvars; ++v) {
     if (life[v].first < 0 || shadowed[v]) continue;
     const Variable& var = g.var(static_cast<VarId>(v));
-    for (const TileShare& sh : var.tiles) bytes[v] += round_up(sh.count * device_type_size(var.dtype), kShareAlign);
+    for (const TileShare& sh : var.tiles) bytes[v] += align_up(sh.count * device_type_size(var.dtype));
     order.push_back(static_cast<VarId>(v));
   }
   std::stable_sort(order.begin(), order.end(), [&](VarId a, VarId b) {
@@ -158,7 +158,7 @@ void lay_out_by_variable(Executable& exe, const std::vector<std::pair<int64_t, i
         continue;
       }
       h[i] = at;
-      at += round_up(var.tiles[i].count * device_type_size(var.dtype), kShareAlign);
+      at += align_up(var.tiles[i].count * device_type_size(var.dtype));
     }
   }
   const std::vector<uint64_t> old_arena = exe.arena_offsets_;
