@@ -23,8 +23,9 @@ namespace neurenix {
 // A fixed pool: parallel_for hands out indices through atomic counters; the
 // calling thread works too. Indices can be given homes: thread j first works
 // through its own range, then helps with the others' (the engine gives each
-// thread a fixed share of the tiles, so a tile's memory stays in the same
-// core's cache from step to step), or be grouped in units each run whole by
+// thread an equal share of each step's tiles, the same share in steps over
+// the same tiles, so a tile's memory stays in the same core's cache from
+// step to step), or be grouped in units each run whole by
 // one thread (parallel_for_claimed: the tiles of a shadow region). BSP steps
 // come in quick succession, so workers
 // spin briefly for the next step before sleeping, and the caller spins for
@@ -588,34 +589,26 @@ void Engine::run_steps(size_t first, size_t last) {
     bucket += t;
     st.step_seconds[at] += t;
   };
-  // Tiles have homes: with k threads, thread j works first on the tiles
-  // [j * T / k, (j + 1) * T / k) of a step (schedules list tiles in
-  // ascending order), so that what a tile's vertices wrote in one step is
+  // Tiles have homes: with k threads, thread j works first on the j-th of
+  // k equal shares of a step's tiles (schedules list tiles in ascending
+  // order), then helps with the others' shares. Steps over the same tiles
+  // (a product's partial sums, then its bias and activation) give each
+  // tile the same thread, so that what its vertices wrote in one step is
   // still in that core's cache when the next step reads it (BERT-style b1
-  // 12% faster than handing tiles to whichever thread asks: docs/benchmarks.md).
+  // 12% faster than handing tiles to whichever thread asks), and every
+  // thread starts with as many tiles: shares by fixed tile numbers left a
+  // step over tiles 0-879 with 736 on one thread and 144 on the other,
+  // which then ran half of the first's (SqueezeNet 3-5% slower:
+  // docs/benchmarks.md).
   const size_t nthreads = pool_->size();
   std::vector<size_t> home_at(nthreads + 1);
-  // fn(i) for every entry of `list` (entries by ascending tile, `tile_of`
-  // giving an entry's tile), each thread starting with its home tiles.
-  auto on_tiles = [&](const auto& list, auto tile_of, const std::function<void(size_t)>& fn) {
+  // fn(i) for every entry of `list`, each thread starting with its home
+  // entries.
+  auto on_tiles = [&](const auto& list, const std::function<void(size_t)>& fn) {
     const size_t n = list.size();
-    const uint64_t T = g.num_tiles();
-    size_t i = 0;
-    home_at[0] = 0;
-    for (size_t j = 1; j < nthreads; ++j) {
-      const uint64_t bound = T * j / nthreads;
-      size_t lo = i, hi = n;
-      while (lo < hi) {
-        const size_t mid = (lo + hi) / 2;
-        if (tile_of(list[mid]) < bound) lo = mid + 1;
-        else hi = mid;
-      }
-      home_at[j] = i = lo;
-    }
-    home_at[nthreads] = n;
+    for (size_t j = 0; j <= nthreads; ++j) home_at[j] = n * j / nthreads;
     pool_->parallel_for(n, fn, home_at.data());
   };
-  auto tile_of = [](const auto& entry) { return entry.tile; };
   for (size_t s = first; s < last; ++s) {
     const Step& step = program[s];
     const auto step_start = std::chrono::steady_clock::now();
@@ -624,13 +617,13 @@ void Engine::run_steps(size_t first, size_t last) {
         const auto& sched = exe_->compute_schedule()[step.index];
         const bool random = random_cs_[step.index];
         if (!options_.stochastic_rounding && !options_.fp_exceptions && !random) {
-          on_tiles(sched, tile_of, [&](size_t i) {
+          on_tiles(sched, [&](size_t i) {
             uint8_t* mem = arenas_[sched[i].tile];
             for (const Vertex* v : sched[i].vertices) v->compute(mem);
           });
         } else {
           std::vector<std::string> found(options_.fp_exceptions ? sched.size() : 0);
-          on_tiles(sched, tile_of, [&](size_t i) {
+          on_tiles(sched, [&](size_t i) {
             run_vertices(sched[i].tile, sched[i].vertices, random, found.empty() ? nullptr : &found[i]);
           });
           if (options_.fp_exceptions) check_floating_point(step.index, found, [&](size_t i) { return sched[i].tile; });
@@ -688,7 +681,7 @@ void Engine::run_steps(size_t first, size_t last) {
               exe_->shadow_bounds(s).data(), Executable::kShadowRanges);
           const auto& late = exe_->fused_late(s);
           std::vector<std::string> found_late(options_.fp_exceptions ? late.size() : 0);
-          on_tiles(late, tile_of, [&](size_t i) {
+          on_tiles(late, [&](size_t i) {
             tile_vertices(late[i].tile, late[i].vertices, found_late.empty() ? nullptr : &found_late[i]);
           });
           if (options_.fp_exceptions) {
@@ -708,14 +701,14 @@ void Engine::run_steps(size_t first, size_t last) {
         } else if (!fused.empty() && next && plain) {
           // A fused exchange (Executable::fused): each tile's copies, then
           // its vertices of the next step, while the copied bytes are hot.
-          on_tiles(fused, tile_of, [&](size_t i) {
+          on_tiles(fused, [&](size_t i) {
             const Executable::FusedTile& ft = fused[i];
             uint8_t* mem = arenas_[ft.tile];
             copy_into_tile(mem, step.index, ft.begin, ft.end);
             for (const Vertex* v : ft.vertices) v->compute(mem);
           });
           const auto& late = exe_->fused_late(s);
-          on_tiles(late, tile_of, [&](size_t i) {
+          on_tiles(late, [&](size_t i) {
             uint8_t* mem = arenas_[late[i].tile];
             for (const Vertex* v : late[i].vertices) v->compute(mem);
           });
@@ -731,7 +724,7 @@ void Engine::run_steps(size_t first, size_t last) {
           charge(st.compute_seconds, s, step_start);
           break;
         }
-        on_tiles(sched, [](const auto& entry) { return entry.dst_tile; }, [&](size_t i) {
+        on_tiles(sched, [&](size_t i) {
           uint8_t* dst = arenas_[sched[i].dst_tile];
           if (stage_at.empty()) {
             copy_into_tile(dst, step.index, sched[i].begin, sched[i].end);
