@@ -66,8 +66,9 @@ class ThreadPool {
   }
   // `units` ranges of indices, `bounds` their units + 1 ascending
   // boundaries from 0 to n: each unit is run whole, in order, by the one
-  // thread that claims it. Thread j claims units from j * units / size() on
-  // one at a time, then those the others have not claimed yet (the engine's
+  // thread that claims it. Thread j claims units from the j-th of size()
+  // equal shares of the indices on, one at a time, then those the others
+  // have not claimed yet (the engine's
   // shadowed steps: a unit's tiles share one host region,
   // Executable::shadowed).
   // (More than kMaxRanges threads share kMaxRanges ranges of units.)
@@ -79,8 +80,13 @@ class ThreadPool {
     }
     units_ = bounds;
     const size_t ranges = std::min(size(), kMaxRanges);
+    // Each thread's home units hold about as many indices as the others'
+    // (a step over part of the tiles leaves many units empty).
     size_t home[kMaxRanges + 1];
-    for (size_t j = 0; j <= ranges; ++j) home[j] = units * j / ranges;
+    home[0] = 0;
+    for (size_t j = 1; j < ranges; ++j)
+      home[j] = std::max<size_t>(home[j - 1], static_cast<size_t>(std::lower_bound(bounds, bounds + units, n * j / ranges) - bounds));
+    home[ranges] = units;
     run(units, fn, home, ranges, true);
   }
   static constexpr size_t kMaxRanges = 64;
