@@ -20,6 +20,7 @@ struct PoolCase {
   bool ceil_mode = false;
   uint32_t tiles = 4;
   DeviceType dtype = kF32;
+  uint32_t nan_every = 0;  // every nan_every-th input NaN (besides x[7])
 };
 
 std::string describe(const PoolCase& k) {
@@ -78,6 +79,7 @@ void run_case(PoolCase k, std::mt19937& rng) {
   std::vector<double> x(shape_numel(k.shape));
   for (auto& v : x) v = q(rng) / 8.0;
   if (x.size() > 7) x[7] = NAN;
+  for (size_t i = k.nan_every; k.nan_every && i < x.size(); i += k.nan_every) x[i] = NAN;
   auto g = std::make_unique<Graph>(tiny(k.tiles), 1);
   Tensor tx = g->add_variable("x", k.dtype, k.shape, VarKind::kInput, 0);
   g->add_input_stream("x", tx);
@@ -152,6 +154,27 @@ TEST(OpsPool, WorkSpreadsOverTilesEveryWay) {
       k.tiles = tiles;
       run_case(k, rng);
     }
+}
+
+// Rows of many columns with a column stride of 2 (the windows' cells
+// deinterleaved sixteen columns at a time where the host has AVX-512):
+// whole and partial vectors, NaNs in every lane position, padding at both
+// ends, on one tile and spread.
+TEST(OpsPool, StrideTwoAcrossLongRows) {
+  std::mt19937 rng(4);
+  for (PoolMode mode : {PoolMode::kMax, PoolMode::kAverage, PoolMode::kAverageIncludePad})
+    for (uint32_t width : {33u, 77u, 96u})
+      for (uint32_t tiles : {1u, 3u}) {
+        PoolCase k;
+        k.shape = {1, 2, 5, width};
+        k.o.mode = mode;
+        k.o.kh = k.o.kw = 3;
+        k.o.sh = k.o.sw = 2;
+        k.o.pad_top = k.o.pad_left = k.o.pad_bottom = k.o.pad_right = 1;
+        k.tiles = tiles;
+        k.nan_every = 29;
+        run_case(k, rng);
+      }
 }
 
 TEST(OpsPool, Errors) {

@@ -1,13 +1,60 @@
 // Pooling vertex: max and average windows, computed in float.
 #include "neurenix/codelets/pool.h"
 
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
 #include "neurenix/error.h"
 
 namespace neurenix {
+namespace {
+
+// o[i] = max(o[i], src[i * sw]) (a NaN cell taken: `v > o || v != v`), or
+// o[i] += src[i * sw] when `max` is false, for i < n (`Stride`: the column
+// stride, a constant for unit strides, whose loops the compiler vectorises).
+template <typename Stride>
+inline void taps(float* __restrict o, const float* __restrict src, uint32_t n, Stride sw, bool max) {
+  if (max) {
+    for (uint32_t i = 0; i < n; ++i) {
+      const float v = src[static_cast<size_t>(i) * sw];
+      o[i] = (v > o[i] || v != v) ? v : o[i];
+    }
+  } else {
+    for (uint32_t i = 0; i < n; ++i) o[i] += src[static_cast<size_t>(i) * sw];
+  }
+}
+
+#if defined(__AVX512F__)
+// o[i] = max(o[i], src[2i]) (a NaN cell taken, as `v > o || v != v`), or
+// o[i] += src[2i] when `max` is false, for i < n; nothing past src[2(n-1)]
+// or o[n - 1] is read or written.
+void stride2_taps(float* __restrict o, const float* __restrict src, uint32_t n, bool max) {
+  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  for (uint32_t i = 0; i < n; i += 16) {
+    const uint32_t m = std::min<uint32_t>(16, n - i), c = 2 * m - 1;  // columns, source floats they need
+    const __mmask16 lanes = static_cast<__mmask16>(m == 16 ? 0xFFFFu : (1u << m) - 1);
+    const __mmask16 mlo = static_cast<__mmask16>(c >= 16 ? 0xFFFFu : (1u << c) - 1);
+    const __mmask16 mhi = static_cast<__mmask16>(c > 16 ? (1u << (c - 16)) - 1 : 0);
+    const __m512 lo = _mm512_maskz_loadu_ps(mlo, src + 2 * i), hi = _mm512_maskz_loadu_ps(mhi, src + 2 * i + 16);
+    const __m512 v = _mm512_permutex2var_ps(lo, even, hi);
+    const __m512 cur = _mm512_maskz_loadu_ps(lanes, o + i);
+    __m512 r;
+    if (max) {
+      const __mmask16 take = _mm512_cmp_ps_mask(v, cur, _CMP_GT_OQ) | _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+      r = _mm512_mask_mov_ps(cur, take, v);
+    } else {
+      r = _mm512_add_ps(cur, v);
+    }
+    _mm512_mask_storeu_ps(o + i, lanes, r);
+  }
+}
+#endif
+
+}  // namespace
 
 PoolVertex::PoolVertex(uint32_t tile_, Field in, Field out, PoolWindow shape, PoolMode mode, DeviceType dtype)
     : in_(in), out_(out), s_(std::move(shape)), mode_(mode), dtype_(dtype) {
@@ -46,15 +93,18 @@ void PoolVertex::compute(uint8_t* mem) const {
   thread_local std::vector<int32_t> row_of;
   const size_t nrows = s.rows.size();
   const size_t win_n = static_cast<size_t>(s.planes) * nrows * s.in_cols;
-  win.resize(win_n);
-  if (win_n) {
-    load_floats(mem + in_.address, dtype_, win.data(), win_n);
+  // The window as float: float32 read where it is, other types widened.
+  const float* win_f = reinterpret_cast<const float*>(mem + in_.address);
+  if (dtype_ != DeviceType::kFloat32) {
+    win.resize(win_n);
+    if (win_n) load_floats(mem + in_.address, dtype_, win.data(), win_n);
+    win_f = win.data();
   }
   // Input row -> window row (or -1 when the window does not hold it).
   const int32_t r_lo = nrows ? s.rows.front() : 0;
   row_of.assign(nrows ? static_cast<size_t>(s.rows.back() - r_lo + 1) : 0, -1);
   for (size_t i = 0; i < nrows; ++i) row_of[static_cast<size_t>(s.rows[i] - r_lo)] = static_cast<int32_t>(i);
-  res.resize(static_cast<size_t>(s.out_rows) * s.out_cols);
+  if (dtype_ != DeviceType::kFloat32) res.resize(static_cast<size_t>(s.out_rows) * s.out_cols);
   const size_t es = device_type_size(dtype_);
   const int32_t padded_h = static_cast<int32_t>(s.in_h + s.pad_top + s.pad_bottom);
   const int32_t padded_w = static_cast<int32_t>(s.in_w + s.pad_left + s.pad_right);
@@ -79,12 +129,17 @@ void PoolVertex::compute(uint8_t* mem) const {
       c_in1 = c1;
     }
   }
+  // Float32 results go straight to the output's rows; others are rounded
+  // from `res` at the end of each plane.
+  const bool direct = dtype_ == DeviceType::kFloat32;
   for (uint32_t pl = 0; pl < s.planes; ++pl) {
-    const float* plane = win.data() + static_cast<size_t>(pl) * nrows * s.in_cols;
+    const float* plane = win_f + static_cast<size_t>(pl) * nrows * s.in_cols;
+    uint8_t* dst = mem + out_.address + static_cast<size_t>(pl) * s.ld_out_plane * es;
     for (uint32_t r = 0; r < s.out_rows; ++r) {
       const int32_t h0 = static_cast<int32_t>((s.ho0 + r) * s.sh) - s.pad_top;
+      float* out_row = direct ? reinterpret_cast<float*>(dst + static_cast<size_t>(r) * s.ld_out_row * es)
+                              : res.data() + static_cast<size_t>(r) * s.out_cols;
       if (c_in1 > c_in0) {
-        float* out_row = res.data() + static_cast<size_t>(r) * s.out_cols;
         const float init = mode_ == PoolMode::kMax ? -std::numeric_limits<float>::infinity() : 0.0f;
         std::fill(out_row + c_in0, out_row + c_in1, init);
         uint32_t real_rows = 0, padded_rows = 0;
@@ -102,14 +157,17 @@ void PoolVertex::compute(uint8_t* mem) const {
                                       static_cast<int64_t>(b) * s.dw - s.wi0);
             float* o = out_row + c_in0;
             const uint32_t n = c_in1 - c_in0, sw = s.sw;
-            if (mode_ == PoolMode::kMax) {
-              for (uint32_t i = 0; i < n; ++i) {
-                const float v = src[static_cast<size_t>(i) * sw];
-                o[i] = (v > o[i] || v != v) ? v : o[i];
-              }
-            } else {
-              for (uint32_t i = 0; i < n; ++i) o[i] += src[static_cast<size_t>(i) * sw];
+#if defined(__AVX512F__)
+            if (sw == 2) {
+              // Sixteen columns at a time, their cells deinterleaved from
+              // two loads (the same values, in the same order per column,
+              // as the loop below).
+              stride2_taps(o, src, n, mode_ == PoolMode::kMax);
+              continue;
             }
+#endif
+            if (sw == 1) taps(o, src, n, std::integral_constant<uint32_t, 1>{}, mode_ == PoolMode::kMax);
+            else taps(o, src, n, sw, mode_ == PoolMode::kMax);
           }
         }
         const uint32_t count = real_rows * s.kw, padded_count = padded_rows * s.kw;
@@ -154,10 +212,10 @@ void PoolVertex::compute(uint8_t* mem) const {
         }
         if (mode_ == PoolMode::kAverage) acc = count ? acc / static_cast<float>(count) : 0.0f;
         if (mode_ == PoolMode::kAverageIncludePad) acc = padded_count ? acc / static_cast<float>(padded_count) : 0.0f;
-        res[static_cast<size_t>(r) * s.out_cols + c] = acc;
+        out_row[c] = acc;
       }
     }
-    uint8_t* dst = mem + out_.address + static_cast<size_t>(pl) * s.ld_out_plane * es;
+    if (direct) continue;
     for (uint32_t r = 0; r < s.out_rows; ++r) {
       uint8_t* d = dst + static_cast<size_t>(r) * s.ld_out_row * es;
       const float* src = res.data() + static_cast<size_t>(r) * s.out_cols;
