@@ -97,6 +97,16 @@ void store_row_half(half_bits* __restrict dst, const float* __restrict src, size
 }
 #endif
 
+// A host thread's scratch for the convolution vertex, in one thread-local
+// object (each thread-local variable of a shared library is looked up on
+// its own, a call per variable per vertex).
+struct ConvScratch {
+  std::vector<float> win, wts, acc, tmp, ph, row_buf;
+  std::vector<const float*> chans, rows;
+  std::vector<size_t> tap_at;
+  std::vector<uint8_t> used;
+};
+
 }  // namespace
 
 ConvVertex::ConvVertex(uint32_t tile_, Field in, Field weights, Field out, ConvWindow shape, DeviceType in_dtype,
@@ -172,7 +182,8 @@ void ConvVertex::compute(uint8_t* mem) const {
   const uint32_t k = s.cin * s.kh * s.kw;
   const uint32_t p = s.rows * s.out_w;
   if (s.cout == 0 || p == 0) return;
-  thread_local std::vector<float> win, wts, acc, tmp;
+  thread_local ConvScratch scratch;
+  std::vector<float> &win = scratch.win, &wts = scratch.wts, &acc = scratch.acc, &tmp = scratch.tmp;
   // Input window as float. One received in pieces (receive aliases from
   // several senders) that the product reads in place is read a channel at a
   // time where each channel is, unless a channel straddles two pieces;
@@ -185,7 +196,7 @@ void ConvVertex::compute(uint8_t* mem) const {
   const bool own_plane = !in_place && window_is_plane();
   // (Its phase plane's rows are the window's: rq = in_rows, wq = in_w.)
   const size_t own_slack = own_plane ? static_cast<size_t>(s.in_w) + 64 : 0;
-  thread_local std::vector<const float*> chans;
+  std::vector<const float*>& chans = scratch.chans;
   bool by_channel = false;
   const float* in_f = nullptr;
   if (in_dtype_ == DeviceType::kFloat32 && in_.pieces.empty()) {
@@ -257,7 +268,7 @@ void ConvVertex::compute(uint8_t* mem) const {
   // Slack after the last plane: the products read whole panels past each
   // row (into the next plane, values landing in dropped columns only).
   const size_t slack = static_cast<size_t>(wq) + 64;
-  thread_local std::vector<float> ph;
+  std::vector<float>& ph = scratch.ph;
   // Input row of padded row 0, and input column of padded column 0.
   const int32_t first_row = static_cast<int32_t>(s.ho0 * s.sh) - s.pad_top;
   const int32_t first_col = -s.pad_left;
@@ -269,7 +280,7 @@ void ConvVertex::compute(uint8_t* mem) const {
     // Only the phases some tap reads are built (a 1x1 stride-2 window reads
     // one of four). Each is zeroed whole, then its rows inside the image
     // and the window written: padding stays zero.
-    thread_local std::vector<uint8_t> used;
+    std::vector<uint8_t>& used = scratch.used;
     used.assign(phases, 0);
     for (uint32_t a = 0; a < s.kh; ++a)
       for (uint32_t bb = 0; bb < s.kw; ++bb) used[((a * s.dh) % s.sh) * s.sw + (bb * s.dw) % s.sw] = 1;
@@ -392,8 +403,8 @@ void ConvVertex::compute(uint8_t* mem) const {
     // Row kk = (ci * kh + a) * kw + b is tap (a, b)'s view of channel ci:
     // each tap's offset from channel 0 once, then a plane further per
     // channel.
-    thread_local std::vector<const float*> rows;
-    thread_local std::vector<size_t> tap_at;
+    std::vector<const float*>& rows = scratch.rows;
+    std::vector<size_t>& tap_at = scratch.tap_at;
     rows.resize(k);
     tap_at.resize(khw);
     for (uint32_t a = 0; a < s.kh; ++a)
@@ -459,7 +470,7 @@ void ConvVertex::compute(uint8_t* mem) const {
     return;
   }
 #endif
-  thread_local std::vector<float> row_buf;
+  std::vector<float>& row_buf = scratch.row_buf;
   row_buf.resize(s.out_w);
   each_row([&](size_t at, const float* src, float bv) {
     if (bias_) {

@@ -238,16 +238,23 @@ uint64_t MapVertex::cycles(const TargetSpec& t) const {
 
 void MapVertex::compute(uint8_t* mem) const {
   const std::vector<ExprInstr>& expr = *expr_;
-  // Per-thread scratch: one slot per stack depth.
-  thread_local std::vector<Slot> slots;
-  if (slots.size() < expr.size() + 1) slots.resize(expr.size() + 1);
   // Where each repeated operand's runs stand at output element `at`.
   struct RunCursor {
     uint64_t at = 0;
     size_t run = 0;
     uint32_t used = 0;  // elements of that run before `at`
   };
-  thread_local std::vector<RunCursor> cursors;
+  // Per-thread scratch, one thread-local object (each thread-local variable
+  // of a shared library is looked up on its own): one slot per stack depth,
+  // and the cursors.
+  struct Scratch {
+    std::vector<Slot> slots;
+    std::vector<RunCursor> cursors;
+  };
+  thread_local Scratch scratch;
+  std::vector<Slot>& slots = scratch.slots;
+  if (slots.size() < expr.size() + 1) slots.resize(expr.size() + 1);
+  std::vector<RunCursor>& cursors = scratch.cursors;
   if (has_runs_) cursors.assign(operands_.size(), RunCursor{});
   uint8_t* out = mem + out_.address;
   const uint64_t total = out_.count;

@@ -41,6 +41,19 @@ void store_block(const float* src, uint32_t rows, uint32_t cols, uint8_t* p, Dev
     store_floats(src + static_cast<size_t>(r) * cols, dtype, p + static_cast<size_t>(r) * ld * es, cols);
 }
 
+// A host thread's scratch for the product and partial-sum vertices, in
+// one thread-local object (each thread-local variable of a shared library
+// is looked up on its own, a call per variable per vertex).
+struct ProductScratch {
+  std::vector<float> abuf, bbuf, cbuf, tbuf, acc, part;
+  std::vector<const float*> rows;
+  std::vector<half_bits> hacc;
+};
+ProductScratch& product_scratch() {
+  thread_local ProductScratch s;
+  return s;
+}
+
 }  // namespace
 
 MatMulVertex::MatMulVertex(uint32_t tile_, Field a, Field b, Field c, MatMulBlock shape, DeviceType in_dtype,
@@ -105,7 +118,8 @@ void MatMulVertex::compute(uint8_t* mem) const {
              reinterpret_cast<float*>(mem + c_.address), m, n, k, s_.lda, s_.ldb, s_.ldc, false);
     return;
   }
-  thread_local std::vector<float> abuf, bbuf, cbuf, tbuf;
+  ProductScratch& scratch = product_scratch();
+  std::vector<float> &abuf = scratch.abuf, &bbuf = scratch.bbuf, &cbuf = scratch.cbuf, &tbuf = scratch.tbuf;
   abuf.resize(static_cast<size_t>(m) * k);
   bbuf.resize(static_cast<size_t>(k) * n);
   cbuf.resize(static_cast<size_t>(m) * n);
@@ -117,7 +131,7 @@ void MatMulVertex::compute(uint8_t* mem) const {
     NX_CHECK(scales_ || !is_float8(in_), "float8 matmul vertex without its scale");
     const float scale = operand_scale(mem, scales_.get());
     if (!active_rounding_rng()) {
-      thread_local std::vector<const float*> rows;
+      std::vector<const float*>& rows = scratch.rows;
       rows.resize(k);
       for (uint32_t kk = 0; kk < k; ++kk) rows[kk] = bbuf.data() + static_cast<size_t>(kk) * n;
       gemm_half_partials_rows(abuf.data(), k, rows.data(), cbuf.data(), m, n, k, n, amp_depth(in_), scale, false);
@@ -169,7 +183,8 @@ uint64_t SumPartialsVertex::cycles(const TargetSpec& t) const {
 
 void SumPartialsVertex::compute(uint8_t* mem) const {
   const uint64_t n = static_cast<uint64_t>(rows_) * cols_;
-  thread_local std::vector<float> acc, part;
+  ProductScratch& scratch = product_scratch();
+  std::vector<float> &acc = scratch.acc, &part = scratch.part;
   if (partials_ == DeviceType::kFloat32) {
     // Added straight from each part's bytes (its pieces, when it is read at
     // its senders), in part order as below: 0 + p0 + p1 + ...
@@ -186,7 +201,7 @@ void SumPartialsVertex::compute(uint8_t* mem) const {
       });
   } else if (partials_ == DeviceType::kFloat16 && !active_rounding_rng()) {
     // The same sums kept in half, each part added straight from its bytes.
-    thread_local std::vector<half_bits> hacc;
+    std::vector<half_bits>& hacc = scratch.hacc;
     hacc.assign(n, 0);
     for (uint32_t p = 0; p < parts_; ++p)
       for_each_field_run(mem, in_, p * n, n, sizeof(half_bits), [&](const uint8_t* src, uint64_t at, uint64_t len) {

@@ -89,8 +89,15 @@ uint64_t PoolVertex::cycles(const TargetSpec& t) const {
 
 void PoolVertex::compute(uint8_t* mem) const {
   const PoolWindow& s = s_;
-  thread_local std::vector<float> win, res;
-  thread_local std::vector<int32_t> row_of;
+  // (One thread-local object: each thread-local variable of a shared
+  // library is looked up on its own, a call per variable per vertex.)
+  struct Scratch {
+    std::vector<float> win, res;
+    std::vector<int32_t> row_of;
+  };
+  thread_local Scratch scratch;
+  std::vector<float> &win = scratch.win, &res = scratch.res;
+  std::vector<int32_t>& row_of = scratch.row_of;
   const size_t nrows = s.rows.size();
   const size_t win_n = static_cast<size_t>(s.planes) * nrows * s.in_cols;
   // The window as float: float32 read where it is, other types widened.
