@@ -174,8 +174,10 @@ TEST(MatMulCodelet, CyclesGrowWithWorkAndFavourHalf) {
 TEST(SumPartialsCodelet, FloatAndHalf) {
   std::mt19937 rng(25);
   std::uniform_int_distribution<int> q(-3000, 3000);
-  for (auto [parts, rows, cols] : std::vector<MNK>{{1, 2, 3}, {3, 4, 5}, {7, 1, 9}, {2, 3, 1}, {4, 2, 37}, {5, 1, 64}}) {
-    const uint32_t ld = cols + 2;
+  // Output rows apart (ld > cols) and one after another (a float32 output
+  // is then the running sum itself).
+  for (auto [parts, rows, cols] : std::vector<MNK>{{1, 2, 3}, {3, 4, 5}, {7, 1, 9}, {2, 3, 1}, {4, 2, 37}, {5, 1, 64}})
+    for (uint32_t ld : {cols + 2, cols})
     for (DeviceType pd : {kF32, kF16}) {
       for (DeviceType od : {kF32, kF16}) {
         TileMem mem;
@@ -225,7 +227,6 @@ TEST(SumPartialsCodelet, FloatAndHalf) {
           }
       }
     }
-  }
   TileMem mem;
   Field in = mem.field(10, kF32), out = mem.field(4, kF32);
   EXPECT_NX_ERROR(kInternal, SumPartialsVertex(0, in, out, 2, 2, 2, 2, kF32, kF32), "size mismatch");

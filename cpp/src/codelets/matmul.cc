@@ -187,18 +187,29 @@ void SumPartialsVertex::compute(uint8_t* mem) const {
   std::vector<float> &acc = scratch.acc, &part = scratch.part;
   if (partials_ == DeviceType::kFloat32) {
     // Added straight from each part's bytes (its pieces, when it is read at
-    // its senders), in part order as below: 0 + p0 + p1 + ...
-    acc.resize(n);
+    // its senders), in part order as below: 0 + p0 + p1 + ... A float32
+    // output whose rows follow one another is the running sum itself.
+    const bool direct = out_dtype_ == DeviceType::kFloat32 && (ld_out_ == cols_ || rows_ <= 1);
+    float* sum = direct ? reinterpret_cast<float*>(mem + out_.address) : (acc.resize(n), acc.data());
     for (uint32_t p = 0; p < parts_; ++p)
       for_each_field_run(mem, in_, p * n, n, sizeof(float), [&](const uint8_t* src, uint64_t at, uint64_t len) {
         const float* s = reinterpret_cast<const float*>(src);
-        float* a = acc.data() + at;
+        float* a = sum + at;
         if (p == 0) {
           for (uint64_t i = 0; i < len; ++i) a[i] = 0.0f + s[i];
         } else {
           for (uint64_t i = 0; i < len; ++i) a[i] += s[i];
         }
       });
+    if (direct) {
+      if (bias_) {
+        for (uint32_t r = 0; r < rows_; ++r) {
+          const float bv = static_cast<float>(load_element(mem + bias_->field.address, bias_->dtype, r));
+          for (uint32_t c = 0; c < cols_; ++c) sum[static_cast<size_t>(r) * cols_ + c] += bv;
+        }
+      }
+      return;
+    }
   } else if (partials_ == DeviceType::kFloat16 && !active_rounding_rng()) {
     // The same sums kept in half, each part added straight from its bytes.
     std::vector<half_bits>& hacc = scratch.hacc;
