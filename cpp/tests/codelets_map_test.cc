@@ -163,6 +163,30 @@ TEST(MapCodelet, EveryFloatUnaryOpMatchesDoubleReference) {
   }
 }
 
+// A float32 operand through one float operation written over itself (the
+// output field is the operand's bytes): the values of the same operation
+// into a field of its own, over more than one block of elements.
+TEST(MapCodelet, UnaryOpOverItsOwnOperand) {
+  std::mt19937 rng(13);
+  for (E o : {E::kRelu, E::kSigmoid, E::kGeluErf, E::kElu, E::kNeg}) {
+    SCOPED_TRACE(expr_op_name(o));
+    std::vector<float> xs = interesting_floats(o, rng);
+    std::vector<double> xd(xs.begin(), xs.end());
+    const std::vector<ExprInstr> expr = {in(0), opp(o, param_a(o), param_b(o))};
+    const std::vector<double> apart = run_map(expr, {{kF32, xd}}, kF32, xd.size());
+    TileMem mem;
+    Field f = mem.field(xd.size(), kF32);
+    for (size_t i = 0; i < xd.size(); ++i) mem.put(f, kF32, i, xd[i]);
+    MapVertex v(0, std::make_shared<const std::vector<ExprInstr>>(expr), {MapVertex::Operand{f, kF32, false}}, f, kF32);
+    v.compute(mem.bytes.data());
+    EXPECT_TRUE(mem.guards_intact({{f.byte_offset, xd.size() * 4}})) << "the vertex wrote outside its output";
+    for (size_t i = 0; i < xd.size(); ++i) {
+      const double got = mem.get(f, kF32, i);
+      ASSERT_TRUE(got == apart[i] || (std::isnan(got) && std::isnan(apart[i]))) << "x=" << xd[i];
+    }
+  }
+}
+
 // With half inputs, a half-flagged op and a half output, the result is the
 // float result rounded to binary16: exactly the correctly rounded value for
 // the exact ops, within one binary16 step for the others.

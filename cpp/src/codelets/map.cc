@@ -238,6 +238,26 @@ uint64_t MapVertex::cycles(const TargetSpec& t) const {
 
 void MapVertex::compute(uint8_t* mem) const {
   const std::vector<ExprInstr>& expr = *expr_;
+  // One float32 operand through one float operation into a float32 output
+  // (ReLU and the like): the operand copied to the output at once (not at
+  // all when the two are the same bytes) and the operation run there,
+  // instead of through a scratch slot block by block; the same values.
+  if (expr.size() == 2 && out_dtype_ == DeviceType::kFloat32 && !expr[0].half && !expr[1].half &&
+      expr_arity(expr[0].op) == ExprArity::kLeaf && expr[0].op != ExprOpCode::kRandomUniform &&
+      expr[0].op != ExprOpCode::kConstF && expr[0].op != ExprOpCode::kConstI && expr_arity(expr[1].op) == ExprArity::kUnary) {
+    const Operand& o = operands_[expr[0].arg];
+    const ExprOpCode op = expr[1].op;
+    if (o.dtype == DeviceType::kFloat32 && o.runs.empty() && !o.scalar && op != ExprOpCode::kNot &&
+        op != ExprOpCode::kIsNan && op != ExprOpCode::kIsInf && op != ExprOpCode::kCastF32 && op != ExprOpCode::kCastF16 &&
+        op != ExprOpCode::kCastI32 && op != ExprOpCode::kCastBool) {
+      float* out = reinterpret_cast<float*>(mem + out_.address);
+      const float* in = reinterpret_cast<const float*>(mem + o.field.address);
+      if (in != out) std::memmove(out, in, out_.count * sizeof(float));
+      for (uint64_t base = 0; base < out_.count; base += kBlock)  // (its scratch is a block)
+        unary_float(op, expr[1], out + base, static_cast<size_t>(std::min<uint64_t>(kBlock, out_.count - base)));
+      return;
+    }
+  }
   // Where each repeated operand's runs stand at output element `at`.
   struct RunCursor {
     uint64_t at = 0;
