@@ -16,6 +16,7 @@
 #include "neurenix/half.h"
 #include "neurenix/stochastic_rounding.h"
 #include "amp.h"
+#include "deinterleave.h"
 
 // GCC 12 reports the AVX-512 conversion intrinsics' own placeholder
 // operands as maybe uninitialized (a false positive in its headers).
@@ -39,13 +40,8 @@ void gather_strided(float* __restrict dst, const float* __restrict src, size_t n
       const __m512 lo = _mm512_loadu_ps(src + 2 * j), hi = _mm512_loadu_ps(src + 2 * j + 16);
       _mm512_storeu_ps(dst + j, _mm512_permutex2var_ps(lo, even, hi));
     }
-    if (j < n) {
-      const size_t m = n - j, c = 2 * m - 1;  // outputs left, source floats they need
-      const __mmask16 mlo = static_cast<__mmask16>(c >= 16 ? 0xFFFFu : (1u << c) - 1);
-      const __mmask16 mhi = static_cast<__mmask16>(c > 16 ? (1u << (c - 16)) - 1 : 0);
-      const __m512 lo = _mm512_maskz_loadu_ps(mlo, src + 2 * j), hi = _mm512_maskz_loadu_ps(mhi, src + 2 * j + 16);
-      _mm512_mask_storeu_ps(dst + j, static_cast<__mmask16>((1u << m) - 1), _mm512_permutex2var_ps(lo, even, hi));
-    }
+    if (j < n)
+      _mm512_mask_storeu_ps(dst + j, static_cast<__mmask16>((1u << (n - j)) - 1), load_even(src + 2 * j, static_cast<uint32_t>(n - j)));
     return;
   }
 #endif

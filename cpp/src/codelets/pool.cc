@@ -9,6 +9,7 @@
 #include <type_traits>
 
 #include "neurenix/error.h"
+#include "deinterleave.h"
 
 namespace neurenix {
 namespace {
@@ -33,14 +34,10 @@ inline void taps(float* __restrict o, const float* __restrict src, uint32_t n, S
 // o[i] += src[2i] when `max` is false, for i < n; nothing past src[2(n-1)]
 // or o[n - 1] is read or written.
 void stride2_taps(float* __restrict o, const float* __restrict src, uint32_t n, bool max) {
-  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
   for (uint32_t i = 0; i < n; i += 16) {
-    const uint32_t m = std::min<uint32_t>(16, n - i), c = 2 * m - 1;  // columns, source floats they need
+    const uint32_t m = std::min<uint32_t>(16, n - i);  // columns
     const __mmask16 lanes = static_cast<__mmask16>(m == 16 ? 0xFFFFu : (1u << m) - 1);
-    const __mmask16 mlo = static_cast<__mmask16>(c >= 16 ? 0xFFFFu : (1u << c) - 1);
-    const __mmask16 mhi = static_cast<__mmask16>(c > 16 ? (1u << (c - 16)) - 1 : 0);
-    const __m512 lo = _mm512_maskz_loadu_ps(mlo, src + 2 * i), hi = _mm512_maskz_loadu_ps(mhi, src + 2 * i + 16);
-    const __m512 v = _mm512_permutex2var_ps(lo, even, hi);
+    const __m512 v = load_even(src + 2 * i, m);
     const __m512 cur = _mm512_maskz_loadu_ps(lanes, o + i);
     __m512 r;
     if (max) {
