@@ -177,6 +177,14 @@ inline void binary_arith(ExprOpCode op, T* a, const T* b, size_t n) {
   }
 }
 
+// The unary operations the interpreter does itself on a slot (predicates
+// and conversions, which change the slot's kind); every other one is
+// unary_float's on float values and unary_int's on integers.
+bool slot_unary(ExprOpCode op) {
+  return op == ExprOpCode::kNot || op == ExprOpCode::kIsNan || op == ExprOpCode::kIsInf || op == ExprOpCode::kCastF32 ||
+         op == ExprOpCode::kCastF16 || op == ExprOpCode::kCastI32 || op == ExprOpCode::kCastBool;
+}
+
 }  // namespace
 
 MapVertex::MapVertex(uint32_t tile_, std::shared_ptr<const std::vector<ExprInstr>> expr, std::vector<Operand> operands,
@@ -247,9 +255,7 @@ void MapVertex::compute(uint8_t* mem) const {
       expr[0].op != ExprOpCode::kConstF && expr[0].op != ExprOpCode::kConstI && expr_arity(expr[1].op) == ExprArity::kUnary) {
     const Operand& o = operands_[expr[0].arg];
     const ExprOpCode op = expr[1].op;
-    if (o.dtype == DeviceType::kFloat32 && o.runs.empty() && !o.scalar && op != ExprOpCode::kNot &&
-        op != ExprOpCode::kIsNan && op != ExprOpCode::kIsInf && op != ExprOpCode::kCastF32 && op != ExprOpCode::kCastF16 &&
-        op != ExprOpCode::kCastI32 && op != ExprOpCode::kCastBool) {
+    if (o.dtype == DeviceType::kFloat32 && o.runs.empty() && !o.scalar && !slot_unary(op)) {
       float* out = reinterpret_cast<float*>(mem + out_.address);
       const float* in = reinterpret_cast<const float*>(mem + o.field.address);
       if (in != out) std::memmove(out, in, out_.count * sizeof(float));
@@ -357,6 +363,15 @@ void MapVertex::compute(uint8_t* mem) const {
         }
         case ExprArity::kUnary: {
           Slot& s = slots[sp - 1];
+          if (!slot_unary(ins.op)) {
+            if (s.kind == ValueKind::kFloat) {
+              unary_float(ins.op, ins, s.f, n);
+              if (ins.half) round_to_half_n(s.f, n);
+            } else {
+              unary_int(ins.op, s.i, n);
+            }
+            break;
+          }
           switch (ins.op) {
             case ExprOpCode::kNot: for (size_t j = 0; j < n; ++j) s.i[j] = !s.i[j]; break;
             case ExprOpCode::kIsNan:
@@ -392,13 +407,7 @@ void MapVertex::compute(uint8_t* mem) const {
                 for (size_t j = 0; j < n; ++j) s.i[j] = s.i[j] != 0;
               s.kind = ValueKind::kBool;
               break;
-            default:
-              if (s.kind == ValueKind::kFloat) {
-                unary_float(ins.op, ins, s.f, n);
-                if (ins.half) round_to_half_n(s.f, n);
-              } else {
-                unary_int(ins.op, s.i, n);
-              }
+            default: bad(ins.op, "not an operation on a slot");
           }
           break;
         }
