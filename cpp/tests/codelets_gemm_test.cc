@@ -20,7 +20,7 @@ TEST(Gemm, MatchesDoubleReference) {
   std::mt19937 rng(21);
   std::normal_distribution<float> nd;
   for (auto [m, n, k] : std::vector<MNK>{{1, 1, 1}, {3, 5, 7}, {4, 4, 4}, {9, 13, 130},
-                         {5, 600, 3}, {6, 520, 260}, {17, 3, 1}}) {
+                         {5, 600, 3}, {6, 520, 260}, {17, 3, 1}, {12, 40, 9}, {25, 47, 33}}) {
     const uint32_t lda = k + 3, ldb = n + 1, ldc = n + 2;
     std::vector<float> a(m * lda), b(k * ldb), c(m * ldc, 0.5f);
     for (auto& v : a) v = nd(rng);
@@ -51,7 +51,7 @@ TEST(Gemm, MatchesDoubleReference) {
 TEST(Gemm, RowsThroughPointersMatchTheReferenceAndReadOnlyTheRows) {
   std::mt19937 rng(22);
   std::normal_distribution<float> nd;
-  for (auto [m, n, k] : std::vector<MNK>{{1, 1, 1}, {3, 5, 7}, {8, 49, 64}, {9, 33, 10}, {5, 100, 3}}) {
+  for (auto [m, n, k] : std::vector<MNK>{{1, 1, 1}, {3, 5, 7}, {8, 49, 64}, {9, 33, 10}, {5, 100, 3}, {12, 40, 9}, {13, 14, 20}, {37, 70, 11}}) {
     const uint32_t lda = k + 1, ldc = n + 2;
     std::vector<float> a(m * lda), packed(static_cast<size_t>(k) * n);
     for (auto& v : a) v = nd(rng);
@@ -194,7 +194,7 @@ TEST(Gemm, EveryPanelLayoutSumsEachElementInKOrder) {
   };
   int fused = -1;  // which reference this build's kernels follow, once seen
   for (uint32_t n : {1u, 5u, 8u, 9u, 15u, 16u, 17u, 24u, 31u, 32u, 33u, 40u, 47u, 48u, 49u, 63u, 64u, 65u, 80u, 81u})
-    for (uint32_t m : {1u, 7u, 9u, 20u})
+    for (uint32_t m : {1u, 7u, 9u, 12u, 13u, 20u, 25u})
       for (uint32_t k : {0u, 1u, 3u, 19u, 300u}) {
         const uint32_t lda = k + 1, ldb = n + 3, ldc = n + 2;
         // B's rows may be read up to a whole panel past n: slack after the last.
