@@ -16,8 +16,6 @@
 #include <immintrin.h>
 
 #include <algorithm>
-#include <array>
-#include <utility>
 #include <cstring>
 #include <type_traits>
 #include <vector>
@@ -40,20 +38,11 @@ typedef float v8 __attribute__((vector_size(32)));
 typedef float v16 __attribute__((vector_size(64)));
 #endif
 
-// Rows of A per block, at most: a block of a panel holds its rows' sums
-// (NV vectors each), B's row and A's broadcast in registers. With AVX-512:
-// 12 rows of two vectors (24 of the 32 registers; 8 rows, 16 registers, ran
-// up to 19% slower on products of 32 or more rows, and as fast on fewer),
-// 8 rows of one vector (more rows of one vector ran slower: each row's
-// pointer takes an integer register). Without: 6 rows (12 of the 16).
 #if defined(__AVX512F__)
-template <uint32_t NV>
-constexpr uint32_t kBlockRows = NV == 1 ? 8 : 12;
+constexpr uint32_t kMR = 8;  // 16 accumulator registers of the 32
 #else
-template <uint32_t NV>
-constexpr uint32_t kBlockRows = 6;
+constexpr uint32_t kMR = 6;  // 12 of the 16
 #endif
-constexpr uint32_t kMaxMR = 12;
 
 template <typename V>
 inline V loadv(const float* p) {
@@ -221,12 +210,16 @@ using MicroRowsFn = void (*)(const float*, uint32_t, const float* const*, uint32
 // Kernels by rows per block, in tables held once in read-only data (a
 // table local to the lookup was rebuilt on the stack at every call, and the
 // call's load waited on that store: 4% of a ResNet-50 b1 run).
-template <typename V, uint32_t NV, bool MASKED, size_t... I>
-constexpr std::array<MicroRowsFn, sizeof...(I) + 1> micro_rows_table(std::index_sequence<I...>) {
-  return {nullptr, micro_rows<V, NV, I + 1, MASKED>...};
-}
 template <typename V, uint32_t NV, bool MASKED>
-inline constexpr auto kMicroRows = micro_rows_table<V, NV, MASKED>(std::make_index_sequence<kMaxMR>{});
+inline constexpr MicroRowsFn kMicroRows[9] = {nullptr,
+                                              micro_rows<V, NV, 1, MASKED>,
+                                              micro_rows<V, NV, 2, MASKED>,
+                                              micro_rows<V, NV, 3, MASKED>,
+                                              micro_rows<V, NV, 4, MASKED>,
+                                              micro_rows<V, NV, 5, MASKED>,
+                                              micro_rows<V, NV, 6, MASKED>,
+                                              micro_rows<V, NV, 7, MASKED>,
+                                              micro_rows<V, NV, 8, MASKED>};
 template <typename V, uint32_t NV, bool MASKED>
 inline MicroRowsFn micro_rows_for(uint32_t mr) {
   return kMicroRows<V, NV, MASKED>[mr];
@@ -266,9 +259,8 @@ void run_rows(const float* a, uint32_t lda, const float* const* rows, float* c, 
   constexpr uint32_t NR = NV * sizeof(V) / sizeof(float);
   const Panels<V, NV> p(n, readable_tail);
   auto kernels = [](auto nv, auto masked, uint32_t mr) { return micro_rows_for<V, decltype(nv)::value, decltype(masked)::value>(mr); };
-  const uint32_t blocks = (m + kBlockRows<NV> - 1) / kBlockRows<NV>;
-  for (uint32_t bi = 0, i0 = 0, mr; bi < blocks; ++bi, i0 += mr) {
-    mr = m / blocks + (bi < m % blocks ? 1 : 0);
+  for (uint32_t i0 = 0; i0 < m; i0 += kMR) {
+    const uint32_t mr = std::min(kMR, m - i0);
     const float* ai = a + static_cast<size_t>(i0) * lda;
     float* ci = c + static_cast<size_t>(i0) * ldc;
     for (uint32_t pj = 0; pj < p.full; ++pj)
@@ -440,12 +432,16 @@ void run_rows_half(const float* a, uint32_t lda, const float* const* rows, float
 using MicroFn = void (*)(const float*, uint32_t, uint32_t, const float*, uint32_t, uint32_t, float*, uint32_t, uint32_t,
                          bool);
 
-template <typename V, uint32_t NV, bool MASKED, size_t... I>
-constexpr std::array<MicroFn, sizeof...(I) + 1> micro_table(std::index_sequence<I...>) {
-  return {nullptr, micro<V, NV, I + 1, MASKED>...};
-}
 template <typename V, uint32_t NV, bool MASKED>
-inline constexpr auto kMicro = micro_table<V, NV, MASKED>(std::make_index_sequence<kMaxMR>{});
+inline constexpr MicroFn kMicro[9] = {nullptr,
+                                      micro<V, NV, 1, MASKED>,
+                                      micro<V, NV, 2, MASKED>,
+                                      micro<V, NV, 3, MASKED>,
+                                      micro<V, NV, 4, MASKED>,
+                                      micro<V, NV, 5, MASKED>,
+                                      micro<V, NV, 6, MASKED>,
+                                      micro<V, NV, 7, MASKED>,
+                                      micro<V, NV, 8, MASKED>};
 template <typename V, uint32_t NV, bool MASKED>
 inline MicroFn micro_for(uint32_t mr) {
   return kMicro<V, NV, MASKED>[mr];
@@ -458,9 +454,8 @@ void run_strided(const float* a, uint32_t lda, uint32_t ak, const float* b, uint
   constexpr uint32_t NR = NV * sizeof(V) / sizeof(float);
   const Panels<V, NV> p(n, readable_tail);
   auto kernels = [](auto nv, auto masked, uint32_t mr) { return micro_for<V, decltype(nv)::value, decltype(masked)::value>(mr); };
-  const uint32_t blocks = (m + kBlockRows<NV> - 1) / kBlockRows<NV>;
-  for (uint32_t bi = 0, i0 = 0, mr; bi < blocks; ++bi, i0 += mr) {
-    mr = m / blocks + (bi < m % blocks ? 1 : 0);
+  for (uint32_t i0 = 0; i0 < m; i0 += kMR) {
+    const uint32_t mr = std::min(kMR, m - i0);
     const float* ai = a + static_cast<size_t>(i0) * lda;
     float* ci = c + static_cast<size_t>(i0) * ldc;
     for (uint32_t pj = 0; pj < p.full; ++pj)
