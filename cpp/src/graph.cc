@@ -75,6 +75,12 @@ FieldRef::~FieldRef() {
 }
 
 const TileShare* Variable::share(uint32_t tile) const {
+  // Most variables are spread over a run of consecutive tiles: the share
+  // then sits at tile - the first tile, found without a search.
+  if (!tiles.empty() && tile >= tiles.front().tile) {
+    const size_t guess = tile - tiles.front().tile;
+    if (guess < tiles.size() && tiles[guess].tile == tile) return &tiles[guess];
+  }
   auto it = std::lower_bound(tiles.begin(), tiles.end(), tile,
                              [](const TileShare& s, uint32_t t) { return s.tile < t; });
   if (it == tiles.end() || it->tile != tile) return nullptr;
