@@ -75,12 +75,15 @@ FieldRef::~FieldRef() {
 }
 
 const TileShare* Variable::share(uint32_t tile) const {
-  // Most variables are spread over a run of consecutive tiles: the share
-  // then sits at tile - the first tile, found without a search.
-  if (!tiles.empty() && tile >= tiles.front().tile) {
-    const size_t guess = tile - tiles.front().tile;
-    if (guess < tiles.size() && tiles[guess].tile == tile) return &tiles[guess];
-  }
+  // Most variables are spread over a run of consecutive tiles, or two (a
+  // run that wraps past the last tile): the share then sits as far from
+  // the first share, or back from the last, as its tile is from theirs,
+  // found without a search.
+  if (tiles.empty() || tile < tiles.front().tile || tile > tiles.back().tile) return nullptr;
+  const size_t from_front = tile - tiles.front().tile, from_back = tiles.back().tile - tile;
+  if (from_front < tiles.size() && tiles[from_front].tile == tile) return &tiles[from_front];
+  if (from_back < tiles.size() && tiles[tiles.size() - 1 - from_back].tile == tile)
+    return &tiles[tiles.size() - 1 - from_back];
   auto it = std::lower_bound(tiles.begin(), tiles.end(), tile,
                              [](const TileShare& s, uint32_t t) { return s.tile < t; });
   if (it == tiles.end() || it->tile != tile) return nullptr;

@@ -131,6 +131,23 @@ TEST(Graph, SetMappingAcceptsAnyOrderAndMerges) {
   EXPECT_EQ(local, (std::vector<uint64_t>{0, 0, 2, 2}));
 }
 
+// A tile's share is found whatever the tiles a variable holds: one run of
+// consecutive tiles, two (a run wrapping past the last tile), gaps, or
+// runs whose first or last share sits where a run's distance points.
+TEST(Graph, ShareOfEveryTileMatchesAScan) {
+  const std::vector<std::vector<uint32_t>> layouts = {
+      {}, {3}, {0, 1, 2, 3}, {4, 5, 6}, {0, 1, 6, 7}, {1, 2, 5, 6, 9}, {0, 4, 5, 6, 7}, {2, 3, 4, 8}, {0, 2, 4, 6, 8}};
+  for (const auto& held : layouts) {
+    Variable v;
+    for (uint32_t t : held) v.tiles.push_back(TileShare{t, t + 1u, {}});
+    for (uint32_t tile = 0; tile < 12; ++tile) {
+      const auto it = std::find(held.begin(), held.end(), tile);
+      const TileShare* expected = it == held.end() ? nullptr : &v.tiles[static_cast<size_t>(it - held.begin())];
+      EXPECT_EQ(v.share(tile), expected) << "tile " << tile << " of a variable on " << held.size() << " tiles";
+    }
+  }
+}
+
 TEST(Graph, SetMappingRejectsBadCover) {
   Graph g(tiny(4, 2), 2);
   Tensor t = g.add_variable("t", kF32, {10}, VarKind::kIntermediate, 0);
