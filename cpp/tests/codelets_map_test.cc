@@ -7,7 +7,9 @@
 #include <cfloat>
 #include <climits>
 #include <cmath>
+#include <functional>
 #include <random>
+#include <string>
 #include <tuple>
 
 #include "codelet_util.h"
@@ -301,6 +303,54 @@ TEST(MapCodelet, FloatBinaryOps) {
       }
     }
   }
+}
+
+// A binary operation written over its first or its second operand (a
+// residual Add in place): each element read before it is written, the
+// operands kept in their order.
+TEST(MapCodelet, BinaryOpOverEitherOperand) {
+  std::mt19937 rng(17);
+  std::uniform_real_distribution<float> u(-20.0f, 20.0f);
+  const size_t n = 700;  // several of the interpreter's blocks
+  std::vector<float> xa(n), xb(n);
+  for (size_t i = 0; i < n; ++i) {
+    xa[i] = u(rng);
+    xb[i] = i % 5 == 0 ? xa[i] : u(rng);
+  }
+  xa[3] = NAN;
+  xb[4] = NAN;
+  xa[5] = -0.0f;
+  xb[5] = 0.0f;
+  const std::pair<E, std::function<double(double, double)>> cases[] = {
+      {E::kAdd, [](double a, double b) { return a + b; }},
+      {E::kSub, [](double a, double b) { return a - b; }},
+      {E::kMul, [](double a, double b) { return a * b; }},
+      {E::kMin, [](double a, double b) { return std::isnan(a) || std::isnan(b) ? NAN : std::min(a, b); }},
+      {E::kMax, [](double a, double b) { return std::isnan(a) || std::isnan(b) ? NAN : std::max(a, b); }},
+  };
+  for (const auto& [o, ref] : cases)
+    for (int into : {0, 1}) {
+      SCOPED_TRACE(std::string(expr_op_name(o)) + (into == 0 ? " into its first operand" : " into its second"));
+      TileMem mem;
+      Field fa = mem.field(n, kF32), fb = mem.field(n, kF32);
+      for (size_t i = 0; i < n; ++i) {
+        mem.put(fa, kF32, i, xa[i]);
+        mem.put(fb, kF32, i, xb[i]);
+      }
+      const Field out = into == 0 ? fa : fb;
+      MapVertex v(0, std::make_shared<const std::vector<ExprInstr>>(std::vector<ExprInstr>{in(0), in(1), op(o)}),
+                  {MapVertex::Operand{fa, kF32, false}, MapVertex::Operand{fb, kF32, false}}, out, kF32);
+      v.compute(mem.bytes.data());
+      EXPECT_TRUE(mem.guards_intact({{fa.byte_offset, n * 4}, {fb.byte_offset, n * 4}}));
+      for (size_t i = 0; i < n; ++i) {
+        const double got = mem.get(out, kF32, i), want = static_cast<float>(ref(xa[i], xb[i]));
+        if (std::isnan(want)) {
+          ASSERT_TRUE(std::isnan(got)) << i;
+        } else {
+          ASSERT_EQ(got, want) << "element " << i << ": " << xa[i] << ", " << xb[i];
+        }
+      }
+    }
 }
 
 TEST(MapCodelet, FloatComparisons) {

@@ -165,14 +165,20 @@ void unary_int(ExprOpCode op, int32_t* x, size_t n) {
   }
 }
 
+// out[j] = a[j] op b[j]; out may be a or b (each element is read before it
+// is written), or apart from both.
+bool binary_arith_op(ExprOpCode op) {
+  return op == ExprOpCode::kAdd || op == ExprOpCode::kSub || op == ExprOpCode::kMul || op == ExprOpCode::kMin ||
+         op == ExprOpCode::kMax;
+}
 template <typename T>
-inline void binary_arith(ExprOpCode op, T* a, const T* b, size_t n) {
+inline void binary_arith(ExprOpCode op, T* out, const T* a, const T* b, size_t n) {
   switch (op) {
-    case ExprOpCode::kAdd: for (size_t j = 0; j < n; ++j) a[j] = a[j] + b[j]; break;
-    case ExprOpCode::kSub: for (size_t j = 0; j < n; ++j) a[j] = a[j] - b[j]; break;
-    case ExprOpCode::kMul: for (size_t j = 0; j < n; ++j) a[j] = a[j] * b[j]; break;
-    case ExprOpCode::kMin: for (size_t j = 0; j < n; ++j) a[j] = (b[j] < a[j] || b[j] != b[j]) ? b[j] : a[j]; break;
-    case ExprOpCode::kMax: for (size_t j = 0; j < n; ++j) a[j] = (b[j] > a[j] || b[j] != b[j]) ? b[j] : a[j]; break;
+    case ExprOpCode::kAdd: for (size_t j = 0; j < n; ++j) out[j] = a[j] + b[j]; break;
+    case ExprOpCode::kSub: for (size_t j = 0; j < n; ++j) out[j] = a[j] - b[j]; break;
+    case ExprOpCode::kMul: for (size_t j = 0; j < n; ++j) out[j] = a[j] * b[j]; break;
+    case ExprOpCode::kMin: for (size_t j = 0; j < n; ++j) out[j] = (b[j] < a[j] || b[j] != b[j]) ? b[j] : a[j]; break;
+    case ExprOpCode::kMax: for (size_t j = 0; j < n; ++j) out[j] = (b[j] > a[j] || b[j] != b[j]) ? b[j] : a[j]; break;
     default: break;
   }
 }
@@ -246,21 +252,40 @@ uint64_t MapVertex::cycles(const TargetSpec& t) const {
 
 void MapVertex::compute(uint8_t* mem) const {
   const std::vector<ExprInstr>& expr = *expr_;
+  // A leaf that reads a whole float32 operand element by element, not
+  // rounded to half.
+  auto plain_float_leaf = [&](const ExprInstr& ins) {
+    if (expr_arity(ins.op) != ExprArity::kLeaf || ins.half || ins.op == ExprOpCode::kRandomUniform ||
+        ins.op == ExprOpCode::kConstF || ins.op == ExprOpCode::kConstI)
+      return false;
+    const Operand& o = operands_[ins.arg];
+    return o.dtype == DeviceType::kFloat32 && o.runs.empty() && !o.scalar;
+  };
   // One float32 operand through one float operation into a float32 output
   // (ReLU and the like): the operand copied to the output at once (not at
   // all when the two are the same bytes) and the operation run there,
   // instead of through a scratch slot block by block; the same values.
-  if (expr.size() == 2 && out_dtype_ == DeviceType::kFloat32 && !expr[0].half && !expr[1].half &&
-      expr_arity(expr[0].op) == ExprArity::kLeaf && expr[0].op != ExprOpCode::kRandomUniform &&
-      expr[0].op != ExprOpCode::kConstF && expr[0].op != ExprOpCode::kConstI && expr_arity(expr[1].op) == ExprArity::kUnary) {
-    const Operand& o = operands_[expr[0].arg];
-    const ExprOpCode op = expr[1].op;
-    if (o.dtype == DeviceType::kFloat32 && o.runs.empty() && !o.scalar && !slot_unary(op)) {
-      float* out = reinterpret_cast<float*>(mem + out_.address);
-      const float* in = reinterpret_cast<const float*>(mem + o.field.address);
-      if (in != out) std::memmove(out, in, out_.count * sizeof(float));
-      for (uint64_t base = 0; base < out_.count; base += kBlock)  // (its scratch is a block)
-        unary_float(op, expr[1], out + base, static_cast<size_t>(std::min<uint64_t>(kBlock, out_.count - base)));
+  if (expr.size() == 2 && out_dtype_ == DeviceType::kFloat32 && !expr[1].half && plain_float_leaf(expr[0]) &&
+      expr_arity(expr[1].op) == ExprArity::kUnary && !slot_unary(expr[1].op)) {
+    float* out = reinterpret_cast<float*>(mem + out_.address);
+    const float* in = reinterpret_cast<const float*>(mem + operands_[expr[0].arg].field.address);
+    if (in != out) std::memmove(out, in, out_.count * sizeof(float));
+    for (uint64_t base = 0; base < out_.count; base += kBlock)  // (its scratch is a block)
+      unary_float(expr[1].op, expr[1], out + base, static_cast<size_t>(std::min<uint64_t>(kBlock, out_.count - base)));
+    return;
+  }
+  // Two float32 operands through one arithmetic operation into a float32
+  // output (a residual Add and the like): computed straight from the
+  // operands into the output, each the same bytes as the output or apart
+  // from it; the same values.
+  if (expr.size() == 3 && out_dtype_ == DeviceType::kFloat32 && !expr[2].half && binary_arith_op(expr[2].op) &&
+      plain_float_leaf(expr[0]) && plain_float_leaf(expr[1])) {
+    float* out = reinterpret_cast<float*>(mem + out_.address);
+    const float* a = reinterpret_cast<const float*>(mem + operands_[expr[0].arg].field.address);
+    const float* b = reinterpret_cast<const float*>(mem + operands_[expr[1].arg].field.address);
+    auto same_or_apart = [n = out_.count](const float* x, const float* y) { return x == y || x + n <= y || y + n <= x; };
+    if (same_or_apart(out, a) && same_or_apart(out, b)) {
+      binary_arith(expr[2].op, out, a, b, static_cast<size_t>(out_.count));
       return;
     }
   }
@@ -419,8 +444,8 @@ void MapVertex::compute(uint8_t* mem) const {
           switch (ins.op) {
             case ExprOpCode::kAdd: case ExprOpCode::kSub: case ExprOpCode::kMul:
             case ExprOpCode::kMin: case ExprOpCode::kMax:
-              if (fl) binary_arith(ins.op, a.f, b.f, n);
-              else binary_arith(ins.op, a.i, b.i, n);
+              if (fl) binary_arith(ins.op, a.f, a.f, b.f, n);
+              else binary_arith(ins.op, a.i, a.i, b.i, n);
               break;
             case ExprOpCode::kDivPow2:  // float operands (check_expression)
               for (size_t j = 0; j < n; ++j) a.f[j] = a.f[j] / b.f[j];
