@@ -353,6 +353,57 @@ TEST(MapCodelet, BinaryOpOverEitherOperand) {
     }
 }
 
+// The same in float16: halves in and out, with and without the operation's
+// half flag, into a field of its own and over the first operand; each
+// result the exact result rounded once to binary16.
+TEST(MapCodelet, BinaryOpInHalf) {
+  std::mt19937 rng(19);
+  std::uniform_real_distribution<float> u(-300.0f, 300.0f);
+  const size_t n = 600;
+  std::vector<double> ha(n), hb(n);
+  for (size_t i = 0; i < n; ++i) {
+    ha[i] = ref_round_half(u(rng));
+    hb[i] = i % 6 == 0 ? ha[i] : ref_round_half(u(rng));
+  }
+  const double special[][2] = {{65504.0, 65504.0}, {-65504.0, 16.0}, {NAN, 1.0}, {2.0, NAN}, {INFINITY, -INFINITY},
+                               {-0.0, 0.0}, {0x1p-24, 0x1p-24}, {1024.0, 0x1p-14}};
+  for (size_t i = 0; i < std::size(special); ++i) {
+    ha[i] = special[i][0];
+    hb[i] = special[i][1];
+  }
+  const std::pair<E, std::function<double(double, double)>> cases[] = {
+      {E::kAdd, [](double a, double b) { return a + b; }},
+      {E::kSub, [](double a, double b) { return a - b; }},
+      {E::kMul, [](double a, double b) { return a * b; }},
+      {E::kMin, [](double a, double b) { return std::isnan(a) || std::isnan(b) ? NAN : std::min(a, b); }},
+      {E::kMax, [](double a, double b) { return std::isnan(a) || std::isnan(b) ? NAN : std::max(a, b); }},
+  };
+  for (const auto& [o, ref] : cases)
+    for (bool half_flag : {false, true})
+      for (bool in_place : {false, true}) {
+        SCOPED_TRACE(std::string(expr_op_name(o)) + (half_flag ? " flagged half" : "") + (in_place ? " in place" : ""));
+        TileMem mem;
+        Field fa = mem.field(n, kF16), fb = mem.field(n, kF16);
+        for (size_t i = 0; i < n; ++i) {
+          mem.put(fa, kF16, i, ha[i]);
+          mem.put(fb, kF16, i, hb[i]);
+        }
+        const Field out = in_place ? fa : mem.field(n, kF16);
+        MapVertex v(0,
+                    std::make_shared<const std::vector<ExprInstr>>(std::vector<ExprInstr>{in(0), in(1), op(o, half_flag)}),
+                    {MapVertex::Operand{fa, kF16, false}, MapVertex::Operand{fb, kF16, false}}, out, kF16);
+        v.compute(mem.bytes.data());
+        for (size_t i = 0; i < n; ++i) {
+          const double got = mem.get(out, kF16, i), want = ref(ha[i], hb[i]);
+          if (std::isnan(want)) {
+            ASSERT_TRUE(std::isnan(got)) << i;
+          } else {
+            ASSERT_EQ(ref_double_to_half(got), ref_double_to_half(want)) << "element " << i << ": " << ha[i] << ", " << hb[i];
+          }
+        }
+      }
+}
+
 TEST(MapCodelet, FloatComparisons) {
   std::vector<double> a = {1, 1, 2, -0.0, NAN, NAN, 1, INFINITY, -INFINITY, 3.5, -2};
   std::vector<double> b = {1, 2, 1, 0.0, 1, NAN, NAN, INFINITY, INFINITY, 3.5000002, -2.0000002};

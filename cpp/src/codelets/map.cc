@@ -252,21 +252,23 @@ uint64_t MapVertex::cycles(const TargetSpec& t) const {
 
 void MapVertex::compute(uint8_t* mem) const {
   const std::vector<ExprInstr>& expr = *expr_;
-  // A leaf that reads a whole float32 operand element by element, not
-  // rounded to half.
-  auto plain_float_leaf = [&](const ExprInstr& ins) {
-    if (expr_arity(ins.op) != ExprArity::kLeaf || ins.half || ins.op == ExprOpCode::kRandomUniform ||
+  // A leaf that reads a whole operand of type `dtype` element by element,
+  // as it is (a half flag rounds a float32 operand; a float16 one is half
+  // already).
+  auto plain_leaf = [&](const ExprInstr& ins, DeviceType dtype) {
+    if (expr_arity(ins.op) != ExprArity::kLeaf || ins.op == ExprOpCode::kRandomUniform ||
         ins.op == ExprOpCode::kConstF || ins.op == ExprOpCode::kConstI)
       return false;
     const Operand& o = operands_[ins.arg];
-    return o.dtype == DeviceType::kFloat32 && o.runs.empty() && !o.scalar;
+    return o.dtype == dtype && o.runs.empty() && !o.scalar && (dtype == DeviceType::kFloat16 || !ins.half);
   };
   // One float32 operand through one float operation into a float32 output
   // (ReLU and the like): the operand copied to the output at once (not at
   // all when the two are the same bytes) and the operation run there,
   // instead of through a scratch slot block by block; the same values.
-  if (expr.size() == 2 && out_dtype_ == DeviceType::kFloat32 && !expr[1].half && plain_float_leaf(expr[0]) &&
-      expr_arity(expr[1].op) == ExprArity::kUnary && !slot_unary(expr[1].op)) {
+  if (expr.size() == 2 && out_dtype_ == DeviceType::kFloat32 && !expr[1].half &&
+      plain_leaf(expr[0], DeviceType::kFloat32) && expr_arity(expr[1].op) == ExprArity::kUnary &&
+      !slot_unary(expr[1].op)) {
     float* out = reinterpret_cast<float*>(mem + out_.address);
     const float* in = reinterpret_cast<const float*>(mem + operands_[expr[0].arg].field.address);
     if (in != out) std::memmove(out, in, out_.count * sizeof(float));
@@ -274,18 +276,39 @@ void MapVertex::compute(uint8_t* mem) const {
       unary_float(expr[1].op, expr[1], out + base, static_cast<size_t>(std::min<uint64_t>(kBlock, out_.count - base)));
     return;
   }
-  // Two float32 operands through one arithmetic operation into a float32
-  // output (a residual Add and the like): computed straight from the
-  // operands into the output, each the same bytes as the output or apart
-  // from it; the same values.
-  if (expr.size() == 3 && out_dtype_ == DeviceType::kFloat32 && !expr[2].half && binary_arith_op(expr[2].op) &&
-      plain_float_leaf(expr[0]) && plain_float_leaf(expr[1])) {
-    float* out = reinterpret_cast<float*>(mem + out_.address);
-    const float* a = reinterpret_cast<const float*>(mem + operands_[expr[0].arg].field.address);
-    const float* b = reinterpret_cast<const float*>(mem + operands_[expr[1].arg].field.address);
-    auto same_or_apart = [n = out_.count](const float* x, const float* y) { return x == y || x + n <= y || y + n <= x; };
+  // Two operands through one arithmetic operation into an output, all
+  // float32 or all float16 (a residual Add and the like): float32 computed
+  // straight from the operands into the output; float16 a block at a time
+  // converted to float, computed, rounded as the interpreter rounds, and
+  // stored. Each operand is the same bytes as the output or apart from
+  // them; the same values as the interpreter.
+  const DeviceType od = out_dtype_;
+  if (expr.size() == 3 && (od == DeviceType::kFloat32 || od == DeviceType::kFloat16) && binary_arith_op(expr[2].op) &&
+      (od == DeviceType::kFloat16 || !expr[2].half) && plain_leaf(expr[0], od) && plain_leaf(expr[1], od)) {
+    const uint64_t n = out_.count;
+    const size_t es = device_type_size(od);
+    uint8_t* out = mem + out_.address;
+    const uint8_t* a = mem + operands_[expr[0].arg].field.address;
+    const uint8_t* b = mem + operands_[expr[1].arg].field.address;
+    auto same_or_apart = [bytes = n * es](const uint8_t* x, const uint8_t* y) {
+      return x == y || x + bytes <= y || y + bytes <= x;
+    };
     if (same_or_apart(out, a) && same_or_apart(out, b)) {
-      binary_arith(expr[2].op, out, a, b, static_cast<size_t>(out_.count));
+      const ExprOpCode op = expr[2].op;
+      if (od == DeviceType::kFloat32) {
+        binary_arith(op, reinterpret_cast<float*>(out), reinterpret_cast<const float*>(a),
+                     reinterpret_cast<const float*>(b), static_cast<size_t>(n));
+      } else {
+        alignas(64) float fa[kBlock], fb[kBlock];
+        for (uint64_t base = 0; base < n; base += kBlock) {
+          const size_t m = static_cast<size_t>(std::min<uint64_t>(kBlock, n - base));
+          half_to_float_n(reinterpret_cast<const half_bits*>(a) + base, fa, m);
+          half_to_float_n(reinterpret_cast<const half_bits*>(b) + base, fb, m);
+          binary_arith(op, fa, fa, fb, m);
+          if (expr[2].half) round_to_half_n(fa, m);
+          float_to_half_n(fa, reinterpret_cast<half_bits*>(out) + base, m);
+        }
+      }
       return;
     }
   }
