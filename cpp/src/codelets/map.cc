@@ -165,12 +165,13 @@ void unary_int(ExprOpCode op, int32_t* x, size_t n) {
   }
 }
 
-// out[j] = a[j] op b[j]; out may be a or b (each element is read before it
-// is written), or apart from both.
+// The binary operations binary_arith does.
 bool binary_arith_op(ExprOpCode op) {
   return op == ExprOpCode::kAdd || op == ExprOpCode::kSub || op == ExprOpCode::kMul || op == ExprOpCode::kMin ||
          op == ExprOpCode::kMax;
 }
+// out[j] = a[j] op b[j]; out may be a or b (each element is read before it
+// is written), or apart from both.
 template <typename T>
 inline void binary_arith(ExprOpCode op, T* out, const T* a, const T* b, size_t n) {
   switch (op) {
