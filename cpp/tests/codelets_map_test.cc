@@ -305,6 +305,19 @@ TEST(MapCodelet, FloatBinaryOps) {
   }
 }
 
+// The operations a map computes straight from two whole operands (Add,
+// Sub, Mul, Min, Max), each with its exact result in double (NaN if either
+// operand is NaN).
+std::vector<std::pair<E, std::function<double(double, double)>>> arith_references() {
+  return {
+      {E::kAdd, [](double a, double b) { return a + b; }},
+      {E::kSub, [](double a, double b) { return a - b; }},
+      {E::kMul, [](double a, double b) { return a * b; }},
+      {E::kMin, [](double a, double b) { return std::isnan(a) || std::isnan(b) ? NAN : std::min(a, b); }},
+      {E::kMax, [](double a, double b) { return std::isnan(a) || std::isnan(b) ? NAN : std::max(a, b); }},
+  };
+}
+
 // A binary operation written over its first or its second operand (a
 // residual Add in place): each element read before it is written, the
 // operands kept in their order.
@@ -321,14 +334,7 @@ TEST(MapCodelet, BinaryOpOverEitherOperand) {
   xb[4] = NAN;
   xa[5] = -0.0f;
   xb[5] = 0.0f;
-  const std::pair<E, std::function<double(double, double)>> cases[] = {
-      {E::kAdd, [](double a, double b) { return a + b; }},
-      {E::kSub, [](double a, double b) { return a - b; }},
-      {E::kMul, [](double a, double b) { return a * b; }},
-      {E::kMin, [](double a, double b) { return std::isnan(a) || std::isnan(b) ? NAN : std::min(a, b); }},
-      {E::kMax, [](double a, double b) { return std::isnan(a) || std::isnan(b) ? NAN : std::max(a, b); }},
-  };
-  for (const auto& [o, ref] : cases)
+  for (const auto& [o, ref] : arith_references())
     for (int into : {0, 1}) {
       SCOPED_TRACE(std::string(expr_op_name(o)) + (into == 0 ? " into its first operand" : " into its second"));
       TileMem mem;
@@ -371,14 +377,7 @@ TEST(MapCodelet, BinaryOpInHalf) {
     ha[i] = special[i][0];
     hb[i] = special[i][1];
   }
-  const std::pair<E, std::function<double(double, double)>> cases[] = {
-      {E::kAdd, [](double a, double b) { return a + b; }},
-      {E::kSub, [](double a, double b) { return a - b; }},
-      {E::kMul, [](double a, double b) { return a * b; }},
-      {E::kMin, [](double a, double b) { return std::isnan(a) || std::isnan(b) ? NAN : std::min(a, b); }},
-      {E::kMax, [](double a, double b) { return std::isnan(a) || std::isnan(b) ? NAN : std::max(a, b); }},
-  };
-  for (const auto& [o, ref] : cases)
+  for (const auto& [o, ref] : arith_references())
     for (bool half_flag : {false, true})
       for (bool in_place : {false, true}) {
         SCOPED_TRACE(std::string(expr_op_name(o)) + (half_flag ? " flagged half" : "") + (in_place ? " in place" : ""));
