@@ -13,49 +13,63 @@ void copy_view(Graph& g, uint32_t ex, const View& src_in, const View& dst_in) {
   NX_CHECK(src_in.shape == dst_in.shape, "copy_view between views of different shapes");
   // Merge dimensions that are contiguous in both views (and drop unit ones),
   // so chunks along the innermost dimension are as long as possible; a
-  // rank-0 view becomes a 1-element vector.
-  View src = src_in, dst = dst_in;
-  src.shape.clear();
-  src.strides.clear();
-  dst.shape.clear();
-  dst.strides.clear();
-  for (size_t d = 0; d < src_in.shape.size(); ++d) {
+  // rank-0 view becomes a 1-element vector. (Held on the stack for the
+  // ranks models use: a large model makes this call hundreds of thousands
+  // of times.)
+  constexpr size_t kStackRank = 8;
+  const size_t rank_in = src_in.shape.size();
+  uint64_t shape_at[kStackRank], idx_at[kStackRank];
+  int64_t ss_at[kStackRank], ds_at[kStackRank];
+  std::vector<uint64_t> shape_heap, idx_heap;
+  std::vector<int64_t> ss_heap, ds_heap;
+  uint64_t* shape = shape_at;
+  uint64_t* idx = idx_at;
+  int64_t* ss = ss_at;
+  int64_t* ds = ds_at;
+  if (rank_in > kStackRank) {
+    shape = (shape_heap.resize(rank_in), shape_heap.data());
+    idx = (idx_heap.resize(rank_in), idx_heap.data());
+    ss = (ss_heap.resize(rank_in), ss_heap.data());
+    ds = (ds_heap.resize(rank_in), ds_heap.data());
+  }
+  size_t rank = 0;
+  for (size_t d = 0; d < rank_in; ++d) {
     const uint64_t n = src_in.shape[d];
     if (n == 1) continue;
-    const int64_t ss = src_in.strides[d], ds = dst_in.strides[d];
-    if (!src.shape.empty() && src.strides.back() == static_cast<int64_t>(n) * ss &&
-        dst.strides.back() == static_cast<int64_t>(n) * ds) {
-      src.shape.back() *= n;
-      dst.shape.back() *= n;
-      src.strides.back() = ss;
-      dst.strides.back() = ds;
+    const int64_t s_d = src_in.strides[d], d_d = dst_in.strides[d];
+    if (rank && ss[rank - 1] == static_cast<int64_t>(n) * s_d && ds[rank - 1] == static_cast<int64_t>(n) * d_d) {
+      shape[rank - 1] *= n;
+      ss[rank - 1] = s_d;
+      ds[rank - 1] = d_d;
       continue;
     }
-    src.shape.push_back(n);
-    dst.shape.push_back(n);
-    src.strides.push_back(ss);
-    dst.strides.push_back(ds);
+    shape[rank] = n;
+    ss[rank] = s_d;
+    ds[rank] = d_d;
+    ++rank;
   }
-  if (src.shape.empty()) {
-    src.shape = dst.shape = {1};
-    src.strides = dst.strides = {1};
+  if (rank == 0) {
+    shape[0] = 1;
+    ss[0] = ds[0] = 1;
+    rank = 1;
   }
-  NX_CHECK(g.var(src.var).dtype == g.var(dst.var).dtype, "copy_view between different element types");
-  const uint64_t n = src.numel();
+  const VarId src_var = src_in.var, dst_var = dst_in.var;
+  NX_CHECK(g.var(src_var).dtype == g.var(dst_var).dtype, "copy_view between different element types");
+  uint64_t n = 1;
+  for (size_t d = 0; d < rank; ++d) n *= shape[d];
   if (n == 0) return;
-  const size_t rank = src.shape.size();
-  const Variable& sv = g.var(src.var);
-  const Variable& dv = g.var(dst.var);
+  const Variable& sv = g.var(src_var);
+  const Variable& dv = g.var(dst_var);
   std::vector<Copy>& out = g.exchange(ex).copies;
   // The innermost dimension is walked in chunks that stay inside one source
   // and one destination interval: there, tile-local indices advance
   // linearly, so a chunk is one copy (or extends the previous one).
-  const uint64_t inner = src.shape[rank - 1];
-  const int64_t s_in = src.strides[rank - 1];
-  const int64_t d_in = dst.strides[rank - 1];
+  const uint64_t inner = shape[rank - 1];
+  const int64_t s_in = ss[rank - 1];
+  const int64_t d_in = ds[rank - 1];
   const uint64_t rows = n / inner;
-  std::vector<uint64_t> idx(rank - 1, 0);
-  int64_t srow = src.offset, drow = dst.offset;
+  std::fill(idx, idx + rank, 0);
+  int64_t srow = src_in.offset, drow = dst_in.offset;
   size_t shint = 0, dhint = 0;
   // Runs are merged into the copy they extend: the same row continued, or
   // another row of the same shape at a constant source and destination step
@@ -87,7 +101,7 @@ void copy_view(Graph& g, uint32_t ex, const View& src_in, const View& dst_in) {
                                         "' on tile " + std::to_string(c.dst_tile) +
                                         " reaches beyond element 2^32 of a tile's share: no tile holds that much; "
                                         "use smaller tensors or more IPUs");
-    out.push_back(Copy{src.var, c.src_tile, static_cast<uint32_t>(c.src_local), static_cast<int32_t>(c.src_stride), dst.var,
+    out.push_back(Copy{src_var, c.src_tile, static_cast<uint32_t>(c.src_local), static_cast<int32_t>(c.src_stride), dst_var,
                        c.dst_tile, static_cast<uint32_t>(c.dst_local), static_cast<uint32_t>(c.count),
                        static_cast<uint32_t>(c.outer), static_cast<int32_t>(c.src_outer), static_cast<int32_t>(c.dst_outer)});
   };
@@ -150,8 +164,8 @@ void copy_view(Graph& g, uint32_t ex, const View& src_in, const View& dst_in) {
       const int64_t dflat = drow + static_cast<int64_t>(i) * d_in;
       uint32_t st, dt;
       uint64_t sl, dl;
-      g.locate(src.var, static_cast<uint64_t>(sflat), &st, &sl, &shint);
-      g.locate(dst.var, static_cast<uint64_t>(dflat), &dt, &dl, &dhint);
+      g.locate(src_var, static_cast<uint64_t>(sflat), &st, &sl, &shint);
+      g.locate(dst_var, static_cast<uint64_t>(dflat), &dt, &dl, &dhint);
       // Elements from here on that stay inside both intervals.
       uint64_t len = inner - i;
       const TileInterval& di = dv.mapping[dhint];
@@ -174,11 +188,11 @@ void copy_view(Graph& g, uint32_t ex, const View& src_in, const View& dst_in) {
     // Advance the row counter over the outer dimensions.
     for (size_t d = rank - 1; d-- > 0;) {
       idx[d] += 1;
-      srow += src.strides[d];
-      drow += dst.strides[d];
-      if (idx[d] < src.shape[d]) break;
-      srow -= src.strides[d] * static_cast<int64_t>(src.shape[d]);
-      drow -= dst.strides[d] * static_cast<int64_t>(dst.shape[d]);
+      srow += ss[d];
+      drow += ds[d];
+      if (idx[d] < shape[d]) break;
+      srow -= ss[d] * static_cast<int64_t>(shape[d]);
+      drow -= ds[d] * static_cast<int64_t>(shape[d]);
       idx[d] = 0;
     }
   }

@@ -150,6 +150,34 @@ TEST(Exchange, TransposesOfEveryAxisOrder) {
   EXPECT_EQ(n, 6);
 }
 
+TEST(Exchange, ViewsOfManyDimensions) {
+  // Ten dimensions of 2, reversed or shuffled so that none merge: beyond
+  // the ranks copy_view keeps on the stack, and one below it.
+  std::mt19937 rng(3);
+  for (size_t rank : {size_t{7}, size_t{10}}) {
+    const Shape base(rank, 2);
+    const auto bs = row_major_strides(base);
+    std::vector<size_t> perm(rank);
+    std::iota(perm.begin(), perm.end(), 0);
+    for (int trial = 0; trial < 3; ++trial) {
+      if (trial == 0) std::reverse(perm.begin(), perm.end());
+      else std::shuffle(perm.begin(), perm.end(), rng);
+      Shape s;
+      std::vector<int64_t> st;
+      for (size_t p : perm) {
+        s.push_back(base[p]);
+        st.push_back(bs[p]);
+      }
+      ViewCase vc{base, make_view(0, s, st)};
+      for (Layout sl : {Layout::kLinear, Layout::kRandom})
+        for (Layout dl : {Layout::kOneTile, Layout::kRandom}) {
+          SCOPED_TRACE(testing::Message() << "rank " << rank << " trial " << trial);
+          EXPECT_EQ(run_view(vc, sl, dl, 4, rng), expected(vc.view));
+        }
+    }
+  }
+}
+
 TEST(Exchange, SlicesWithStepsAndNegativeStrides) {
   std::mt19937 rng(2);
   const Shape base = {6, 7};
