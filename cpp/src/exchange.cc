@@ -169,10 +169,13 @@ void copy_view(Graph& g, uint32_t ex, const View& src_in, const View& dst_in) {
       // Elements from here on that stay inside both intervals.
       uint64_t len = inner - i;
       const TileInterval& di = dv.mapping[dhint];
-      if (d_in > 0) len = std::min<uint64_t>(len, (di.end - static_cast<uint64_t>(dflat) + d_in - 1) / d_in);
+      // (Unit steps, the common case, without a division.)
+      if (d_in == 1) len = std::min<uint64_t>(len, di.end - static_cast<uint64_t>(dflat));
+      else if (d_in > 0) len = std::min<uint64_t>(len, (di.end - static_cast<uint64_t>(dflat) + d_in - 1) / d_in);
       else if (d_in < 0) len = std::min<uint64_t>(len, (static_cast<uint64_t>(dflat) - di.begin) / static_cast<uint64_t>(-d_in) + 1);
       const TileInterval& si = sv.mapping[shint];
-      if (s_in > 0) len = std::min<uint64_t>(len, (si.end - static_cast<uint64_t>(sflat) + s_in - 1) / s_in);
+      if (s_in == 1) len = std::min<uint64_t>(len, si.end - static_cast<uint64_t>(sflat));
+      else if (s_in > 0) len = std::min<uint64_t>(len, (si.end - static_cast<uint64_t>(sflat) + s_in - 1) / s_in);
       else if (s_in < 0) len = std::min<uint64_t>(len, (static_cast<uint64_t>(sflat) - si.begin) / static_cast<uint64_t>(-s_in) + 1);
       if (d_in == 1) {
         emit(st, sl, s_in, dt, dl, len);
