@@ -13,6 +13,10 @@ two run alternately (`--runs` each, the order swapped every round). Printed
 per model: the medians, after / before (the median of the paired ratios),
 and in how many rounds the second build was faster. The same file given
 twice measures the method itself (about 0.99-1.01).
+
+With `--compile`, what alternates is a compile of the model to a loaded
+executable (in a warm process, unlike benchmarks/compile_time.py's fresh
+ones: for comparing two builds' compilers, not for the compile time itself).
 """
 
 from __future__ import annotations
@@ -57,6 +61,7 @@ def main() -> None:
     ap.add_argument("--models", nargs="+", default=["bert-base-like b1"])
     ap.add_argument("--precision", default="float32")
     ap.add_argument("--runs", type=int, default=40)
+    ap.add_argument("--compile", action="store_true", help="time compiles to a loaded executable, not runs")
     args = ap.parse_args()
     sys.path.insert(0, HERE)
     from models import MODELS
@@ -78,13 +83,23 @@ def main() -> None:
             outs = {k: managers[k].execute_model(c, feeds) for k, c in compiled.items()}
             same = all(np.array_equal(a, b) for a, b in zip(outs["before"], outs["after"]))
             times = {"before": [], "after": []}
+
+            def once(k):
+                if args.compile:
+                    managers[k].compile_model(model, feeds).load()
+                else:
+                    managers[k].execute_model(compiled[k], feeds)
+
+            if args.compile:
+                compiled.clear()  # (the executables of the check above, not kept while compiling)
             for i in range(args.runs):
                 for k in ("before", "after") if i % 2 == 0 else ("after", "before"):
                     t = time.perf_counter()
-                    managers[k].execute_model(compiled[k], feeds)
+                    once(k)
                     times[k].append(time.perf_counter() - t)
             a, b = np.array(times["before"]), np.array(times["after"])
-            print(f"{name} {args.precision}: before {np.median(a) * 1e3:.2f} ms, after {np.median(b) * 1e3:.2f} ms, "
+            what = "compile" if args.compile else "run"
+            print(f"{name} {args.precision} {what}: before {np.median(a) * 1e3:.2f} ms, after {np.median(b) * 1e3:.2f} ms, "
                   f"after / before {np.median(b / a):.3f}, after faster in {int(np.sum(b < a))} of {args.runs}, "
                   f"outputs {'bit for bit the same' if same else 'DIFFERENT'}", flush=True)
     finally:

@@ -716,12 +716,15 @@ std::unique_ptr<Executable> compile(std::unique_ptr<Graph> gp) {
       auto& bc = exe->byte_copies_[ei];
       auto& order = exe->copy_order_[ei];
       auto& aliased = exe->aliased_copies_[ei];
+      // (The aliased copies' indices, in ascending order without a sort:
+      // marked by index, then listed.)
+      std::vector<uint8_t> is_aliased(order.size(), 0);
       uint32_t n = 0;
       for (auto& tb : exe->byte_schedule_[ei]) {
         const uint32_t begin = n;
         for (uint32_t k = tb.begin; k < tb.end; ++k) {
           if (skip[ei][k]) {
-            aliased.push_back(order[k]);
+            is_aliased[order[k]] = 1;
             aliased_bytes[ei] += static_cast<uint64_t>(bc[k].count) * bc[k].outer * bc[k].elem;
             continue;
           }
@@ -731,9 +734,10 @@ std::unique_ptr<Executable> compile(std::unique_ptr<Graph> gp) {
         tb.begin = begin;
         tb.end = n;
       }
+      for (uint32_t i = 0; i < is_aliased.size(); ++i)
+        if (is_aliased[i]) aliased.push_back(i);
       bc.resize(n);
       order.resize(n);
-      std::sort(aliased.begin(), aliased.end());
       for (const auto& b : bc) exe->copied_bytes_[ei] += static_cast<uint64_t>(b.count) * b.outer * b.elem;
       auto& sched = exe->byte_schedule_[ei];
       sched.erase(std::remove_if(sched.begin(), sched.end(), [](const auto& tb) { return tb.begin == tb.end; }), sched.end());

@@ -239,16 +239,22 @@ void Graph::build_interval_index(Variable& v) {
 
 void Graph::set_mapping(VarId id, std::vector<TileInterval> intervals) {
   Variable& v = var(id);
-  std::sort(intervals.begin(), intervals.end(), [](const TileInterval& a, const TileInterval& b) { return a.begin < b.begin; });
-  // Merge adjacent intervals on the same tile, drop empty ones.
-  std::vector<TileInterval> merged;
-  for (const auto& iv : intervals) {
+  // (Most mappings come in order: checked before sorting.)
+  auto by_begin = [](const TileInterval& a, const TileInterval& b) { return a.begin < b.begin; };
+  if (!std::is_sorted(intervals.begin(), intervals.end(), by_begin))
+    std::sort(intervals.begin(), intervals.end(), by_begin);
+  // Merge adjacent intervals on the same tile, drop empty ones (in place).
+  std::vector<TileInterval>& merged = intervals;
+  size_t m = 0;
+  for (size_t i = 0; i < intervals.size(); ++i) {
+    const TileInterval iv = intervals[i];
     if (iv.end == iv.begin) continue;
-    if (!merged.empty() && merged.back().tile == iv.tile && merged.back().end == iv.begin)
-      merged.back().end = iv.end;
+    if (m && merged[m - 1].tile == iv.tile && merged[m - 1].end == iv.begin)
+      merged[m - 1].end = iv.end;
     else
-      merged.push_back(iv);
+      merged[m++] = iv;
   }
+  merged.resize(m);
   uint64_t expect = 0;
   uint32_t lo = first_tile(v.ipu), hi = lo + tiles_per_ipu_;
   for (const auto& iv : merged) {
