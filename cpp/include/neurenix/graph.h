@@ -16,6 +16,7 @@
 #include <string>
 #include <type_traits>
 #include <utility>
+#include <initializer_list>
 #include <vector>
 
 #include "neurenix/device_type.h"
@@ -105,6 +106,15 @@ struct View {
 
   static View of(const Tensor& t);  // the whole tensor, row-major
   uint64_t numel() const { return shape_numel(shape); }
+  // Makes this view another one, in the storage it holds (a view set again
+  // for each of many copies allocates nothing after the first).
+  View& set(VarId v, int64_t off, std::initializer_list<uint64_t> dims, std::initializer_list<int64_t> steps) {
+    var = v;
+    offset = off;
+    shape.assign(dims);
+    strides.assign(steps);
+    return *this;
+  }
 };
 
 enum class Access : uint8_t { kRead, kWrite, kReadWrite };

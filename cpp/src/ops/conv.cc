@@ -263,6 +263,7 @@ Tensor conv(Graph& g, const Tensor& x, const Tensor& w, const Tensor* bias, cons
     }
     win = blocks.create(g, o.name + "/input_window", in, ipu);
     RepeatedCopies windows;  // the tiles of every output-channel block read the same windows
+    View src, dst;
     for (const Work& wk : work) {
       size_t idx = 0;
       for (uint64_t gg = wk.gr.begin; gg < wk.gr.end; ++gg)
@@ -270,16 +271,13 @@ Tensor conv(Graph& g, const Tensor& x, const Tensor& w, const Tensor* bias, cons
           const auto [lo, hi] = wk.seg_rows[si];
           if (hi <= lo) continue;
           const Segment& sg = wk.segs[si];
-          View src;
-          src.var = x.var;
-          src.offset = static_cast<int64_t>(((sg.n * d.c + gg * d.cg + wk.kr.begin) * d.h + static_cast<uint64_t>(lo)) * d.w);
-          src.shape = {wk.kr.size(), static_cast<uint64_t>(hi - lo), d.w};
-          src.strides = {static_cast<int64_t>(d.h * d.w), static_cast<int64_t>(d.w), 1};
-          View dst;
-          dst.var = win.var;
-          dst.offset = static_cast<int64_t>(wk.win_base + wk.seg_win[idx]);
-          dst.shape = src.shape;
-          dst.strides = {static_cast<int64_t>(static_cast<uint64_t>(hi - lo) * d.w), static_cast<int64_t>(d.w), 1};
+          src.set(x.var,
+                  static_cast<int64_t>(((sg.n * d.c + gg * d.cg + wk.kr.begin) * d.h + static_cast<uint64_t>(lo)) * d.w),
+                  {wk.kr.size(), static_cast<uint64_t>(hi - lo), d.w},
+                  {static_cast<int64_t>(d.h * d.w), static_cast<int64_t>(d.w), 1});
+          dst.set(win.var, static_cast<int64_t>(wk.win_base + wk.seg_win[idx]),
+                  {wk.kr.size(), static_cast<uint64_t>(hi - lo), d.w},
+                  {static_cast<int64_t>(static_cast<uint64_t>(hi - lo) * d.w), static_cast<int64_t>(d.w), 1});
           windows.copy(g, ex0, src, dst);
         }
     }
@@ -324,16 +322,14 @@ Tensor conv(Graph& g, const Tensor& x, const Tensor& w, const Tensor* bias, cons
       for (const WNeed& wn : wneeds)
         at.push_back(blocks.add(work[wn.wi].tile, lay.n_chunk(j, work[wn.wi].ni).size() * work[wn.wi].kr.size() * d.khw));
       Tensor wt = blocks.create(g, o.name + "/weights", in, ipu);
+      View src, dst;
       for (size_t i = 0; i < wneeds.size(); ++i) {
         const Work& wk = work[wneeds[i].wi];
         Range cr = lay.n_chunk(j, wk.ni);
         const uint64_t cols = wk.kr.size() * d.khw;
-        View src;
-        src.var = w.var;
-        src.offset = static_cast<int64_t>(((wneeds[i].gg * d.cog + cr.begin) * d.cg + wk.kr.begin) * d.khw);
-        src.shape = {cr.size(), cols};
-        src.strides = {static_cast<int64_t>(d.cg * d.khw), 1};
-        View dst{wt.var, static_cast<int64_t>(at[i]), src.shape, {static_cast<int64_t>(cols), 1}};
+        src.set(w.var, static_cast<int64_t>(((wneeds[i].gg * d.cog + cr.begin) * d.cg + wk.kr.begin) * d.khw),
+                {cr.size(), cols}, {static_cast<int64_t>(d.cg * d.khw), 1});
+        dst.set(wt.var, static_cast<int64_t>(at[i]), {cr.size(), cols}, {static_cast<int64_t>(cols), 1});
         copy_view(g, ex, src, dst);
         auto& slot = wblk[wneeds[i].wi][wneeds[i].gg - wk.gr.begin];
         slot.first = wt.var;
@@ -350,13 +346,14 @@ Tensor conv(Graph& g, const Tensor& x, const Tensor& w, const Tensor* bias, cons
         bias_at[wi].second = blocks.add(work[wi].tile, work[wi].gr.size() * cr.size());
       }
       Tensor bt = blocks.create(g, o.name + "/bias", bias_dtype, ipu);
+      View src, dst;
       for (size_t wi = 0; wi < work.size(); ++wi) {
         Range cr = lay.n_chunk(j, work[wi].ni);
         if (cr.empty()) continue;
         bias_at[wi].first = bt.var;
         for (uint64_t gg = work[wi].gr.begin; gg < work[wi].gr.end; ++gg) {
-          View src{bias->var, static_cast<int64_t>(gg * d.cog + cr.begin), {cr.size()}, {1}};
-          View dst{bt.var, static_cast<int64_t>(bias_at[wi].second + (gg - work[wi].gr.begin) * cr.size()), {cr.size()}, {1}};
+          src.set(bias->var, static_cast<int64_t>(gg * d.cog + cr.begin), {cr.size()}, {1});
+          dst.set(bt.var, static_cast<int64_t>(bias_at[wi].second + (gg - work[wi].gr.begin) * cr.size()), {cr.size()}, {1});
           copy_view(g, ex, src, dst);
         }
         bias_at[wi].second = g.locate(bt.var, bias_at[wi].second).local;
@@ -467,6 +464,7 @@ Tensor conv(Graph& g, const Tensor& x, const Tensor& w, const Tensor* bias, cons
         blocks.add(wk.tile, at - blocks.total());
       }
       Tensor recv = blocks.create(g, o.name + "/partials_in", partials, ipu);
+      View src, dst;
       for (const Red& r : reds) {
         const Work& wk = work[r.wi];
         const Range cr = lay.n_chunk(j, wk.ni), mine = sub(cr, ks, wk.ki);
@@ -482,9 +480,9 @@ Tensor conv(Graph& g, const Tensor& x, const Tensor& w, const Tensor* bias, cons
             for (const Segment& s2 : wk.segs) off += cr.size() * s2.rows() * d.wo;
           for (size_t s2 = 0; s2 < r.seg; ++s2) off += cr.size() * wk.segs[s2].rows() * d.wo;
           off += (mine.begin - cr.begin) * cols;
-          View src{partial_t.var, static_cast<int64_t>(off), {mine.size(), cols}, {static_cast<int64_t>(cols), 1}};
-          View dst{recv.var, static_cast<int64_t>(r.at + kk * mine.size() * cols), {mine.size(), cols},
-                   {static_cast<int64_t>(cols), 1}};
+          src.set(partial_t.var, static_cast<int64_t>(off), {mine.size(), cols}, {static_cast<int64_t>(cols), 1});
+          dst.set(recv.var, static_cast<int64_t>(r.at + kk * mine.size() * cols), {mine.size(), cols},
+                  {static_cast<int64_t>(cols), 1});
           copy_view(g, rex, src, dst);
         }
         const uint64_t flat = ((sg.n * d.co + r.gg * d.cog + mine.begin) * d.ho + sg.ho_lo) * d.wo;

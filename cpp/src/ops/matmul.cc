@@ -260,18 +260,14 @@ Tensor matmul(Graph& g, const Tensor& a, const Tensor& b, const MatMulOptions& o
     Tensor tmp = blocks.create(g, name, in, ipu);
     RepeatedCopies blocks_alike;  // the tiles of every block of the other operand receive the same block
     uint64_t pos = 0;
+    View src, dst;
     for (const Need& nd : needs) {
       uint64_t per_group = nd.rr.size() * nd.cr.size();
-      View src;
-      src.var = t.var;
-      src.offset = static_cast<int64_t>((nd.gr.begin * rows_total + nd.rr.begin) * cols_total + nd.cr.begin);
-      src.shape = {nd.gr.size(), nd.rr.size(), nd.cr.size()};
-      src.strides = {static_cast<int64_t>(rows_total * cols_total), static_cast<int64_t>(cols_total), 1};
-      View dst;
-      dst.var = tmp.var;
-      dst.offset = static_cast<int64_t>(pos);
-      dst.shape = src.shape;
-      dst.strides = {static_cast<int64_t>(per_group), static_cast<int64_t>(nd.cr.size()), 1};
+      src.set(t.var, static_cast<int64_t>((nd.gr.begin * rows_total + nd.rr.begin) * cols_total + nd.cr.begin),
+              {nd.gr.size(), nd.rr.size(), nd.cr.size()},
+              {static_cast<int64_t>(rows_total * cols_total), static_cast<int64_t>(cols_total), 1});
+      dst.set(tmp.var, static_cast<int64_t>(pos), {nd.gr.size(), nd.rr.size(), nd.cr.size()},
+              {static_cast<int64_t>(per_group), static_cast<int64_t>(nd.cr.size()), 1});
       blocks_alike.copy(g, ex, src, dst);
       out.push_back(OperandBlock{tmp.var, g.locate(tmp.var, pos).local, per_group, nd.cr.size(), per_group});
       pos += nd.gr.size() * per_group;
@@ -398,6 +394,7 @@ Tensor matmul(Graph& g, const Tensor& a, const Tensor& b, const MatMulOptions& o
         base.push_back(blocks.add(w.tile, w.gr.size() * ks * rows.size() * nr.size()));
       }
       Tensor recv = blocks.create(g, o.name + "/partials_in", partials, ipu);
+      View src, dst;
       for (size_t ri = 0; ri < reds.size(); ++ri) {
         const TileWork& w = work[reds[ri].wi];
         const Range rows = reds[ri].rows;
@@ -411,17 +408,11 @@ Tensor matmul(Graph& g, const Tensor& a, const Tensor& b, const MatMulOptions& o
             // Every K slice is non-empty: the planner splits K at most K ways.
             const size_t src_wi = lay.position(w.gi, w.mi, w.ni, kk);
             NX_CHECK(src_wi != SIZE_MAX, "matmul K split produced an empty slice");
-            View dst;
-            dst.var = recv.var;
-            dst.offset = static_cast<int64_t>(pos);
-            dst.shape = {rows.size(), nr.size()};
-            dst.strides = {static_cast<int64_t>(nr.size()), 1};
-            View src;
-            src.var = partial_t.var;
-            src.offset = static_cast<int64_t>(partial_base[src_wi] + go * w.mr.size() * nr.size() +
-                                              (rows.begin - w.mr.begin) * nr.size());
-            src.shape = dst.shape;
-            src.strides = {static_cast<int64_t>(nr.size()), 1};
+            dst.set(recv.var, static_cast<int64_t>(pos), {rows.size(), nr.size()}, {static_cast<int64_t>(nr.size()), 1});
+            src.set(partial_t.var,
+                    static_cast<int64_t>(partial_base[src_wi] + go * w.mr.size() * nr.size() +
+                                         (rows.begin - w.mr.begin) * nr.size()),
+                    {rows.size(), nr.size()}, {static_cast<int64_t>(nr.size()), 1});
             copy_view(g, rex, src, dst);
             pos += per;
           }
