@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <numeric>
 #include <random>
 #include <tuple>
 #include <vector>
@@ -169,6 +170,57 @@ TEST(MatMulCodelet, CyclesGrowWithWorkAndFavourHalf) {
   const double big = static_cast<double>(cyc(128, 128, 128, kF32, kF32));
   EXPECT_GT(big, 2.0 * 128 * 128 * 128 / 32);
   EXPECT_LT(big, 1.2 * 2.0 * 128 * 128 * 128 / 32);
+}
+
+// Partials read where their senders hold them, in pieces cut anywhere (a
+// piece may hold the end of one part and the start of the next, or lie
+// inside one part): every element is still ((0 + p0) + p1) + ..., in part
+// order, exactly (float32), or rounded to half after every add (float16).
+TEST(SumPartialsCodelet, PartialsInPiecesAddInPartOrder) {
+  std::mt19937 rng(31);
+  std::normal_distribution<double> val(0.0, 100.0);
+  for (int trial = 0; trial < 200; ++trial) {
+    const uint32_t parts = 1 + rng() % 9, rows = 1 + rng() % 3, cols = 1 + rng() % 40;
+    const uint32_t ld = rng() % 2 ? cols : cols + 1 + rng() % 3;
+    const DeviceType pd = rng() % 2 ? kF32 : kF16;
+    const uint64_t n = static_cast<uint64_t>(rows) * cols, total = parts * n;
+    std::vector<double> v(total);
+    for (double& x : v) x = pd == kF16 ? ref_round_half(val(rng)) : static_cast<float>(val(rng));
+    // Cuts at random elements; each piece's elements stored at a place of
+    // its own, in shuffled order.
+    std::vector<uint64_t> cuts = {0};
+    for (uint64_t e = 1; e < total; ++e)
+      if (rng() % 5 == 0) cuts.push_back(e);
+    TileMem mem;
+    Field in = mem.field(total, pd), out = mem.field((rows - 1) * ld + cols, kF32);
+    std::vector<size_t> order(cuts.size());
+    std::iota(order.begin(), order.end(), 0);
+    std::shuffle(order.begin(), order.end(), rng);
+    std::vector<Field::Piece> pieces(cuts.size());
+    for (size_t k : order) {
+      const uint64_t b = cuts[k], e = k + 1 < cuts.size() ? cuts[k + 1] : total;
+      Field at = mem.field(e - b, pd);
+      for (uint64_t i = b; i < e; ++i) mem.put(at, pd, i - b, v[i]);
+      pieces[k] = Field::Piece{b, static_cast<int64_t>(at.byte_offset), 1, 0};
+    }
+    for (uint64_t i = 0; i < in.count; ++i) mem.put(in, pd, i, 1e6);  // its own bytes: never read
+    SumPartialsVertex sp(0, in, out, parts, rows, cols, ld, pd, kF32);
+    sp.all_fields()[0]->pieces = pieces;
+    sp.refresh();
+    sp.compute(mem.bytes.data());
+    for (uint32_t r = 0; r < rows; ++r)
+      for (uint32_t c = 0; c < cols; ++c) {
+        float f = 0.0f;
+        double h = 0;
+        for (uint32_t p = 0; p < parts; ++p) {
+          const double x = v[p * n + r * cols + c];
+          f = f + static_cast<float>(x);
+          h = ref_round_half(h + x);
+        }
+        ASSERT_EQ(mem.get(out, kF32, r * ld + c), pd == kF32 ? static_cast<double>(f) : h)
+            << "trial " << trial << ", row " << r << ", column " << c;
+      }
+  }
 }
 
 TEST(SumPartialsCodelet, FloatAndHalf) {

@@ -191,16 +191,17 @@ void SumPartialsVertex::compute(uint8_t* mem) const {
     // output whose rows follow one another is the running sum itself.
     const bool direct = out_dtype_ == DeviceType::kFloat32 && (ld_out_ == cols_ || rows_ <= 1);
     float* sum = direct ? reinterpret_cast<float*>(mem + out_.address) : (acc.resize(n), acc.data());
-    for (uint32_t p = 0; p < parts_; ++p)
-      for_each_field_run(mem, in_, p * n, n, sizeof(float), [&](const uint8_t* src, uint64_t at, uint64_t len) {
-        const float* s = reinterpret_cast<const float*>(src);
-        float* a = sum + at;
-        if (p == 0) {
-          for (uint64_t i = 0; i < len; ++i) a[i] = 0.0f + s[i];
-        } else {
-          for (uint64_t i = 0; i < len; ++i) a[i] += s[i];
-        }
-      });
+    // (One walk over the parts, in order: a run may hold the end of one part
+    // and the start of the next.)
+    for_each_part_run(mem, n, sizeof(float), [&](uint32_t p, const uint8_t* src, uint64_t at, uint64_t len) {
+      const float* s = reinterpret_cast<const float*>(src);
+      float* a = sum + at;
+      if (p == 0) {
+        for (uint64_t i = 0; i < len; ++i) a[i] = 0.0f + s[i];
+      } else {
+        for (uint64_t i = 0; i < len; ++i) a[i] += s[i];
+      }
+    });
     if (direct) {
       if (bias_) {
         for (uint32_t r = 0; r < rows_; ++r) {
@@ -214,10 +215,9 @@ void SumPartialsVertex::compute(uint8_t* mem) const {
     // The same sums kept in half, each part added straight from its bytes.
     std::vector<half_bits>& hacc = scratch.hacc;
     hacc.assign(n, 0);
-    for (uint32_t p = 0; p < parts_; ++p)
-      for_each_field_run(mem, in_, p * n, n, sizeof(half_bits), [&](const uint8_t* src, uint64_t at, uint64_t len) {
-        add_half_n(hacc.data() + at, reinterpret_cast<const half_bits*>(src), len);
-      });
+    for_each_part_run(mem, n, sizeof(half_bits), [&](uint32_t, const uint8_t* src, uint64_t at, uint64_t len) {
+      add_half_n(hacc.data() + at, reinterpret_cast<const half_bits*>(src), len);
+    });
     if (!bias_ && out_dtype_ == DeviceType::kFloat16) {
       uint8_t* o = mem + out_.address;
       for (uint32_t r = 0; r < rows_; ++r)

@@ -5,6 +5,7 @@
 // field each, holding the operand's power-of-two scale.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -59,6 +60,24 @@ class SumPartialsVertex : public Vertex {
   void list_refs(std::vector<const FieldRef*>& out) const override;
 
  private:
+  // visit(part, bytes, at, len) for the runs of the partials, part by part
+  // in order: `len` elements of part `part` from its element `at`, read at
+  // `bytes` (each piece where it is; `n` elements a part).
+  template <class Visit>
+  void for_each_part_run(const uint8_t* mem, uint64_t n, size_t elem_size, Visit visit) const {
+    if (n == 0) return;
+    for_each_field_run(mem, in_, 0, static_cast<uint64_t>(parts_) * n, elem_size,
+                       [&](const uint8_t* src, uint64_t at, uint64_t len) {
+                         while (len) {
+                           const uint32_t p = static_cast<uint32_t>(at / n);
+                           const uint64_t off = at - p * n, take = std::min(len, n - off);
+                           visit(p, src, off, take);
+                           src += take * elem_size;
+                           at += take;
+                           len -= take;
+                         }
+                       });
+  }
   FieldRef in_, out_;
   uint32_t parts_, rows_, cols_, ld_out_;
   DeviceType partials_, out_dtype_;
