@@ -98,6 +98,42 @@ TEST(ReduceCodelet, FloatSegmentsWithStridesAndFinalOps) {
   }
 }
 
+// Float sums in the order the codelet documents (element i into the i % 8-th
+// of eight float accumulators, combined ((a0 + a1) + (a2 + a3)) + ((a4 + a5) +
+// (a6 + a7))), bit for bit, for contiguous segments of every length around
+// the eight-wide steps and for strided ones; magnitudes that differ widely
+// make any other order give other bits.
+TEST(ReduceCodelet, FloatSumsInEightInterleavedAccumulators) {
+  std::mt19937 rng(8);
+  std::uniform_real_distribution<double> mant(-1, 1);
+  for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kSumAbs}) {
+    for (uint64_t stride : {uint64_t{1}, uint64_t{3}}) {
+      TileMem mem;
+      const uint64_t n = 40 * 3 + 1;
+      Field in = mem.field(n, kF32), out = mem.field(41, kF32);
+      std::vector<float> v(n);
+      for (uint64_t i = 0; i < n; ++i) {
+        v[i] = static_cast<float>(std::ldexp(mant(rng), static_cast<int>(rng() % 40) - 20));
+        mem.put(in, kF32, i, v[i]);
+      }
+      std::vector<ReduceSegment> segs;
+      for (uint64_t len = 0; len <= 40; ++len) segs.push_back({0, len, stride, len});
+      ReduceVertex rv(0, in, kF32, out, kF32, op, false, ReduceFinal::kNone, 1.0, segs);
+      rv.compute(mem.bytes.data());
+      for (uint64_t len = 0; len <= 40; ++len) {
+        float a[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        for (uint64_t i = 0; i < len; ++i) {
+          const float x = v[i * stride];
+          a[i % 8] += op == ReduceOp::kSumAbs ? std::fabs(x) : x;
+        }
+        const float want = ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+        ASSERT_EQ(mem.get(out, kF32, len), static_cast<double>(want))
+            << reduce_op_name(op) << ", stride " << stride << ", length " << len;
+      }
+    }
+  }
+}
+
 TEST(ReduceCodelet, EmptySegmentsGiveIdentities) {
   for (ReduceOp op : kAllReduceOps) {
     TileMem mem;

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "neurenix/error.h"
@@ -109,6 +110,29 @@ double reduce_float(ReduceOp op, uint64_t len, Load load) {
   return 0;
 }
 
+// The sum (or sum of magnitudes) of `len` contiguous floats, as
+// reduce_float sums them (element i into accumulator i % 8, the eight
+// combined pairwise), eight elements at a time: the accumulators are the
+// lanes of one vector.
+double sum_unit_f32(ReduceOp op, const float* p, uint64_t len) {
+  typedef float v8f __attribute__((vector_size(32)));
+  v8f acc = {0, 0, 0, 0, 0, 0, 0, 0};
+  uint64_t i = 0;
+  for (; i + 8 <= len; i += 8) {
+    v8f x;
+    std::memcpy(&x, p + i, sizeof x);
+    if (op == ReduceOp::kSumAbs) {
+      typedef int32_t v8i __attribute__((vector_size(32)));
+      x = reinterpret_cast<v8f>(reinterpret_cast<v8i>(x) & 0x7fffffff);
+    }
+    acc += x;
+  }
+  float a[8];
+  std::memcpy(a, &acc, sizeof a);
+  for (; i < len; ++i) a[i & 7] += op == ReduceOp::kSumAbs ? std::fabs(p[i]) : p[i];
+  return static_cast<double>(((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7])));
+}
+
 template <typename Load>
 double reduce_int(ReduceOp op, uint64_t len, Load load) {
   switch (op) {
@@ -159,6 +183,8 @@ void ReduceVertex::compute(uint8_t* mem) const {
     if (float_data) {
       if (in_dtype_ == DeviceType::kFloat32) {
         const float* p = reinterpret_cast<const float*>(in) + s.in_offset;
+        if ((s.in_stride == 1 || s.len <= 1) && (op == ReduceOp::kSum || op == ReduceOp::kSumAbs))
+          return sum_unit_f32(op, p, s.len);
         return reduce_float(op, s.len, [&](uint64_t i) { return p[i * s.in_stride]; });
       }
       const half_bits* p = reinterpret_cast<const half_bits*>(in) + s.in_offset;
