@@ -12,11 +12,11 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <type_traits>
 #include <utility>
-#include <initializer_list>
 #include <vector>
 
 #include "neurenix/device_type.h"
