@@ -126,20 +126,27 @@ View make_view(int64_t offset, Shape shape, std::vector<int64_t> strides) {
   return v;
 }
 
+// The whole of a row-major tensor of shape `base` with its axes in order
+// `perm` (numpy's transpose).
+template <class Index>
+View transposed_view(const Shape& base, const std::vector<Index>& perm) {
+  const auto bs = row_major_strides(base);
+  Shape s;
+  std::vector<int64_t> st;
+  for (Index p : perm) {
+    s.push_back(base[p]);
+    st.push_back(bs[p]);
+  }
+  return make_view(0, s, st);
+}
+
 TEST(Exchange, TransposesOfEveryAxisOrder) {
   std::mt19937 rng(1);
   const Shape base = {2, 3, 4};
-  const auto bs = row_major_strides(base);
   std::vector<int> perm = {0, 1, 2};
   int n = 0;
   do {
-    Shape s;
-    std::vector<int64_t> st;
-    for (int p : perm) {
-      s.push_back(base[p]);
-      st.push_back(bs[p]);
-    }
-    ViewCase vc{base, make_view(0, s, st)};
+    ViewCase vc{base, transposed_view(base, perm)};
     for (Layout sl : {Layout::kLinear, Layout::kRandom})
       for (Layout dl : {Layout::kLinear, Layout::kOneTile, Layout::kRandom}) {
         SCOPED_TRACE(testing::Message() << "perm " << perm[0] << perm[1] << perm[2]);
@@ -151,24 +158,17 @@ TEST(Exchange, TransposesOfEveryAxisOrder) {
 }
 
 TEST(Exchange, ViewsOfManyDimensions) {
-  // Ten dimensions of 2, reversed or shuffled so that none merge: beyond
-  // the ranks copy_view keeps on the stack, and one below it.
+  // Seven and ten dimensions of 2, reversed (no two merge) or shuffled:
+  // below and beyond the ranks copy_view keeps on the stack.
   std::mt19937 rng(3);
   for (size_t rank : {size_t{7}, size_t{10}}) {
     const Shape base(rank, 2);
-    const auto bs = row_major_strides(base);
     std::vector<size_t> perm(rank);
     std::iota(perm.begin(), perm.end(), 0);
     for (int trial = 0; trial < 3; ++trial) {
       if (trial == 0) std::reverse(perm.begin(), perm.end());
       else std::shuffle(perm.begin(), perm.end(), rng);
-      Shape s;
-      std::vector<int64_t> st;
-      for (size_t p : perm) {
-        s.push_back(base[p]);
-        st.push_back(bs[p]);
-      }
-      ViewCase vc{base, make_view(0, s, st)};
+      ViewCase vc{base, transposed_view(base, perm)};
       for (Layout sl : {Layout::kLinear, Layout::kRandom})
         for (Layout dl : {Layout::kOneTile, Layout::kRandom}) {
           SCOPED_TRACE(testing::Message() << "rank " << rank << " trial " << trial);
