@@ -3,6 +3,7 @@
 
 #include <climits>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -129,6 +130,64 @@ TEST(ReduceCodelet, FloatSumsInEightInterleavedAccumulators) {
         const float want = ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
         ASSERT_EQ(mem.get(out, kF32, len), static_cast<double>(want))
             << reduce_op_name(op) << ", stride " << stride << ", length " << len;
+      }
+    }
+  }
+}
+
+// Float maxima and minima bit for bit as a scan in element order finds
+// them: the first NaN met (its own bits), else the extreme value, the first
+// of -0 and +0 when it is a zero. Contiguous segments of every length
+// around the eight-wide steps, over values with ties, signed zeros, NaNs of
+// different payloads and infinities.
+TEST(ReduceCodelet, FloatExtremesAsAScanFindsThem) {
+  std::mt19937 rng(11);
+  auto bits = [](float x) {
+    uint32_t b;
+    std::memcpy(&b, &x, 4);
+    return b;
+  };
+  auto nan_with = [](uint32_t payload) {
+    const uint32_t b = 0x7fc00000u | (payload & 0x3fffffu);
+    float x;
+    std::memcpy(&x, &b, 4);
+    return x;
+  };
+  const uint64_t n = 40;
+  for (ReduceOp op : {ReduceOp::kMax, ReduceOp::kMin, ReduceOp::kMaxAbs}) {
+    for (int family = 0; family < 4; ++family) {
+      for (int trial = 0; trial < 6; ++trial) {
+        std::vector<float> v(n);
+        for (uint64_t i = 0; i < n; ++i) {
+          switch (family) {
+            case 0: v[i] = static_cast<float>(static_cast<int>(rng() % 7) - 3) * 0.5f; break;  // ties
+            case 1: v[i] = rng() % 2 ? 0.0f : -0.0f; break;
+            case 2: v[i] = rng() % 9 == 0 ? nan_with(rng()) : static_cast<float>(rng() % 100) - 50.0f; break;
+            default: v[i] = rng() % 5 == 0 ? (rng() % 2 ? INFINITY : -INFINITY) : static_cast<float>(rng() % 10); break;
+          }
+          // Signed zeros among negatives (max) or positives (min): the
+          // extreme is then a zero.
+          if (family == 1 && rng() % 3 == 0) v[i] = op == ReduceOp::kMin ? 1.0f : -1.0f;
+        }
+        TileMem mem;
+        Field in = mem.field(n, kF32), out = mem.field(n + 1, kF32);
+        std::memcpy(mem.bytes.data() + in.byte_offset, v.data(), n * sizeof(float));
+        std::vector<ReduceSegment> segs;
+        for (uint64_t len = 0; len <= n; ++len) segs.push_back({0, len, 1, len});
+        ReduceVertex rv(0, in, kF32, out, kF32, op, false, ReduceFinal::kNone, 1.0, segs);
+        rv.compute(mem.bytes.data());
+        for (uint64_t len = 0; len <= n; ++len) {
+          float acc = op == ReduceOp::kMaxAbs ? 0.0f : op == ReduceOp::kMin ? INFINITY : -INFINITY;
+          for (uint64_t i = 0; i < len; ++i) {
+            const float x = op == ReduceOp::kMaxAbs ? std::fabs(v[i]) : v[i];
+            const bool better = op == ReduceOp::kMin ? x < acc : x > acc;
+            if (better || std::isnan(x)) acc = x;
+            if (std::isnan(acc)) break;
+          }
+          float got;
+          std::memcpy(&got, mem.bytes.data() + out.byte_offset + 4 * len, 4);
+          ASSERT_EQ(bits(got), bits(acc)) << reduce_op_name(op) << ", family " << family << ", length " << len;
+        }
       }
     }
   }

@@ -133,6 +133,41 @@ double sum_unit_f32(ReduceOp op, const float* p, uint64_t len) {
   return static_cast<double>(((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7])));
 }
 
+// The maximum (kMax, kMaxAbs) or minimum (kMin) of `len` contiguous floats,
+// as reduce_float finds it, eight at a time. The lanes' result is the same
+// value as the sequential scan's unless a NaN is met (the scan keeps the
+// first NaN's bits) or the result is a zero (the scan keeps the first of
+// -0 and +0 it meets): then the scan itself runs.
+double extreme_unit_f32(ReduceOp op, const float* p, uint64_t len) {
+  typedef float v8f __attribute__((vector_size(32)));
+  typedef int32_t v8i __attribute__((vector_size(32)));
+  const bool is_min = op == ReduceOp::kMin, is_abs = op == ReduceOp::kMaxAbs;
+  const float start = is_abs ? 0.0f : is_min ? std::numeric_limits<float>::infinity() : -std::numeric_limits<float>::infinity();
+  v8f acc = {start, start, start, start, start, start, start, start};
+  v8i nan = {0, 0, 0, 0, 0, 0, 0, 0};
+  uint64_t i = 0;
+  for (; i + 8 <= len; i += 8) {
+    v8f x;
+    std::memcpy(&x, p + i, sizeof x);
+    if (is_abs) x = reinterpret_cast<v8f>(reinterpret_cast<v8i>(x) & 0x7fffffff);
+    nan |= x != x;
+    acc = is_min ? (x < acc ? x : acc) : (x > acc ? x : acc);
+  }
+  float a[8];
+  std::memcpy(a, &acc, sizeof a);
+  bool any_nan = false;
+  for (int l = 0; l < 8; ++l) any_nan |= nan[l] != 0;
+  float r = a[0];
+  for (int l = 1; l < 8; ++l) r = is_min ? std::min(r, a[l]) : std::max(r, a[l]);
+  for (; i < len; ++i) {
+    float x = is_abs ? std::fabs(p[i]) : p[i];
+    any_nan |= x != x;
+    r = is_min ? std::min(r, x) : std::max(r, x);
+  }
+  if (!any_nan && r != 0.0f) return r;
+  return reduce_float(op, len, [&](uint64_t j) { return p[j]; });
+}
+
 template <typename Load>
 double reduce_int(ReduceOp op, uint64_t len, Load load) {
   switch (op) {
@@ -185,6 +220,9 @@ void ReduceVertex::compute(uint8_t* mem) const {
         const float* p = reinterpret_cast<const float*>(in) + s.in_offset;
         if ((s.in_stride == 1 || s.len <= 1) && (op == ReduceOp::kSum || op == ReduceOp::kSumAbs))
           return sum_unit_f32(op, p, s.len);
+        if ((s.in_stride == 1 || s.len <= 1) &&
+            (op == ReduceOp::kMax || op == ReduceOp::kMaxAbs || op == ReduceOp::kMin))
+          return extreme_unit_f32(op, p, s.len);
         return reduce_float(op, s.len, [&](uint64_t i) { return p[i * s.in_stride]; });
       }
       const half_bits* p = reinterpret_cast<const half_bits*>(in) + s.in_offset;
