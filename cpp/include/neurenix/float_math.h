@@ -8,9 +8,12 @@
 // GNU libc 2.36's expf and erff return on an x86-64 host with FMA (all 2^32
 // inputs of each compared): the results every recorded digest was made with,
 // now independent of the host's C library. The block forms evaluate sixteen
-// elements at a time in AVX2 registers where the build has AVX2 and FMA; the
-// scalar forms do the same arithmetic one element at a time (with std::fma,
-// so they are exact on hosts without FMA units too).
+// elements at a time in AVX2 registers where the build has AVX2 and FMA
+// (exp's double-precision core eight at a time in AVX-512 registers where
+// it has AVX-512F), the last few of a block in one more vector whose spare
+// lanes repeat the last element; the scalar forms do the same arithmetic one
+// element at a time (with std::fma, so they are exact on hosts without FMA
+// units too).
 //
 // exp: x 32/ln2 = k + r in double, exp(x) = 2^(k/32) 2^(r/32) with 2^(k/32)
 // from a 32-entry table of 2^(i/32) and 2^(r/32) a cubic, rounded once to
