@@ -110,62 +110,82 @@ double reduce_float(ReduceOp op, uint64_t len, Load load) {
   return 0;
 }
 
-// The sum (or sum of magnitudes) of `len` contiguous floats, as
+// Contiguous elements are read as floats a chunk at a time:
+// chunk(at, n, buf) returns the n floats from element `at` on (in place,
+// or converted into buf). Chunks start at multiples of eight.
+constexpr uint64_t kChunk = 256;
+typedef float v8f __attribute__((vector_size(32)));
+typedef int32_t v8i __attribute__((vector_size(32)));
+
+// The sum (or sum of magnitudes) of `len` contiguous elements, as
 // reduce_float sums them (element i into accumulator i % 8, the eight
 // combined pairwise), eight elements at a time: the accumulators are the
 // lanes of one vector.
-double sum_unit_f32(ReduceOp op, const float* p, uint64_t len) {
-  typedef float v8f __attribute__((vector_size(32)));
+template <typename Chunk>
+double sum_unit(ReduceOp op, uint64_t len, Chunk chunk) {
   v8f acc = {0, 0, 0, 0, 0, 0, 0, 0};
-  uint64_t i = 0;
-  for (; i + 8 <= len; i += 8) {
-    v8f x;
-    std::memcpy(&x, p + i, sizeof x);
-    if (op == ReduceOp::kSumAbs) {
-      typedef int32_t v8i __attribute__((vector_size(32)));
-      x = reinterpret_cast<v8f>(reinterpret_cast<v8i>(x) & 0x7fffffff);
-    }
-    acc += x;
-  }
   float a[8];
+  alignas(32) float buf[kChunk];
+  for (uint64_t at = 0; at < len; at += kChunk) {
+    const uint64_t n = std::min(kChunk, len - at);
+    const float* p = chunk(at, n, buf);
+    uint64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+      v8f x;
+      std::memcpy(&x, p + i, sizeof x);
+      if (op == ReduceOp::kSumAbs) x = reinterpret_cast<v8f>(reinterpret_cast<v8i>(x) & 0x7fffffff);
+      acc += x;
+    }
+    if (i < n) {  // the last chunk's last few, into their lanes
+      std::memcpy(a, &acc, sizeof a);
+      for (; i < n; ++i) a[i & 7] += op == ReduceOp::kSumAbs ? std::fabs(p[i]) : p[i];
+      std::memcpy(&acc, a, sizeof a);
+    }
+  }
   std::memcpy(a, &acc, sizeof a);
-  for (; i < len; ++i) a[i & 7] += op == ReduceOp::kSumAbs ? std::fabs(p[i]) : p[i];
   return static_cast<double>(((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7])));
 }
 
-// The maximum (kMax, kMaxAbs) or minimum (kMin) of `len` contiguous floats,
-// as reduce_float finds it, eight at a time. The lanes' result is the same
-// value as the sequential scan's unless a NaN is met (the scan keeps the
-// first NaN's bits) or the result is a zero (the scan keeps the first of
-// -0 and +0 it meets): then the scan itself runs.
-double extreme_unit_f32(ReduceOp op, const float* p, uint64_t len) {
-  typedef float v8f __attribute__((vector_size(32)));
-  typedef int32_t v8i __attribute__((vector_size(32)));
+// The maximum (kMax, kMaxAbs) or minimum (kMin) of `len` contiguous
+// elements, as reduce_float finds it (`load(i)`: element i as a float),
+// eight at a time. The lanes' result is the same value as the sequential
+// scan's unless a NaN is met (the scan keeps the first NaN's bits) or the
+// result is a zero (the scan keeps the first of -0 and +0 it meets): then
+// the scan itself runs.
+template <typename Chunk, typename Load>
+double extreme_unit(ReduceOp op, uint64_t len, Chunk chunk, Load load) {
   const bool is_min = op == ReduceOp::kMin, is_abs = op == ReduceOp::kMaxAbs;
   const float start = is_abs ? 0.0f : is_min ? std::numeric_limits<float>::infinity() : -std::numeric_limits<float>::infinity();
   v8f acc = {start, start, start, start, start, start, start, start};
   v8i nan = {0, 0, 0, 0, 0, 0, 0, 0};
-  uint64_t i = 0;
-  for (; i + 8 <= len; i += 8) {
-    v8f x;
-    std::memcpy(&x, p + i, sizeof x);
-    if (is_abs) x = reinterpret_cast<v8f>(reinterpret_cast<v8i>(x) & 0x7fffffff);
-    nan |= x != x;
-    acc = is_min ? (x < acc ? x : acc) : (x > acc ? x : acc);
+  float r = start;
+  bool any_nan = false;
+  alignas(32) float buf[kChunk];
+  for (uint64_t at = 0; at < len; at += kChunk) {
+    const uint64_t n = std::min(kChunk, len - at);
+    const float* p = chunk(at, n, buf);
+    uint64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+      v8f x;
+      std::memcpy(&x, p + i, sizeof x);
+      if (is_abs) x = reinterpret_cast<v8f>(reinterpret_cast<v8i>(x) & 0x7fffffff);
+      nan |= x != x;
+      acc = is_min ? (x < acc ? x : acc) : (x > acc ? x : acc);
+    }
+    for (; i < n; ++i) {
+      const float x = is_abs ? std::fabs(p[i]) : p[i];
+      any_nan |= x != x;
+      r = is_min ? std::min(r, x) : std::max(r, x);
+    }
   }
   float a[8];
   std::memcpy(a, &acc, sizeof a);
-  bool any_nan = false;
-  for (int l = 0; l < 8; ++l) any_nan |= nan[l] != 0;
-  float r = a[0];
-  for (int l = 1; l < 8; ++l) r = is_min ? std::min(r, a[l]) : std::max(r, a[l]);
-  for (; i < len; ++i) {
-    float x = is_abs ? std::fabs(p[i]) : p[i];
-    any_nan |= x != x;
-    r = is_min ? std::min(r, x) : std::max(r, x);
+  for (int l = 0; l < 8; ++l) {
+    any_nan |= nan[l] != 0;
+    r = is_min ? std::min(r, a[l]) : std::max(r, a[l]);
   }
   if (!any_nan && r != 0.0f) return r;
-  return reduce_float(op, len, [&](uint64_t j) { return p[j]; });
+  return reduce_float(op, len, load);
 }
 
 template <typename Load>
@@ -214,19 +234,30 @@ void ReduceVertex::compute(uint8_t* mem) const {
   const ReduceOp op = effective_op(op_, combine_);
   const ReduceOp merge = effective_op(op_, true);
   const bool float_data = is_float(in_dtype_);
+  // Float sums, sums of magnitudes and extremes of contiguous segments run
+  // eight lanes at a time (sum_unit, extreme_unit).
+  const bool sum_op = op == ReduceOp::kSum || op == ReduceOp::kSumAbs;
+  const bool extreme_op = op == ReduceOp::kMax || op == ReduceOp::kMaxAbs || op == ReduceOp::kMin;
   auto reduce_segment = [&](const ReduceSegment& s) -> double {
+    const bool unit = s.in_stride == 1 || s.len <= 1;
     if (float_data) {
       if (in_dtype_ == DeviceType::kFloat32) {
         const float* p = reinterpret_cast<const float*>(in) + s.in_offset;
-        if ((s.in_stride == 1 || s.len <= 1) && (op == ReduceOp::kSum || op == ReduceOp::kSumAbs))
-          return sum_unit_f32(op, p, s.len);
-        if ((s.in_stride == 1 || s.len <= 1) &&
-            (op == ReduceOp::kMax || op == ReduceOp::kMaxAbs || op == ReduceOp::kMin))
-          return extreme_unit_f32(op, p, s.len);
-        return reduce_float(op, s.len, [&](uint64_t i) { return p[i * s.in_stride]; });
+        auto chunk = [&](uint64_t at, uint64_t, float*) { return p + at; };
+        auto load = [&](uint64_t i) { return p[i * s.in_stride]; };
+        if (unit && sum_op) return sum_unit(op, s.len, chunk);
+        if (unit && extreme_op) return extreme_unit(op, s.len, chunk, load);
+        return reduce_float(op, s.len, load);
       }
       const half_bits* p = reinterpret_cast<const half_bits*>(in) + s.in_offset;
-      return reduce_float(op, s.len, [&](uint64_t i) { return half_to_float(p[i * s.in_stride]); });
+      auto chunk = [&](uint64_t at, uint64_t n, float* buf) {
+        half_to_float_n(p + at, buf, n);
+        return static_cast<const float*>(buf);
+      };
+      auto load = [&](uint64_t i) { return half_to_float(p[i * s.in_stride]); };
+      if (unit && sum_op) return sum_unit(op, s.len, chunk);
+      if (unit && extreme_op) return extreme_unit(op, s.len, chunk, load);
+      return reduce_float(op, s.len, load);
     }
     if (in_dtype_ == DeviceType::kInt32) {
       const int32_t* p = reinterpret_cast<const int32_t*>(in) + s.in_offset;
