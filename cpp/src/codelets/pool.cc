@@ -29,27 +29,6 @@ inline void taps(float* __restrict o, const float* __restrict src, uint32_t n, S
   }
 }
 
-#if defined(__AVX512F__)
-// o[i] = max(o[i], src[2i]) (a NaN cell taken, as `v > o || v != v`), or
-// o[i] += src[2i] when `max` is false, for i < n; nothing past src[2(n-1)]
-// or o[n - 1] is read or written.
-void stride2_taps(float* __restrict o, const float* __restrict src, uint32_t n, bool max) {
-  for (uint32_t i = 0; i < n; i += 16) {
-    const uint32_t m = std::min<uint32_t>(16, n - i);  // columns
-    const __mmask16 lanes = static_cast<__mmask16>(m == 16 ? 0xFFFFu : (1u << m) - 1);
-    const __m512 v = load_even(src + 2 * i, m);
-    const __m512 cur = _mm512_maskz_loadu_ps(lanes, o + i);
-    __m512 r;
-    if (max) {
-      const __mmask16 take = _mm512_cmp_ps_mask(v, cur, _CMP_GT_OQ) | _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
-      r = _mm512_mask_mov_ps(cur, take, v);
-    } else {
-      r = _mm512_add_ps(cur, v);
-    }
-    _mm512_mask_storeu_ps(o + i, lanes, r);
-  }
-}
-#endif
 
 }  // namespace
 
@@ -114,10 +93,11 @@ void PoolVertex::compute(uint8_t* mem) const {
   const int32_t padded_w = static_cast<int32_t>(s.in_w + s.pad_left + s.pad_right);
   // Output columns whose whole window lies inside the image's columns (and
   // the window's): [c_in0, c_in1). There every cell of a real row counts, so
-  // those columns are computed tap by tap across the row, each column seeing
-  // its cells in the same order as the general loop below (bit for bit the
-  // same result, NaNs and signed zeros included), in loops the compiler
-  // vectorises.
+  // those columns are computed in vectors of columns (sixteen at a time in
+  // a register where the build has AVX-512, else tap by tap across the row
+  // in loops the compiler vectorises), each column seeing its cells in the
+  // same order as the general loop below (bit for bit the same result, NaNs
+  // and signed zeros included).
   uint32_t c_in0 = s.out_cols, c_in1 = s.out_cols;
   {
     const int64_t span = static_cast<int64_t>(s.kw - 1) * s.dw;
@@ -145,7 +125,11 @@ void PoolVertex::compute(uint8_t* mem) const {
                               : res.data() + static_cast<size_t>(r) * s.out_cols;
       if (c_in1 > c_in0) {
         const float init = mode_ == PoolMode::kMax ? -std::numeric_limits<float>::infinity() : 0.0f;
-        std::fill(out_row + c_in0, out_row + c_in1, init);
+        const bool max = mode_ == PoolMode::kMax;
+        // The window's rows inside the image, in order (the first kMaxRows
+        // of them kept).
+        constexpr uint32_t kMaxRows = 16;
+        const float* real[kMaxRows];
         uint32_t real_rows = 0, padded_rows = 0;
         for (uint32_t a = 0; a < s.kh; ++a) {
           const int32_t hi = h0 + static_cast<int32_t>(a * s.dh);
@@ -153,25 +137,51 @@ void PoolVertex::compute(uint8_t* mem) const {
           if (hi < 0 || hi >= static_cast<int32_t>(s.in_h)) continue;
           const int32_t idx = (hi >= r_lo && hi - r_lo < static_cast<int32_t>(row_of.size())) ? row_of[hi - r_lo] : -1;
           NX_CHECK(idx >= 0, "pool window misses an input row");
+          if (real_rows < kMaxRows) real[real_rows] = plane + static_cast<size_t>(idx) * s.in_cols;
           ++real_rows;
-          const float* row = plane + static_cast<size_t>(idx) * s.in_cols;
-          for (uint32_t b = 0; b < s.kw; ++b) {
-            // Cell (a, b) of column c: row[(wo0 + c) * sw - pad_left + b * dw - wi0].
-            const float* src = row + (static_cast<int64_t>(s.wo0 + c_in0) * s.sw - s.pad_left +
-                                      static_cast<int64_t>(b) * s.dw - s.wi0);
-            float* o = out_row + c_in0;
-            const uint32_t n = c_in1 - c_in0, sw = s.sw;
+        }
+        // Cell (a, b) of column c: row[(wo0 + c) * sw - pad_left + b * dw - wi0].
+        const int64_t first = static_cast<int64_t>(s.wo0 + c_in0) * s.sw - s.pad_left - s.wi0;
+        float* o = out_row + c_in0;
+        const uint32_t n = c_in1 - c_in0;
 #if defined(__AVX512F__)
-            if (sw == 2) {
-              // Sixteen columns at a time, their cells deinterleaved from
-              // two loads (the same values, in the same order per column,
-              // as the loop below).
-              stride2_taps(o, src, n, mode_ == PoolMode::kMax);
-              continue;
-            }
+        if ((s.sw == 1 || s.sw == 2) && real_rows <= kMaxRows) {
+          // Sixteen columns at a time, all their cells taken in a register
+          // (stride 2: deinterleaved from two loads), rows then taps along
+          // the row, and stored once: the same values, in the same order
+          // per column, as the loop below.
+          for (uint32_t i = 0; i < n; i += 16) {
+            const uint32_t m = std::min<uint32_t>(16, n - i);
+            const __mmask16 lanes = static_cast<__mmask16>(m == 16 ? 0xFFFFu : (1u << m) - 1);
+            __m512 acc = _mm512_set1_ps(init);
+            for (uint32_t q = 0; q < real_rows; ++q)
+              for (uint32_t b = 0; b < s.kw; ++b) {
+                const float* src = real[q] + first + static_cast<int64_t>(b) * s.dw + static_cast<int64_t>(i) * s.sw;
+                const __m512 v = s.sw == 2 ? load_even(src, m) : _mm512_maskz_loadu_ps(lanes, src);
+                if (max) {
+                  const __mmask16 take = _mm512_cmp_ps_mask(v, acc, _CMP_GT_OQ) | _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+                  acc = _mm512_mask_mov_ps(acc, take, v);
+                } else {
+                  acc = _mm512_add_ps(acc, v);
+                }
+              }
+            _mm512_mask_storeu_ps(o + i, lanes, acc);
+          }
+        } else
 #endif
-            if (sw == 1) taps(o, src, n, std::integral_constant<uint32_t, 1>{}, mode_ == PoolMode::kMax);
-            else taps(o, src, n, sw, mode_ == PoolMode::kMax);
+        {
+          std::fill(o, o + n, init);
+          uint32_t q = 0;
+          for (uint32_t a = 0; a < s.kh; ++a) {
+            const int32_t hi = h0 + static_cast<int32_t>(a * s.dh);
+            if (hi < 0 || hi >= static_cast<int32_t>(s.in_h)) continue;
+            const float* row = q < kMaxRows ? real[q] : plane + static_cast<size_t>(row_of[hi - r_lo]) * s.in_cols;
+            ++q;
+            for (uint32_t b = 0; b < s.kw; ++b) {
+              const float* src = row + first + static_cast<int64_t>(b) * s.dw;
+              if (s.sw == 1) taps(o, src, n, std::integral_constant<uint32_t, 1>{}, max);
+              else taps(o, src, n, s.sw, max);
+            }
           }
         }
         const uint32_t count = real_rows * s.kw, padded_count = padded_rows * s.kw;
