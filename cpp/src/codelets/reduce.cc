@@ -117,14 +117,12 @@ constexpr uint64_t kChunk = 256;
 typedef float v8f __attribute__((vector_size(32)));
 typedef int32_t v8i __attribute__((vector_size(32)));
 
-// The sum (or sum of magnitudes) of `len` contiguous elements, as
-// reduce_float sums them (element i into accumulator i % 8, the eight
-// combined pairwise), eight elements at a time: the accumulators are the
-// lanes of one vector.
-template <typename Chunk>
-double sum_unit(ReduceOp op, uint64_t len, Chunk chunk) {
-  v8f acc = {0, 0, 0, 0, 0, 0, 0, 0};
-  float a[8];
+// The `len` contiguous elements, chunk by chunk: vec(x) for each eight in
+// order (magnitudes for kSumAbs and kMaxAbs), then rest(p, i, n) for a
+// chunk's last n - i (fewer than eight; only the last chunk has them).
+template <typename Chunk, typename Vec, typename Rest>
+void for_each_eight(ReduceOp op, uint64_t len, Chunk chunk, Vec vec, Rest rest) {
+  const bool abs = op == ReduceOp::kSumAbs || op == ReduceOp::kMaxAbs;
   alignas(32) float buf[kChunk];
   for (uint64_t at = 0; at < len; at += kChunk) {
     const uint64_t n = std::min(kChunk, len - at);
@@ -133,15 +131,28 @@ double sum_unit(ReduceOp op, uint64_t len, Chunk chunk) {
     for (; i + 8 <= n; i += 8) {
       v8f x;
       std::memcpy(&x, p + i, sizeof x);
-      if (op == ReduceOp::kSumAbs) x = reinterpret_cast<v8f>(reinterpret_cast<v8i>(x) & 0x7fffffff);
-      acc += x;
+      if (abs) x = reinterpret_cast<v8f>(reinterpret_cast<v8i>(x) & 0x7fffffff);
+      vec(x);
     }
-    if (i < n) {  // the last chunk's last few, into their lanes
-      std::memcpy(a, &acc, sizeof a);
-      for (; i < n; ++i) a[i & 7] += op == ReduceOp::kSumAbs ? std::fabs(p[i]) : p[i];
-      std::memcpy(&acc, a, sizeof a);
-    }
+    if (i < n) rest(p, i, n);
   }
+}
+
+// The sum (or sum of magnitudes) of `len` contiguous elements, as
+// reduce_float sums them (element i into accumulator i % 8, the eight
+// combined pairwise), eight elements at a time: the accumulators are the
+// lanes of one vector.
+template <typename Chunk>
+double sum_unit(ReduceOp op, uint64_t len, Chunk chunk) {
+  v8f acc = {0, 0, 0, 0, 0, 0, 0, 0};
+  float a[8];
+  for_each_eight(
+      op, len, chunk, [&](v8f x) { acc += x; },
+      [&](const float* p, uint64_t i, uint64_t n) {  // the last few, into their lanes
+        std::memcpy(a, &acc, sizeof a);
+        for (; i < n; ++i) a[i & 7] += op == ReduceOp::kSumAbs ? std::fabs(p[i]) : p[i];
+        std::memcpy(&acc, a, sizeof a);
+      });
   std::memcpy(a, &acc, sizeof a);
   return static_cast<double>(((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7])));
 }
@@ -160,24 +171,19 @@ double extreme_unit(ReduceOp op, uint64_t len, Chunk chunk, Load load) {
   v8i nan = {0, 0, 0, 0, 0, 0, 0, 0};
   float r = start;
   bool any_nan = false;
-  alignas(32) float buf[kChunk];
-  for (uint64_t at = 0; at < len; at += kChunk) {
-    const uint64_t n = std::min(kChunk, len - at);
-    const float* p = chunk(at, n, buf);
-    uint64_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-      v8f x;
-      std::memcpy(&x, p + i, sizeof x);
-      if (is_abs) x = reinterpret_cast<v8f>(reinterpret_cast<v8i>(x) & 0x7fffffff);
-      nan |= x != x;
-      acc = is_min ? (x < acc ? x : acc) : (x > acc ? x : acc);
-    }
-    for (; i < n; ++i) {
-      const float x = is_abs ? std::fabs(p[i]) : p[i];
-      any_nan |= x != x;
-      r = is_min ? std::min(r, x) : std::max(r, x);
-    }
-  }
+  for_each_eight(
+      op, len, chunk,
+      [&](v8f x) {
+        nan |= x != x;
+        acc = is_min ? (x < acc ? x : acc) : (x > acc ? x : acc);
+      },
+      [&](const float* p, uint64_t i, uint64_t n) {
+        for (; i < n; ++i) {
+          const float x = is_abs ? std::fabs(p[i]) : p[i];
+          any_nan |= x != x;
+          r = is_min ? std::min(r, x) : std::max(r, x);
+        }
+      });
   float a[8];
   std::memcpy(a, &acc, sizeof a);
   for (int l = 0; l < 8; ++l) {
