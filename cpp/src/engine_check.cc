@@ -133,11 +133,21 @@ class Checker {
     if (tile >= exe_.arena_bytes().size() || var >= g_.num_vars())
       violation(who() + " aliases a tile or variable that does not exist");
     slice(var, tile, who);
-    const Bytes sender = held_slice(var, tile, who);
+    Bytes sender = held_slice(var, tile, who);
     if (device_type_size(g_.var(var).dtype) != es)
       violation(who() + " aliases '" + g_.var(var).name + "', of another element size");
     const Wide at = in_block(f.tile, address);
     const Bytes read{at, at + static_cast<Wide>(end - first) * es};
+    // A piece may run on into the variable's next shares where they lie
+    // back to back in the block (merged pieces, host_layout.cc).
+    if (read.begin >= sender.begin && read.begin < sender.end && read.end > sender.end) {
+      const Variable& v = g_.var(var);
+      for (size_t i = static_cast<size_t>(v.share(tile) - v.tiles.data()) + 1; i < v.tiles.size() && read.end > sender.end; ++i) {
+        const Bytes next = held_slice(var, v.tiles[i].tile, who);
+        if (next.begin != sender.end) break;
+        sender.end = next.end;
+      }
+    }
     if (!read.inside(sender))
       violation(who() + " aliases " + str(read) + " of the host block but '" + g_.var(var).name + "' on " + where(tile) +
                 " is " + str(sender) + " there");

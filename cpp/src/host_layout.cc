@@ -177,16 +177,30 @@ void lay_out_by_variable(Executable& exe, const std::vector<std::pair<int64_t, i
         if (f->shadow) {
           f->address += arena + shift;
         } else if (!f->pieces.empty()) {
-          std::vector<Field::Piece> pieces(f->pieces.begin(), f->pieces.end());
-          for (Field::Piece& p : pieces) {
+          std::vector<Field::Piece> pieces;
+          pieces.reserve(f->pieces.size());
+          const int64_t es = static_cast<int64_t>(device_type_size(g.var(f->var).dtype));
+          for (Field::Piece p : f->pieces) {
             if (p.tile == UINT32_MAX) {
               p.address = static_cast<int64_t>(to_host(f->var, f->tile, static_cast<uint64_t>(p.address)));
             } else {
               const int64_t src = p.address + arena - static_cast<int64_t>(old_arena[p.tile]);
               p.address = static_cast<int64_t>(to_host(p.var, p.tile, static_cast<uint64_t>(src)));
             }
+            // Pieces of one variable whose senders' shares now lie back to
+            // back are one run of the block: read as one piece (a window
+            // whose channels straddle its senders' tiles is then read a
+            // channel at a time in place; engine_check.cc accepts a piece
+            // that runs on into the next shares).
+            if (!pieces.empty()) {
+              const Field::Piece& q = pieces.back();
+              if (q.tile != UINT32_MAX && p.tile != UINT32_MAX && q.var == p.var &&
+                  q.address + static_cast<int64_t>(p.begin - q.begin) * es == p.address)
+                continue;
+            }
+            pieces.push_back(p);
           }
-          f->pieces = std::move(pieces);
+          f->pieces = pieces;
         } else if (f->alias_tile != UINT32_MAX) {
           const int64_t src = f->address + arena - static_cast<int64_t>(old_arena[f->alias_tile]);
           f->address = static_cast<int64_t>(to_host(f->alias_var, f->alias_tile, static_cast<uint64_t>(src)));

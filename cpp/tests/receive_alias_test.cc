@@ -182,14 +182,14 @@ std::shared_ptr<Executable> two_senders(int overwrite_tile, bool piecewise) {
 }
 
 TEST(ReceiveAlias, APiecewiseReaderAliasesEachSenderThatKeepsItsData) {
-  // Both senders unchanged: two pieces at two senders, no copy performed.
+  // Both senders unchanged: no copy performed, each half read at its
+  // sender; the two shares of `a` lie back to back in the host block, so
+  // the two pieces are one, read from sender 0's share on into sender 1's.
   auto both = two_senders(-1, true);
   const Field& f = *both->graph().compute_sets()[1].vertices[0]->fields()[0];
-  ASSERT_EQ(f.pieces.size(), 2u);
+  ASSERT_EQ(f.pieces.size(), 1u);
   EXPECT_EQ(f.pieces[0].begin, 0u);
   EXPECT_EQ(f.pieces[0].tile, 0u);
-  EXPECT_EQ(f.pieces[1].begin, kN / 2);
-  EXPECT_EQ(f.pieces[1].tile, 1u);
   EXPECT_EQ(both->aliased_bytes(), kN * 4);
   EXPECT_TRUE(both->byte_copies()[0].empty());
   run(both, /*checked=*/true);
@@ -210,6 +210,20 @@ TEST(ReceiveAlias, APiecewiseReaderAliasesEachSenderThatKeepsItsData) {
   EXPECT_EQ(whole_field->aliased_bytes(), 0u);
   EXPECT_TRUE(whole_field->graph().compute_sets()[1].vertices[0]->fields()[0]->pieces.empty());
   run(whole_field);
+}
+
+// Checked mode follows a piece from its sender's share into the next ones
+// where they lie back to back, and no further.
+TEST(ReceiveAlias, CheckedModeFollowsAPieceIntoTheNextSharesOnly) {
+  auto both = two_senders(-1, true);
+  Field& f = *both->graph().compute_sets()[1].vertices[0]->all_fields()[0];
+  ASSERT_EQ(f.pieces.size(), 1u);
+  std::vector<Field::Piece> moved(f.pieces.begin(), f.pieces.end());
+  moved[0].address += 4;  // one element past the last share of 'a'
+  f.pieces = moved;
+  EngineOptions o;
+  o.checked = true;
+  EXPECT_NX_ERROR(kInternal, Engine e(both, o), "field 0 aliases bytes [", "of the host block but 'a' on IPU 0 tile 0 is bytes [");
 }
 
 // A copy in rows (a 2-D pattern) whose second row alone is read: the reader

@@ -330,6 +330,7 @@ class Vertex {
     refs.clear();
     list_refs(refs);
     for (const FieldRef* r : refs) const_cast<FieldRef*>(r)->refresh();
+    derive();
   }
   // True when every FieldRef holds what its field does now (checked mode:
   // a field changed after compile() is one the codelet does not see).
@@ -364,6 +365,10 @@ class Vertex {
   virtual void list_fields(std::vector<Field*>& out) = 0;
   // The codelet's FieldRefs (a codelet holding plain Fields has none).
   virtual void list_refs(std::vector<const FieldRef*>& out) const { (void)out; }
+  // Called by refresh(), its FieldRefs holding what the compiler set: what
+  // a codelet keeps from them for its runs, worked out once (the
+  // convolution: where its window's channels are).
+  virtual void derive() {}
 
  private:
   static inline const std::vector<Field*> kNoFields{};

@@ -164,6 +164,32 @@ bool ConvVertex::reads_in_place() const {
   return in_dtype_ == DeviceType::kFloat32 && partials_ == DeviceType::kFloat32 && window_is_plane();
 }
 
+void ConvVertex::derive() {
+  channels_.clear();
+  if (!reads_in_place() || in_.pieces.empty()) return;
+  const uint64_t chan = static_cast<uint64_t>(s_.in_rows) * s_.in_w, es = sizeof(float);
+  std::vector<ChannelRun> runs;
+  uint64_t ci = 0;
+  for (size_t i = 0; i < in_.pieces.size() && ci < s_.cin; ++i) {
+    const Field::Piece& p = in_.pieces[i];
+    const uint64_t end = i + 1 < in_.pieces.size() ? in_.pieces[i + 1].begin : in_.count;
+    for (; ci < s_.cin && ci * chan < end; ++ci) {
+      if (ci * chan < p.begin || ci * chan + chan > end) return;  // straddles: gathered
+      const int64_t at = p.address + static_cast<int64_t>((ci * chan - p.begin) * es);
+      if (!runs.empty()) {
+        ChannelRun& r = runs.back();
+        if (r.count == 1) r.stride = at - r.address;
+        if (at == r.address + static_cast<int64_t>(r.count) * r.stride) {
+          ++r.count;
+          continue;
+        }
+      }
+      runs.push_back(ChannelRun{static_cast<uint32_t>(ci), 1, at, 0});
+    }
+  }
+  if (ci == s_.cin) channels_ = runs;
+}
+
 uint64_t ConvVertex::cycles(const TargetSpec& t) const {
   const uint64_t rate = std::max<uint32_t>(1, amp_flops_per_cycle(t, in_dtype_));
   const uint64_t depth = amp_depth(in_dtype_);
@@ -198,22 +224,14 @@ void ConvVertex::compute(uint8_t* mem) const {
   if (in_dtype_ == DeviceType::kFloat32 && in_.pieces.empty()) {
     in_f = reinterpret_cast<const float*>(mem + in_.address);
   } else {
-    if (in_place) {
-      const size_t chan = static_cast<size_t>(s.in_rows) * s.in_w;
+    if (in_place && !channels_.empty()) {
+      // Each channel read where it lies (derive()).
       chans.resize(s.cin);
       by_channel = true;
-      // One walk over the pieces: channel ci is read in place if it lies
-      // inside one of them.
-      uint64_t ci = 0;
-      for_each_field_run(mem, in_, 0, win_n, sizeof(float), [&](const uint8_t* run, uint64_t at, uint64_t len) {
-        for (; ci < s.cin && ci * chan < at + len; ++ci) {
-          if (ci * chan < at || ci * chan + chan > at + len) {
-            by_channel = false;
-          } else {
-            chans[ci] = reinterpret_cast<const float*>(run + (ci * chan - at) * sizeof(float));
-          }
-        }
-      });
+      for (const ChannelRun& r : channels_) {
+        const uint8_t* at = mem + r.address;
+        for (uint32_t c = 0; c < r.count; ++c, at += r.stride) chans[r.first + c] = reinterpret_cast<const float*>(at);
+      }
     }
     if (!by_channel) {
       win.resize(win_n + own_slack);
@@ -376,13 +394,25 @@ void ConvVertex::compute(uint8_t* mem) const {
     std::fill(ph.end() - static_cast<std::ptrdiff_t>(slack), ph.end(), 0.0f);
   }
   const float* planes = own_plane ? in_f : ph.data();
+  // The product of a window read a channel at a time where each lies: one
+  // strided matrix where its channels are evenly spaced (one channel run),
+  // through the channels' pointers otherwise (the same sums either way).
+  auto by_channels = [&](float* c, uint32_t ldc) {
+    const ChannelRun& r = channels_[0];
+    const uint32_t n = s.rows * s.in_w;
+    if (channels_.size() == 1 && r.stride > 0 && r.stride % sizeof(float) == 0 && r.stride / sizeof(float) <= UINT32_MAX)
+      gemm_f32_strided(w_f, ldw, 1, chans[0], static_cast<uint32_t>(r.stride / sizeof(float)), c, s.cout, n, s.cin, ldc,
+                       false, false);
+    else
+      gemm_f32_rows(w_f, ldw, chans.data(), c, s.cout, n, s.cin, ldc, false);
+  };
   const uint32_t row_w = in_place ? s.in_w : wq;
   const uint32_t n = s.rows * row_w;
   if (in_place && out_dtype_ == DeviceType::kFloat32) {
     // Rows hold no dropped columns: the product goes straight to the output.
     float* out = reinterpret_cast<float*>(mem + out_.address);
     if (by_channel)
-      gemm_f32_rows(w_f, ldw, chans.data(), out, s.cout, n, s.cin, s.ld_out, false);
+      by_channels(out, s.ld_out);
     else
       gemm_f32_strided(w_f, ldw, 1, in_f, in_plane, out, s.cout, n, s.cin, s.ld_out, false, false);
     if (bias_)
@@ -429,7 +459,7 @@ void ConvVertex::compute(uint8_t* mem) const {
       }
     }
   } else if (by_channel) {  // in place
-    gemm_f32_rows(w_f, ldw, chans.data(), acc.data(), s.cout, n, s.cin, n, false);
+    by_channels(acc.data(), n);
   } else {
     // (The tap reads phase (0, 0): the first plane.)
     gemm_f32_strided(w_f, ldw, 1, in_place ? in_f : planes, in_plane, acc.data(), s.cout, n, s.cin, n, false, !in_place);

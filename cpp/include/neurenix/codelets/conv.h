@@ -41,6 +41,7 @@ class ConvVertex : public Vertex {
  protected:
   void list_fields(std::vector<Field*>& out) override;
   void list_refs(std::vector<const FieldRef*>& out) const override;
+  void derive() override;
 
  private:
   // A 1x1, stride-1, unpadded window whose rows are the output's: it is its
@@ -49,7 +50,16 @@ class ConvVertex : public Vertex {
   // Such a window in float32 (partials in float): the product reads it in
   // place, in tile memory.
   bool reads_in_place() const;
+  // Channels [first, first + count) of a window read in place in pieces
+  // lie `stride` bytes apart from `address` (as a field's): its channel
+  // runs. derive() finds them; none where a channel straddles two pieces
+  // (the window is then gathered).
+  struct ChannelRun {
+    uint32_t first, count;
+    int64_t address, stride;
+  };
   FieldRef in_, w_, out_;
+  RareList<ChannelRun> channels_;
   ConvWindow s_;
   DeviceType in_dtype_, partials_, out_dtype_;
   std::unique_ptr<BiasField> bias_;       // if it has one

@@ -1,0 +1,99 @@
+// The convolution codelet run directly on a stand-in tile memory.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "codelet_util.h"
+#include "neurenix/codelets/conv.h"
+
+using namespace neurenix;
+using namespace nxtest;
+
+namespace {
+
+// How a 1x1 window's channels are placed in pieces.
+enum class Placement {
+  kEvenlySpaced,  // a piece per channel, the channels a fixed stride apart
+  kScattered,     // a piece per channel, each anywhere
+  kGrouped,       // pieces of several whole channels, anywhere
+  kStraddling,    // pieces cut inside channels
+};
+
+}  // namespace
+
+// A 1x1 window read in place in pieces (a receive alias from several
+// senders): read a channel at a time where each lies (evenly spaced
+// channels as one strided matrix, others through their pointers), or
+// gathered where a piece cuts a channel. Small integers: every sum exact,
+// whatever its order.
+TEST(ConvCodelet, WindowInPiecesReadWhereEachChannelLies) {
+  std::mt19937 rng(11);
+  std::uniform_int_distribution<int> val(-8, 8);
+  for (Placement place : {Placement::kEvenlySpaced, Placement::kScattered, Placement::kGrouped, Placement::kStraddling})
+    for (DeviceType od : {kF32, kF16})
+      for (int trial = 0; trial < 20; ++trial) {
+        ConvWindow s;
+        s.cin = 1 + rng() % 24;
+        s.cout = 1 + rng() % 19;
+        s.rows = s.in_rows = 1 + rng() % 3;
+        s.in_w = s.out_w = 1 + rng() % 30;
+        s.in_h = s.rows;
+        s.ldw = s.cin + rng() % 3;
+        s.ld_out = s.rows * s.out_w + rng() % 3;
+        const uint64_t chan = static_cast<uint64_t>(s.rows) * s.in_w, n = s.cin * chan;
+        std::vector<double> x(n), w(static_cast<size_t>(s.cout) * s.ldw);
+        for (double& v : x) v = val(rng);
+        for (double& v : w) v = val(rng);
+        TileMem mem;
+        Field in = mem.field(n, kF32);
+        for (uint64_t i = 0; i < n; ++i) mem.put(in, kF32, i, 1e6);  // its own bytes: never read
+        Field wf = mem.field(w.size(), kF32);
+        for (size_t i = 0; i < w.size(); ++i) mem.put(wf, kF32, i, w[i]);
+        Field out = mem.field(static_cast<uint64_t>(s.cout - 1) * s.ld_out + chan, od);
+        // Cuts between pieces (elements of the window), each piece's
+        // elements stored at a place of its own.
+        std::vector<uint64_t> cuts;
+        if (place == Placement::kStraddling) {
+          cuts = {0};
+          for (uint64_t e = 1; e < n; ++e)
+            if (rng() % 4 == 0) cuts.push_back(e);
+          if (cuts.size() == 1 && n > 1) cuts.push_back(1 + rng() % (n - 1));
+        } else {
+          for (uint32_t c = 0; c < s.cin; ++c)
+            if (place != Placement::kGrouped || c == 0 || rng() % 3 == 0) cuts.push_back(c * chan);
+        }
+        std::vector<Field::Piece> pieces(cuts.size());
+        const uint64_t stride = chan + 1 + rng() % 5;  // floats between evenly spaced channels
+        Field spaced = mem.field(stride * s.cin, kF32);
+        std::vector<size_t> order(cuts.size());
+        std::iota(order.begin(), order.end(), 0);
+        std::shuffle(order.begin(), order.end(), rng);
+        for (size_t k : order) {
+          const uint64_t b = cuts[k], e = k + 1 < cuts.size() ? cuts[k + 1] : n;
+          uint64_t at;
+          if (place == Placement::kEvenlySpaced) {
+            at = spaced.byte_offset + b / chan * stride * 4;
+            for (uint64_t i = b; i < e; ++i) mem.put(spaced, kF32, b / chan * stride + (i - b), x[i]);
+          } else {
+            Field f = mem.field(e - b, kF32);
+            at = f.byte_offset;
+            for (uint64_t i = b; i < e; ++i) mem.put(f, kF32, i - b, x[i]);
+          }
+          pieces[k] = Field::Piece{b, static_cast<int64_t>(at), 1, 0};
+        }
+        ConvVertex v(0, in, wf, out, s, kF32, kF32, od);
+        v.all_fields()[0]->pieces = pieces;
+        v.refresh();
+        v.compute(mem.bytes.data());
+        for (uint32_t co = 0; co < s.cout; ++co)
+          for (uint64_t p = 0; p < chan; ++p) {
+            double want = 0;
+            for (uint32_t ci = 0; ci < s.cin; ++ci) want += w[co * s.ldw + ci] * x[ci * chan + p];
+            ASSERT_EQ(mem.get(out, od, co * s.ld_out + p), want)
+                << "placement " << static_cast<int>(place) << ", trial " << trial << ", output channel " << co << ", column " << p;
+          }
+      }
+}
