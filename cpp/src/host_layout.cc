@@ -110,13 +110,16 @@ void lay_out_by_variable(Executable& exe, const std::vector<std::pair<int64_t, i
   }
 
   // The variables first-fit in the block by their first step (the larger
-  // first among those that start together), each its shares in tile order.
+  // first among those that start together), each its shares in tile order,
+  // back to back (no gap between shares: a vertex reading several senders'
+  // shares reads one run), the variable on an 8-byte boundary.
   std::vector<VarId> order;
   std::vector<uint64_t> bytes(nvars, 0);
   for (size_t v = 0; v < nvars; ++v) {
     if (life[v].first < 0 || shadowed[v]) continue;
     const Variable& var = g.var(static_cast<VarId>(v));
-    for (const TileShare& sh : var.tiles) bytes[v] += align_up(sh.count * device_type_size(var.dtype));
+    for (const TileShare& sh : var.tiles) bytes[v] += sh.count * device_type_size(var.dtype);
+    bytes[v] = align_up(bytes[v]);
     order.push_back(static_cast<VarId>(v));
   }
   std::stable_sort(order.begin(), order.end(), [&](VarId a, VarId b) {
@@ -158,7 +161,7 @@ void lay_out_by_variable(Executable& exe, const std::vector<std::pair<int64_t, i
         continue;
       }
       h[i] = at;
-      at += align_up(var.tiles[i].count * device_type_size(var.dtype));
+      at += var.tiles[i].count * device_type_size(var.dtype);
     }
   }
   const std::vector<uint64_t> old_arena = exe.arena_offsets_;

@@ -329,9 +329,10 @@ inline void check_host_layout(const Executable& exe) {
       if (si) {
         EXPECT_GT(var.tiles[si].tile, var.tiles[si - 1].tile);
       }
-      EXPECT_EQ(exe.host_offset(static_cast<VarId>(v), si), at) << var.name << ": shares side by side in tile order";
-      at += (var.tiles[si].count * es + 7) / 8 * 8;
+      EXPECT_EQ(exe.host_offset(static_cast<VarId>(v), si), at) << var.name << ": shares back to back in tile order";
+      at += var.tiles[si].count * es;
     }
+    EXPECT_EQ(begin % 8, 0u) << var.name << ": on an 8-byte boundary";
     EXPECT_LE(at, exe.variables_end()) << var.name;
     spans.push_back({static_cast<VarId>(v), begin, at});
   }
