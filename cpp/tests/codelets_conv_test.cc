@@ -97,3 +97,75 @@ TEST(ConvCodelet, WindowInPiecesReadWhereEachChannelLies) {
           }
       }
 }
+
+// Windows with padding, strides and dilations, one output row or several,
+// with a bias or without, float32 or float16 outputs: every output the sum
+// over channels and taps of the padded window, plus the bias (small
+// integers: every sum exact).
+TEST(ConvCodelet, PaddedStridedWindowsWithBias) {
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<int> val(-4, 4);
+  for (int trial = 0; trial < 300; ++trial) {
+    ConvWindow s;
+    s.kh = 1 + rng() % 3;
+    s.kw = 1 + rng() % 3;
+    s.sh = 1 + rng() % 2;
+    s.sw = 1 + rng() % 2;
+    s.dh = 1 + rng() % 2;
+    s.dw = 1 + rng() % 2;
+    s.pad_top = static_cast<int32_t>(rng() % 2);
+    s.pad_left = static_cast<int32_t>(rng() % 2);
+    s.cin = 1 + rng() % 5;
+    s.cout = 1 + rng() % 11;
+    s.in_h = 4 + rng() % 8;
+    s.in_w = 4 + rng() % 20;
+    const int32_t eh = static_cast<int32_t>((s.kh - 1) * s.dh + 1), ew = static_cast<int32_t>((s.kw - 1) * s.dw + 1);
+    const int32_t out_h = (static_cast<int32_t>(s.in_h) + 2 * s.pad_top - eh) / static_cast<int32_t>(s.sh) + 1;
+    s.out_w = static_cast<uint32_t>((static_cast<int32_t>(s.in_w) + 2 * s.pad_left - ew) / static_cast<int32_t>(s.sw) + 1);
+    if (out_h <= 0 || static_cast<int32_t>(s.out_w) <= 0) continue;
+    s.ho0 = rng() % static_cast<uint32_t>(out_h);
+    s.rows = trial % 2 ? 1 : 1 + rng() % (static_cast<uint32_t>(out_h) - s.ho0);
+    // The window holds the input rows the outputs read, inside the image.
+    const int32_t lo = std::max<int32_t>(0, static_cast<int32_t>(s.ho0 * s.sh) - s.pad_top);
+    const int32_t hi = std::min<int32_t>(static_cast<int32_t>(s.in_h),
+                                         static_cast<int32_t>((s.ho0 + s.rows - 1) * s.sh) - s.pad_top + eh);
+    if (hi <= lo) continue;
+    s.hi0 = lo;
+    s.in_rows = static_cast<uint32_t>(hi - lo);
+    const uint32_t k = s.cin * s.kh * s.kw;
+    s.ldw = k + rng() % 2;
+    s.ld_out = s.rows * s.out_w + rng() % 3;
+    const DeviceType od = rng() % 3 == 0 ? kF16 : kF32;
+    const bool with_bias = rng() % 2;
+    const uint64_t chan = static_cast<uint64_t>(s.in_rows) * s.in_w;
+    std::vector<double> x(s.cin * chan), w(static_cast<size_t>(s.cout) * s.ldw), bias(s.cout);
+    for (double& v : x) v = val(rng);
+    for (double& v : w) v = val(rng);
+    for (double& v : bias) v = val(rng);
+    TileMem mem;
+    Field in = mem.field(x.size(), kF32), wf = mem.field(w.size(), kF32), bf = mem.field(s.cout, kF32);
+    Field out = mem.field(static_cast<uint64_t>(s.cout - 1) * s.ld_out + s.rows * s.out_w, od);
+    for (size_t i = 0; i < x.size(); ++i) mem.put(in, kF32, i, x[i]);
+    for (size_t i = 0; i < w.size(); ++i) mem.put(wf, kF32, i, w[i]);
+    for (uint32_t i = 0; i < s.cout; ++i) mem.put(bf, kF32, i, bias[i]);
+    ConvVertex v(0, in, wf, out, s, kF32, kF32, od);
+    if (with_bias) v.set_bias(bf, kF32);
+    v.refresh();
+    v.compute(mem.bytes.data());
+    for (uint32_t co = 0; co < s.cout; ++co)
+      for (uint32_t r = 0; r < s.rows; ++r)
+        for (uint32_t wo = 0; wo < s.out_w; ++wo) {
+          double want = with_bias ? bias[co] : 0.0;
+          for (uint32_t ci = 0; ci < s.cin; ++ci)
+            for (uint32_t a = 0; a < s.kh; ++a)
+              for (uint32_t b = 0; b < s.kw; ++b) {
+                const int32_t hr = static_cast<int32_t>((s.ho0 + r) * s.sh + a * s.dh) - s.pad_top;
+                const int32_t wc = static_cast<int32_t>(wo * s.sw + b * s.dw) - s.pad_left;
+                if (hr < 0 || hr >= static_cast<int32_t>(s.in_h) || wc < 0 || wc >= static_cast<int32_t>(s.in_w)) continue;
+                want += w[co * s.ldw + (ci * s.kh + a) * s.kw + b] * x[ci * chan + (hr - s.hi0) * s.in_w + wc];
+              }
+          ASSERT_EQ(mem.get(out, od, co * s.ld_out + r * s.out_w + wo), want)
+              << "trial " << trial << ": output channel " << co << ", row " << r << ", column " << wo;
+        }
+  }
+}
