@@ -406,6 +406,17 @@ void ConvVertex::compute(uint8_t* mem) const {
     else
       gemm_f32_rows(w_f, ldw, chans.data(), c, s.cout, n, s.cin, ldc, false);
   };
+  // A float32 output written by the product itself: the bias added to the
+  // first `cols` outputs of each channel (each sum plus the bias once, as
+  // the stores below add it).
+  auto add_bias = [&](float* out, uint32_t cols) {
+    if (!bias_) return;
+    for (uint32_t co = 0; co < s.cout; ++co) {
+      const float bv = static_cast<float>(load_element(mem + bias_->field.address, bias_->dtype, co));
+      float* o = out + static_cast<size_t>(co) * s.ld_out;
+      for (uint32_t i = 0; i < cols; ++i) o[i] += bv;
+    }
+  };
   const uint32_t row_w = in_place ? s.in_w : wq;
   const uint32_t n = s.rows * row_w;
   if (in_place && out_dtype_ == DeviceType::kFloat32) {
@@ -415,12 +426,7 @@ void ConvVertex::compute(uint8_t* mem) const {
       by_channels(out, s.ld_out);
     else
       gemm_f32_strided(w_f, ldw, 1, in_f, in_plane, out, s.cout, n, s.cin, s.ld_out, false, false);
-    if (bias_)
-      for (uint32_t co = 0; co < s.cout; ++co) {
-        const float bv = static_cast<float>(load_element(mem + bias_->field.address, bias_->dtype, co));
-        float* o = out + static_cast<size_t>(co) * s.ld_out;
-        for (uint32_t i = 0; i < n; ++i) o[i] += bv;
-      }
+    add_bias(out, n);
     return;
   }
   acc.resize(static_cast<size_t>(s.cout) * n);
@@ -452,12 +458,7 @@ void ConvVertex::compute(uint8_t* mem) const {
       // than one product over all of them and the copy below.)
       float* out = reinterpret_cast<float*>(mem + out_.address);
       gemm_f32_rows(w_f, ldw, rows.data(), out, s.cout, s.out_w, k, s.ld_out, true);
-      if (bias_)
-        for (uint32_t co = 0; co < s.cout; ++co) {
-          const float bv = static_cast<float>(load_element(mem + bias_->field.address, bias_->dtype, co));
-          float* o = out + static_cast<size_t>(co) * s.ld_out;
-          for (uint32_t i = 0; i < p; ++i) o[i] += bv;
-        }
+      add_bias(out, p);
       return;
     }
     if (!half_rows) {
