@@ -99,9 +99,10 @@ TEST(ConvCodelet, WindowInPiecesReadWhereEachChannelLies) {
 }
 
 // Windows with padding, strides and dilations, one output row or several,
-// with a bias or without, float32 or float16 outputs: every output the sum
-// over channels and taps of the padded window, plus the bias (small
-// integers: every sum exact).
+// with a bias or without, float32 or float16 inputs (float16 with float or
+// half partials) and outputs: every output the sum over channels and taps
+// of the padded window, plus the bias (small integers: every sum exact,
+// in half too).
 TEST(ConvCodelet, PaddedStridedWindowsWithBias) {
   std::mt19937 rng(5);
   std::uniform_int_distribution<int> val(-4, 4);
@@ -136,6 +137,8 @@ TEST(ConvCodelet, PaddedStridedWindowsWithBias) {
     s.ldw = k + rng() % 2;
     s.ld_out = s.rows * s.out_w + rng() % 3;
     const DeviceType od = rng() % 3 == 0 ? kF16 : kF32;
+    const DeviceType id = rng() % 3 == 0 ? kF16 : kF32;
+    const DeviceType pd = id == kF16 && rng() % 2 ? kF16 : kF32;
     const bool with_bias = rng() % 2;
     const uint64_t chan = static_cast<uint64_t>(s.in_rows) * s.in_w;
     std::vector<double> x(s.cin * chan), w(static_cast<size_t>(s.cout) * s.ldw), bias(s.cout);
@@ -143,12 +146,12 @@ TEST(ConvCodelet, PaddedStridedWindowsWithBias) {
     for (double& v : w) v = val(rng);
     for (double& v : bias) v = val(rng);
     TileMem mem;
-    Field in = mem.field(x.size(), kF32), wf = mem.field(w.size(), kF32), bf = mem.field(s.cout, kF32);
+    Field in = mem.field(x.size(), id), wf = mem.field(w.size(), id), bf = mem.field(s.cout, kF32);
     Field out = mem.field(static_cast<uint64_t>(s.cout - 1) * s.ld_out + s.rows * s.out_w, od);
-    for (size_t i = 0; i < x.size(); ++i) mem.put(in, kF32, i, x[i]);
-    for (size_t i = 0; i < w.size(); ++i) mem.put(wf, kF32, i, w[i]);
+    for (size_t i = 0; i < x.size(); ++i) mem.put(in, id, i, x[i]);
+    for (size_t i = 0; i < w.size(); ++i) mem.put(wf, id, i, w[i]);
     for (uint32_t i = 0; i < s.cout; ++i) mem.put(bf, kF32, i, bias[i]);
-    ConvVertex v(0, in, wf, out, s, kF32, kF32, od);
+    ConvVertex v(0, in, wf, out, s, id, pd, od);
     if (with_bias) v.set_bias(bf, kF32);
     v.refresh();
     v.compute(mem.bytes.data());

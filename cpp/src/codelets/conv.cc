@@ -221,8 +221,14 @@ void ConvVertex::compute(uint8_t* mem) const {
   std::vector<const float*>& chans = scratch.chans;
   bool by_channel = false;
   const float* in_f = nullptr;
+  // A float16 window that goes into phase planes of unit column stride is
+  // widened row by row as the planes are built (below), not first as a
+  // whole into `win`: one pass over it instead of two (the same floats).
+  const half_bits* in_h = nullptr;
   if (in_dtype_ == DeviceType::kFloat32 && in_.pieces.empty()) {
     in_f = reinterpret_cast<const float*>(mem + in_.address);
+  } else if (in_dtype_ == DeviceType::kFloat16 && in_.pieces.empty() && !in_place && !own_plane && s.sw == 1) {
+    in_h = reinterpret_cast<const half_bits*>(mem + in_.address);
   } else {
     if (in_place && !channels_.empty()) {
       // Each channel read where it lies (derive()).
@@ -380,8 +386,14 @@ void ConvVertex::compute(uint8_t* mem) const {
         for (uint32_t i = 0; i < rq; ++i) {
           const int32_t local = window_row(i, py);
           if (local < 0) continue;
-          const float* src = in_f + static_cast<size_t>(local) * s.in_w + col.first;
+          const size_t at = static_cast<size_t>(local) * s.in_w + static_cast<size_t>(col.first);
           float* row = phase + static_cast<size_t>(i) * wq + col.j_lo;
+          if (in_h) {  // (unit column stride)
+            const half_bits* hs = in_h + at;
+            for (uint32_t ci = 0; ci < s.cin; ++ci, hs += src_chan, row += plane) half_to_float_n(hs, row, run);
+            continue;
+          }
+          const float* src = in_f + at;
           if (s.sw == 1) {
             for (uint32_t ci = 0; ci < s.cin; ++ci, src += src_chan, row += plane) std::memcpy(row, src, run * sizeof(float));
           } else {
