@@ -1,5 +1,6 @@
 #include "neurenix/stochastic_rounding.h"
 
+#include <atomic>
 #include <cmath>
 
 namespace neurenix {
@@ -7,6 +8,11 @@ namespace {
 
 thread_local RoundingRng* t_active = nullptr;
 thread_local RoundingRng* t_random = nullptr;
+// Scopes with a generator open on any thread. While there are none (runs
+// without stochastic rounding), active_rounding_rng() answers without
+// reading the thread-local variable, a library call each time in a shared
+// library (half conversions ask once a call, many times a vertex).
+std::atomic<int> g_rounding_scopes{0};
 
 uint64_t mix(uint64_t z) {
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
@@ -19,10 +25,20 @@ uint64_t mix(uint64_t z) {
 RoundingRng::RoundingRng(uint64_t seed, uint32_t ipu, uint32_t tile)
     : state_(mix(mix(seed + 0x9e3779b97f4a7c15ull) ^ (static_cast<uint64_t>(ipu) << 32 | tile))) {}
 
-RoundingRng* active_rounding_rng() { return t_active; }
+RoundingRng* active_rounding_rng() {
+  return g_rounding_scopes.load(std::memory_order_relaxed) == 0 ? nullptr : t_active;
+}
 
-ScopedRounding::ScopedRounding(RoundingRng* rng) : previous_(t_active) { t_active = rng; }
-ScopedRounding::~ScopedRounding() { t_active = previous_; }
+// (A thread that opens a scope counts it before setting its generator, and
+// so sees it counted when it asks.)
+ScopedRounding::ScopedRounding(RoundingRng* rng) : previous_(t_active), counted_(rng != nullptr) {
+  if (counted_) g_rounding_scopes.fetch_add(1, std::memory_order_relaxed);
+  t_active = rng;
+}
+ScopedRounding::~ScopedRounding() {
+  t_active = previous_;
+  if (counted_) g_rounding_scopes.fetch_sub(1, std::memory_order_relaxed);
+}
 
 RoundingRng* active_random_rng() { return t_random; }
 ScopedRandom::ScopedRandom(RoundingRng* rng) : previous_(t_random) { t_random = rng; }

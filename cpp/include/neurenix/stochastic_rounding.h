@@ -53,6 +53,7 @@ class ScopedRounding {
 
  private:
   RoundingRng* previous_;
+  bool counted_;  // a generator, counted among the open scopes
 };
 
 // The random-number generator of the tile this thread is running vertices
