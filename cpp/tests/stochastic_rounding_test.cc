@@ -8,6 +8,7 @@
 #include <cmath>
 #include <limits>
 #include <set>
+#include <thread>
 
 #include "neurenix/half.h"
 #include "neurenix/stochastic_rounding.h"
@@ -86,6 +87,41 @@ TEST(StochasticRounding, TheBulkConversionsFollowTheActiveGenerator) {
   }
   std::set<float> values(y, y + 64);
   EXPECT_EQ(values.size(), 2u);
+  EXPECT_EQ(active_rounding_rng(), nullptr);
+}
+
+// The active generator is the innermost scope's on this thread (a scope
+// without one turns rounding to nearest back on), and only this thread's:
+// another thread sees none while this one has a scope open, and its own
+// when it opens one.
+TEST(StochasticRounding, TheActiveGeneratorIsTheInnermostScopesOnThisThread) {
+  RoundingRng a(1, 0, 0), b(2, 0, 0);
+  EXPECT_EQ(active_rounding_rng(), nullptr);
+  {
+    ScopedRounding on(&a);
+    EXPECT_EQ(active_rounding_rng(), &a);
+    {
+      ScopedRounding off(nullptr);
+      EXPECT_EQ(active_rounding_rng(), nullptr);
+      {
+        ScopedRounding inner(&b);
+        EXPECT_EQ(active_rounding_rng(), &b);
+      }
+      EXPECT_EQ(active_rounding_rng(), nullptr);
+    }
+    EXPECT_EQ(active_rounding_rng(), &a);
+    const RoundingRng* other = &a;
+    const RoundingRng* other_own = nullptr;
+    std::thread t([&] {
+      other = active_rounding_rng();
+      ScopedRounding own(&b);
+      other_own = active_rounding_rng();
+    });
+    t.join();
+    EXPECT_EQ(other, nullptr);
+    EXPECT_EQ(other_own, &b);
+    EXPECT_EQ(active_rounding_rng(), &a);
+  }
   EXPECT_EQ(active_rounding_rng(), nullptr);
 }
 
