@@ -58,6 +58,10 @@ class CompiledModel:
         #: concatenated along the first axis (stacked for scalars).
         self.inputs: List[TensorSpec] = [self._host(s) for s in self.micro_batch_inputs]
         self.outputs: List[TensorSpec] = [self._host(s) for s in self.micro_batch_outputs]
+        # The little-endian element types the native runs read and write
+        # (one per input and output), made once rather than on every run.
+        self._wire_inputs: List[np.dtype] = [np.dtype(s.dtype).newbyteorder("<") for s in self.inputs]
+        self._wire_outputs: List[np.dtype] = [np.dtype(s.dtype).newbyteorder("<") for s in self.outputs]
         first = self.micro_batch_inputs[0].shape if self.micro_batch_inputs else ()
         micro = first[0] if first else 1
         self.report = CompileReport.from_executable(executable, micro_batch_size=micro)
