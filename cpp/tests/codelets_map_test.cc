@@ -806,6 +806,75 @@ TEST(MapCodelet, ConstantsAndScalarsBroadcast) {
   EXPECT_TRUE(run_map({in(0), op(E::kNeg)}, {{kF32, {}}}, kF32, 0).empty());
 }
 
+// Float32 expressions of arithmetic and functions (those of arithmetic
+// alone evaluated sixteen elements at a time in registers, up to 128
+// elements, where the build has AVX-512): every element as the operations
+// one by one give it, each arithmetic operation IEEE float32 arithmetic
+// (computed in double and rounded: exact for +, -, x, /) and each function
+// what a one-operation vertex computes on the same values. Lengths around
+// the sixteen-element chunks, the register limit and the 256-element
+// blocks, NaNs, infinities and values erf and exp take one by one among
+// them, and an output that is its first operand's own bytes.
+TEST(MapCodelet, FloatExpressionsMatchTheirOperationsOneByOne) {
+  std::mt19937 rng(21);
+  std::uniform_real_distribution<float> u(-6.0f, 6.0f);
+  const float special[] = {NAN, INFINITY, -INFINITY, 0.0f, -0.0f, 1e-30f, FLT_TRUE_MIN, 1e30f};
+  auto f32 = [](double v) { return static_cast<double>(static_cast<float>(v)); };
+  // A function of the one-operation vertex, over a whole array.
+  auto fn = [](E o, const std::vector<double>& v) { return run_map({in(0), op(o)}, {{kF32, v}}, kF32, v.size()); };
+  for (uint64_t n : {1u, 5u, 15u, 16u, 17u, 33u, 127u, 128u, 129u, 255u, 256u, 257u, 700u}) {
+    std::vector<double> x(n), y(n), z(n), w(n);
+    for (uint64_t i = 0; i < n; ++i) {
+      x[i] = i % 29 == 3 ? special[(i / 29) % 8] : u(rng);
+      y[i] = u(rng);
+      z[i] = i % 31 == 7 ? 0.0 : u(rng);
+      w[i] = u(rng);
+    }
+    // A normalisation's scale and shift: ((x * y) * z) + w.
+    auto got = run_map({in(0), in(1), op(E::kMul), in(2), op(E::kMul), in(3), op(E::kAdd)},
+                       {{kF32, x}, {kF32, y}, {kF32, z}, {kF32, w}}, kF32, n);
+    for (uint64_t i = 0; i < n; ++i) {
+      const double want = f32(f32(f32(x[i] * y[i]) * z[i]) + w[i]);
+      ASSERT_TRUE(got[i] == want || (std::isnan(got[i]) && std::isnan(want))) << "n " << n << ", element " << i;
+    }
+    // A GELU written out: (x * (erf(x / 1.4142135) + 1)) * 0.5.
+    std::vector<double> q(n);
+    for (uint64_t i = 0; i < n; ++i) q[i] = f32(x[i] / f32(1.4142135));
+    const std::vector<double> e = fn(E::kErf, q);
+    got = run_map({in(0), in(0), cf(1.4142135), op(E::kDiv), op(E::kErf), cf(1.0), op(E::kAdd), op(E::kMul), cf(0.5),
+                   op(E::kMul)},
+                  {{kF32, x}}, kF32, n);
+    for (uint64_t i = 0; i < n; ++i) {
+      const double want = f32(f32(x[i] * f32(e[i] + 1.0)) * 0.5);
+      ASSERT_TRUE(got[i] == want || (std::isnan(got[i]) && std::isnan(want))) << "gelu, n " << n << ", element " << i;
+    }
+    // A softmax's exponent and an order-sensitive tail: exp(x - y) / 3 - z.
+    std::vector<double> d(n);
+    for (uint64_t i = 0; i < n; ++i) d[i] = f32(x[i] - y[i]);
+    const std::vector<double> ex = fn(E::kExp, d);
+    got = run_map({in(0), in(1), op(E::kSub), op(E::kExp), cf(3.0), op(E::kDiv), in(2), op(E::kSub)},
+                  {{kF32, x}, {kF32, y}, {kF32, z}}, kF32, n);
+    for (uint64_t i = 0; i < n; ++i) {
+      const double want = f32(f32(ex[i] / 3.0) - z[i]);
+      ASSERT_TRUE(got[i] == want || (std::isnan(got[i]) && std::isnan(want))) << "softmax, n " << n << ", element " << i;
+    }
+    // In place: the output is the first operand's bytes; (x - y) * x.
+    TileMem mem;
+    Field fx = mem.field(n, kF32), fy = mem.field(n, kF32);
+    for (uint64_t i = 0; i < n; ++i) {
+      mem.put(fx, kF32, i, x[i]);
+      mem.put(fy, kF32, i, y[i]);
+    }
+    MapVertex v(0, std::make_shared<const std::vector<ExprInstr>>(std::vector<ExprInstr>{in(0), in(1), op(E::kSub), in(0), op(E::kMul)}),
+                {MapVertex::Operand{fx, kF32, false}, MapVertex::Operand{fy, kF32, false}}, fx, kF32);
+    v.compute(mem.bytes.data());
+    for (uint64_t i = 0; i < n; ++i) {
+      const double want = f32(f32(x[i] - y[i]) * x[i]), g = mem.get(fx, kF32, i);
+      ASSERT_TRUE(g == want || (std::isnan(g) && std::isnan(want))) << "in place, n " << n << ", element " << i;
+    }
+  }
+}
+
 // Mixed precision in one fused expression: each flagged instruction rounds,
 // unflagged ones stay in float, exactly as the separate operations would.
 TEST(MapCodelet, HalfFlagsRoundExactlyWhereSet) {

@@ -40,6 +40,12 @@ class MapVertex : public Vertex {
   std::shared_ptr<const std::vector<ExprInstr>> expr_;
   std::vector<Operand> operands_;
   bool has_runs_ = false;  // some operand is repeated
+  // The expression can run sixteen elements at a time in registers
+  // (compute(): float32 operands and constants, + - x / only).
+  bool in_registers_ = false;
+  static constexpr size_t kRegisterOperands = 8, kRegisterDepth = 8;
+  static constexpr uint64_t kRegisterElements = 128;
+  bool registers_fit() const;
   FieldRef out_;
   DeviceType out_dtype_;
 };
