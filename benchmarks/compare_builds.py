@@ -14,6 +14,12 @@ per model: the medians, after / before (the median of the paired ratios),
 and in how many rounds the second build was faster. The same file given
 twice measures the method itself (about 0.99-1.01).
 
+With `--steps N`, a run comparison also prints the N parts of the run that
+take the most host time before (the report's step times, medians over the
+runs, summed by the operator type and the part of its operation, as
+benchmarks/host_profile.py names them: `Add compute`, `MatMul reduce`, ...),
+each before and after.
+
 With `--compile`, what alternates is a compile of the model to a loaded
 executable (in a warm process, unlike benchmarks/compile_time.py's fresh
 ones: for comparing two builds' compilers, not for the compile time itself).
@@ -54,6 +60,24 @@ def load_as(name: str, native: str, root: str):
     return importlib.import_module(f"{name}.hardware.graphcore")
 
 
+def print_parts(report, steps, top: int) -> None:
+    """The `top` parts of a run by host time before, each before and after
+    (medians over the runs of each step, summed by operator type and part)."""
+    from host_profile import step_part
+
+    before = np.median(np.array(steps["before"]), axis=0)
+    after = np.median(np.array(steps["after"]), axis=0)
+    op_type = {p.node: p.op_type for p in report.placement}
+    parts: dict = {}
+    for s, a, b in zip(report.steps, before, after):
+        key = f"{op_type.get(s.node, '-') if s.node else '-'} {step_part(s)}"
+        n, sa, sb = parts.get(key, (0, 0.0, 0.0))
+        parts[key] = (n + 1, sa + a, sb + b)
+    for key, (n, a, b) in sorted(parts.items(), key=lambda kv: -kv[1][1])[:top]:
+        print(f"  {key:<28} {n:4d} steps: before {a * 1e3:7.3f} ms, after {b * 1e3:7.3f} ms, "
+              f"after / before {b / a if a else float('nan'):.3f}", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("before")
@@ -62,6 +86,7 @@ def main() -> None:
     ap.add_argument("--precision", default="float32")
     ap.add_argument("--runs", type=int, default=40)
     ap.add_argument("--compile", action="store_true", help="time compiles to a loaded executable, not runs")
+    ap.add_argument("--steps", type=int, default=0, help="also print the N parts of a run that take the most time")
     args = ap.parse_args()
     sys.path.insert(0, HERE)
     from models import MODELS
@@ -83,12 +108,14 @@ def main() -> None:
             outs = {k: managers[k].execute_model(c, feeds) for k, c in compiled.items()}
             same = all(np.array_equal(a, b) for a, b in zip(outs["before"], outs["after"]))
             times = {"before": [], "after": []}
+            steps = {"before": [], "after": []}
 
             def once(k):
                 if args.compile:
                     managers[k].compile_model(model, feeds).load()
                 else:
                     managers[k].execute_model(compiled[k], feeds)
+                    steps[k].append(compiled[k].last_execution.step_seconds)
 
             if args.compile:
                 compiled.clear()  # (the executables of the check above, not kept while compiling)
@@ -102,6 +129,8 @@ def main() -> None:
             print(f"{name} {args.precision} {what}: before {np.median(a) * 1e3:.2f} ms, after {np.median(b) * 1e3:.2f} ms, "
                   f"after / before {np.median(b / a):.3f}, after faster in {int(np.sum(b < a))} of {args.runs}, "
                   f"outputs {'bit for bit the same' if same else 'DIFFERENT'}", flush=True)
+            if args.steps and not args.compile:
+                print_parts(compiled["before"].report, steps, args.steps)
     finally:
         for ipu in managers.values():
             ipu.__exit__(None, None, None)
