@@ -42,6 +42,11 @@ fn main() {
         .std("c++17")
         .flag_if_supported("-fwrapv")
         .flag_if_supported("-Wno-unused-parameter")
+        // Copies and fills of a size known only at run time call the C
+        // library (whose small-size paths are vector moves) instead of being
+        // inlined as `rep movsq` / `rep stosq`, slow to start on short
+        // lengths (docs/benchmarks.md: maps and normalisations 0.80-0.90).
+        .flag_if_supported("-mstringop-strategy=libcall")
         .opt_level(3);
     // The host builds for itself (pip install from source), so it may use its
     // own vector units. NEURENIX_NATIVE_SIMD=0 turns this off.
