@@ -66,11 +66,18 @@ class SumPartialsVertex : public Vertex {
   template <class Visit>
   void for_each_part_run(const uint8_t* mem, uint64_t n, size_t elem_size, Visit visit) const {
     if (n == 0) return;
+    // The runs come in order of `at`: the part and its first element follow
+    // them (no division per run).
+    uint32_t p = 0;
+    uint64_t start = 0;
     for_each_field_run(mem, in_, 0, static_cast<uint64_t>(parts_) * n, elem_size,
                        [&](const uint8_t* src, uint64_t at, uint64_t len) {
                          while (len) {
-                           const uint32_t p = static_cast<uint32_t>(at / n);
-                           const uint64_t off = at - p * n, take = std::min(len, n - off);
+                           while (at >= start + n) {
+                             ++p;
+                             start += n;
+                           }
+                           const uint64_t off = at - start, take = std::min(len, n - off);
                            visit(p, src, off, take);
                            src += take * elem_size;
                            at += take;
