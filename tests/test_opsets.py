@@ -297,3 +297,22 @@ def test_casts_to_the_new_small_types_are_unsupported_naming_type_and_node(ipu, 
         ipu.compile_model(model, np.ones(3, np.float32))
     assert e.value.op_type == "Cast" and e.value.node == "narrow" and e.value.opset == version
     assert type_name in str(e.value) and "'narrow'" in str(e.value)
+
+
+@pytest.mark.parametrize("mask_is_output", [True, False])
+def test_dropouts_mask_is_made_only_when_something_reads_it(ipu, mask_is_output):
+    """In inference Dropout keeps every element; its mask is all true when
+    the model reads it, and no step makes it when nothing does."""
+    outs = ["y", "mask"] if mask_is_output else ["y"]
+    case = Case([n("Dropout", ["a"], ["d", "mask"]), n("Relu", ["d"])],
+                {"a": x(3, 5)}, outputs=outs)
+    model, ref = build(case, NEWEST)
+    compiled = ipu.compile_model(model, case.inputs)
+    got = ipu.execute_model(compiled, case.inputs)
+    np.testing.assert_array_equal(got[0], ref[0])
+    fills = [s.name for s in compiled.report.steps if s.name.endswith("/fill")]
+    if mask_is_output:
+        assert got[1].dtype == np.bool_ and got[1].all() and got[1].shape == (3, 5)
+        assert fills
+    else:
+        assert len(got) == 1 and fills == []

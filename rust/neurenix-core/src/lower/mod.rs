@@ -301,7 +301,7 @@ impl<'a> LowerCx<'a> {
             self.backend.begin_node(&node.name);
             op.lower(self, node)?;
             for &o in &node.outputs {
-                if !self.is_set(o) && graph.constant(o).is_none() {
+                if !self.is_set(o) && graph.constant(o).is_none() && self.is_used(o) {
                     return Err(Error::Internal(format!(
                         "lowering node '{}' left output {o} unset",
                         node.name
@@ -365,6 +365,12 @@ impl<'a> LowerCx<'a> {
 
     pub fn set(&mut self, v: ValueId, t: DevTensor) {
         self.slots.insert(v, Slot::Tensor(t));
+    }
+
+    /// True if a node, a graph output or a state update reads `v`: an output
+    /// nobody reads need not be computed (Dropout's mask in inference).
+    pub fn is_used(&self, v: ValueId) -> bool {
+        self.uses[v] > 0
     }
 
     pub fn is_set(&self, v: ValueId) -> bool {

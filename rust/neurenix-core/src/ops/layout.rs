@@ -73,8 +73,9 @@ impl<R: Relabel> Operator for Alias<R> {
         let x = cx.tensor(OpCx::of(cx, node).input(0)?)?;
         let y = cx.reshape(&x, &shape)?;
         cx.set(out, y);
-        if node.outputs.len() > 1 {
-            // Dropout's mask in inference: all kept.
+        if node.outputs.len() > 1 && cx.is_used(node.outputs[1]) {
+            // Dropout's mask in inference: all kept (not made when nothing
+            // reads it).
             let m = cx.fill(crate::dtype::DeviceType::Bool, &shape, 1.0)?;
             cx.set(node.outputs[1], m);
         }
