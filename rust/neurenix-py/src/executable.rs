@@ -303,20 +303,18 @@ impl PyExecutable {
     }
 
     /// Runs once. `inputs`: each input's little-endian bytes in its declared
-    /// type, in input order. Returns the outputs' bytes in their declared
-    /// types.
+    /// type, in input order (`bytes` objects, read in place). Returns the
+    /// outputs' bytes in their declared types.
     fn run<'py>(
         &self,
         py: Python<'py>,
-        inputs: Vec<Vec<u8>>,
+        inputs: Vec<Bound<'py, PyBytes>>,
     ) -> PyResult<Vec<Bound<'py, PyBytes>>> {
         guarded(|| {
-            let outs = py
-                .detach(|| {
-                    let views: Vec<&[u8]> = inputs.iter().map(Vec::as_slice).collect();
-                    lock(&self.exe).run(&views)
-                })
-                .py()?;
+            // (bytes objects are immutable: their contents may be read
+            // without the interpreter's lock.)
+            let views: Vec<&[u8]> = inputs.iter().map(|b| b.as_bytes()).collect();
+            let outs = py.detach(|| lock(&self.exe).run(&views)).py()?;
             Ok(outs.iter().map(|o| PyBytes::new(py, o)).collect())
         })
     }
