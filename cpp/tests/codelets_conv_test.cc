@@ -110,8 +110,8 @@ TEST(ConvCodelet, PaddedStridedWindowsWithBias) {
     ConvWindow s;
     s.kh = 1 + rng() % 3;
     s.kw = 1 + rng() % 3;
-    s.sh = 1 + rng() % 2;
-    s.sw = 1 + rng() % 2;
+    s.sh = 1 + rng() % 3;  // (3: the general division of strides)
+    s.sw = 1 + rng() % 3;
     s.dh = 1 + rng() % 2;
     s.dw = 1 + rng() % 2;
     s.pad_top = static_cast<int32_t>(rng() % 2);

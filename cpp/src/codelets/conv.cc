@@ -93,6 +93,26 @@ void store_row_half(half_bits* __restrict dst, const float* __restrict src, size
 }
 #endif
 
+// x / d and x % d for a stride or a dilation: 1 and 2 (almost all of them)
+// without a division instruction (a vertex asks for dozens, one per tap).
+inline uint32_t quot(uint32_t x, uint32_t d) { return d == 1 ? x : d == 2 ? x >> 1 : x / d; }
+inline uint32_t rem(uint32_t x, uint32_t d) { return d == 1 ? 0 : d == 2 ? x & 1 : x % d; }
+
+// dst[j] = src[j] for j < n, for the short rows of a window (a few to a few
+// dozen floats): inline vector moves, not a call per row.
+inline void copy_row(float* __restrict dst, const float* __restrict src, size_t n) {
+#if defined(__AVX512F__)
+  size_t j = 0;
+  for (; j + 16 <= n; j += 16) _mm512_storeu_ps(dst + j, _mm512_loadu_ps(src + j));
+  if (j < n) {
+    const __mmask16 m = static_cast<__mmask16>((1u << (n - j)) - 1);
+    _mm512_mask_storeu_ps(dst + j, m, _mm512_maskz_loadu_ps(m, src + j));
+  }
+#else
+  std::memcpy(dst, src, n * sizeof(float));
+#endif
+}
+
 // A host thread's scratch for the convolution vertex, in one thread-local
 // object (each thread-local variable of a shared library is looked up on
 // its own, a call per variable per vertex).
@@ -281,8 +301,8 @@ void ConvVertex::compute(uint8_t* mem) const {
   const bool one_tap = !half_rows && s.kh * s.kw == 1;
   // Phase rows and their width: what the taps of the outputs read, no more
   // (the products' columns are rows x wq, padded to whole panels).
-  const uint32_t wq = s.out_w + (s.kw - 1) * s.dw / s.sw;
-  const uint32_t rq = s.rows + (s.kh - 1) * s.dh / s.sh;
+  const uint32_t wq = s.out_w + quot((s.kw - 1) * s.dw, s.sw);
+  const uint32_t rq = s.rows + quot((s.kh - 1) * s.dh, s.sh);
   const uint32_t plane = rq * wq;
   const uint32_t phases = s.sh * s.sw;
   // Slack after the last plane: the products read whole panels past each
@@ -303,7 +323,7 @@ void ConvVertex::compute(uint8_t* mem) const {
     std::vector<uint8_t>& used = scratch.used;
     used.assign(phases, 0);
     for (uint32_t a = 0; a < s.kh; ++a)
-      for (uint32_t bb = 0; bb < s.kw; ++bb) used[((a * s.dh) % s.sh) * s.sw + (bb * s.dw) % s.sw] = 1;
+      for (uint32_t bb = 0; bb < s.kw; ++bb) used[rem(a * s.dh, s.sh) * s.sw + rem(bb * s.dw, s.sw)] = 1;
     // The columns j of column phase px that lie inside the image
     // (0 <= first_col + j*sw + px < in_w): [j_lo, j_lo + run), the first of
     // them at input column `first`.
@@ -313,8 +333,8 @@ void ConvVertex::compute(uint8_t* mem) const {
     auto columns = [&](uint32_t px) {
       const int32_t sw = static_cast<int32_t>(s.sw), in_w = static_cast<int32_t>(s.in_w);
       const int32_t c0 = first_col + static_cast<int32_t>(px);
-      int32_t j_lo = c0 >= 0 ? 0 : (-c0 + sw - 1) / sw;
-      int32_t j_hi = in_w - c0 <= 0 ? 0 : (in_w - c0 + sw - 1) / sw;
+      int32_t j_lo = c0 >= 0 ? 0 : static_cast<int32_t>(quot(static_cast<uint32_t>(-c0 + sw - 1), s.sw));
+      int32_t j_hi = in_w - c0 <= 0 ? 0 : static_cast<int32_t>(quot(static_cast<uint32_t>(in_w - c0 + sw - 1), s.sw));
       j_lo = std::min<int32_t>(j_lo, static_cast<int32_t>(wq));
       j_hi = std::clamp<int32_t>(j_hi, j_lo, static_cast<int32_t>(wq));
       return Columns{j_lo, j_hi - j_lo, c0 + j_lo * sw};
@@ -395,7 +415,7 @@ void ConvVertex::compute(uint8_t* mem) const {
           }
           const float* src = in_f + at;
           if (s.sw == 1) {
-            for (uint32_t ci = 0; ci < s.cin; ++ci, src += src_chan, row += plane) std::memcpy(row, src, run * sizeof(float));
+            for (uint32_t ci = 0; ci < s.cin; ++ci, src += src_chan, row += plane) copy_row(row, src, run);
           } else {
             for (uint32_t ci = 0; ci < s.cin; ++ci, src += src_chan, row += plane)
               gather_strided(row, src, run, static_cast<size_t>(s.sw));
@@ -454,8 +474,8 @@ void ConvVertex::compute(uint8_t* mem) const {
     for (uint32_t a = 0; a < s.kh; ++a)
       for (uint32_t bb = 0; bb < s.kw; ++bb) {
         const uint32_t ra = a * s.dh, cb = bb * s.dw;
-        tap_at[a * s.kw + bb] = static_cast<size_t>((ra % s.sh) * s.sw + cb % s.sw) * s.cin * plane +
-                                static_cast<size_t>(ra / s.sh) * wq + cb / s.sw;
+        tap_at[a * s.kw + bb] = static_cast<size_t>(rem(ra, s.sh) * s.sw + rem(cb, s.sw)) * s.cin * plane +
+                                static_cast<size_t>(quot(ra, s.sh)) * wq + quot(cb, s.sw);
       }
     const float** row = rows.data();
     const float* chan = planes;
