@@ -156,20 +156,23 @@ TEST(OpsPool, WorkSpreadsOverTilesEveryWay) {
     }
 }
 
-// Rows of many columns with a column stride of 2 (the windows' cells
-// deinterleaved sixteen columns at a time where the host has AVX-512):
-// whole and partial vectors, NaNs in every lane position, padding at both
+// Rows of many columns with a column stride of 2 or 1 (the windows' cells
+// deinterleaved sixteen columns at a time where the host has AVX-512, up
+// to four groups of sixteen at once): whole and partial vectors, one to
+// more than four groups, NaNs in every lane position, padding at both
 // ends, on one tile and spread.
 TEST(OpsPool, StrideTwoAcrossLongRows) {
   std::mt19937 rng(4);
   for (PoolMode mode : {PoolMode::kMax, PoolMode::kAverage, PoolMode::kAverageIncludePad})
-    for (uint32_t width : {33u, 77u, 96u})
+    for (uint32_t width : {33u, 77u, 96u, 161u, 258u})
+      for (uint32_t stride : {2u, 1u})
       for (uint32_t tiles : {1u, 3u}) {
         PoolCase k;
         k.shape = {1, 2, 5, width};
         k.o.mode = mode;
         k.o.kh = k.o.kw = 3;
-        k.o.sh = k.o.sw = 2;
+        k.o.sh = 2;
+        k.o.sw = stride;
         k.o.pad_top = k.o.pad_left = k.o.pad_bottom = k.o.pad_right = 1;
         k.tiles = tiles;
         k.nan_every = 29;

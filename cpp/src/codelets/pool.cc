@@ -30,6 +30,42 @@ inline void taps(float* __restrict o, const float* __restrict src, uint32_t n, S
 }
 
 
+#if defined(__AVX512F__)
+// G groups of sixteen output columns from column i on (the last group's
+// `last` lanes; every earlier group whole): every cell of each column taken
+// in a register, rows then taps along the row, as PoolVertex::compute's
+// loop below takes them, and stored once. The groups' running values are
+// independent, so their compare-and-select chains overlap instead of one
+// group waiting on its own chain.
+template <uint32_t G>
+inline void pool_groups(float* o, const float* const* real, uint32_t real_rows, uint32_t kw, int64_t first, uint32_t dw,
+                        uint32_t sw, uint32_t i, uint32_t last, float init, bool max) {
+  __m512 acc[G];
+  __mmask16 lanes[G];
+  for (uint32_t g = 0; g < G; ++g) {
+    acc[g] = _mm512_set1_ps(init);
+    lanes[g] = g + 1 < G ? static_cast<__mmask16>(0xFFFFu)
+                         : static_cast<__mmask16>(last == 16 ? 0xFFFFu : (1u << last) - 1);
+  }
+  for (uint32_t q = 0; q < real_rows; ++q)
+    for (uint32_t b = 0; b < kw; ++b) {
+      const float* src = real[q] + first + static_cast<int64_t>(b) * dw + static_cast<int64_t>(i) * sw;
+      for (uint32_t g = 0; g < G; ++g) {
+        const float* at = src + static_cast<int64_t>(16 * g) * sw;
+        const uint32_t m = g + 1 < G ? 16 : last;
+        const __m512 v = sw == 2 ? load_even(at, m) : _mm512_maskz_loadu_ps(lanes[g], at);
+        if (max) {
+          const __mmask16 take = _mm512_cmp_ps_mask(v, acc[g], _CMP_GT_OQ) | _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+          acc[g] = _mm512_mask_mov_ps(acc[g], take, v);
+        } else {
+          acc[g] = _mm512_add_ps(acc[g], v);
+        }
+      }
+    }
+  for (uint32_t g = 0; g < G; ++g) _mm512_mask_storeu_ps(o + i + 16 * g, lanes[g], acc[g]);
+}
+#endif
+
 }  // namespace
 
 PoolVertex::PoolVertex(uint32_t tile_, Field in, Field out, PoolWindow shape, PoolMode mode, DeviceType dtype)
@@ -150,22 +186,17 @@ void PoolVertex::compute(uint8_t* mem) const {
           // (stride 2: deinterleaved from two loads), rows then taps along
           // the row, and stored once: the same values, in the same order
           // per column, as the loop below.
-          for (uint32_t i = 0; i < n; i += 16) {
-            const uint32_t m = std::min<uint32_t>(16, n - i);
-            const __mmask16 lanes = static_cast<__mmask16>(m == 16 ? 0xFFFFu : (1u << m) - 1);
-            __m512 acc = _mm512_set1_ps(init);
-            for (uint32_t q = 0; q < real_rows; ++q)
-              for (uint32_t b = 0; b < s.kw; ++b) {
-                const float* src = real[q] + first + static_cast<int64_t>(b) * s.dw + static_cast<int64_t>(i) * s.sw;
-                const __m512 v = s.sw == 2 ? load_even(src, m) : _mm512_maskz_loadu_ps(lanes, src);
-                if (max) {
-                  const __mmask16 take = _mm512_cmp_ps_mask(v, acc, _CMP_GT_OQ) | _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
-                  acc = _mm512_mask_mov_ps(acc, take, v);
-                } else {
-                  acc = _mm512_add_ps(acc, v);
-                }
-              }
-            _mm512_mask_storeu_ps(o + i, lanes, acc);
+          // Four groups of sixteen columns at a time, then the one to three
+          // groups left.
+          uint32_t i = 0;
+          for (; n - i > 64; i += 64) pool_groups<4>(o, real, real_rows, s.kw, first, s.dw, s.sw, i, 16, init, max);
+          const uint32_t left = n - i, groups = (left + 15) / 16, last = left - 16 * (groups - 1);
+          switch (groups) {
+            case 1: pool_groups<1>(o, real, real_rows, s.kw, first, s.dw, s.sw, i, last, init, max); break;
+            case 2: pool_groups<2>(o, real, real_rows, s.kw, first, s.dw, s.sw, i, last, init, max); break;
+            case 3: pool_groups<3>(o, real, real_rows, s.kw, first, s.dw, s.sw, i, last, init, max); break;
+            case 4: pool_groups<4>(o, real, real_rows, s.kw, first, s.dw, s.sw, i, last, init, max); break;
+            default: break;
           }
         } else
 #endif
