@@ -29,7 +29,6 @@ inline void taps(float* __restrict o, const float* __restrict src, uint32_t n, S
   }
 }
 
-
 #if defined(__AVX512F__)
 // G groups of sixteen output columns from column i on (the last group's
 // `last` lanes; every earlier group whole): every cell of each column taken
