@@ -47,9 +47,6 @@ fn main() {
         // inlined as `rep movsq` / `rep stosq`, slow to start on short
         // lengths (docs/benchmarks.md: maps and normalisations 0.80-0.90).
         .flag_if_supported("-mstringop-strategy=libcall")
-        // ... and those calls (and the other C library calls) go through
-        // the GOT, not a PLT stub each (docs/benchmarks.md: 0.94-0.98).
-        .flag_if_supported("-fno-plt")
         .opt_level(3);
     // The host builds for itself (pip install from source), so it may use its
     // own vector units. NEURENIX_NATIVE_SIMD=0 turns this off.
