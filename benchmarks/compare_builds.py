@@ -23,15 +23,23 @@ each before and after.
 With `--compile`, what alternates is a compile of the model to a loaded
 executable (in a warm process, unlike benchmarks/compile_time.py's fresh
 ones: for comparing two builds' compilers, not for the compile time itself).
+
+The build loaded second tends to look faster: the same file given twice
+gave 0.973-0.997 on 2026-11-28. With `--both-orders`, a second process
+loads the builds the other way round and the two ratios are combined
+(sqrt(r / r_swapped), which cancels a bias common to both orders): use it
+for whole runs, whose changes are often that small.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import math
 import os
 import re
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -87,7 +95,10 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=40)
     ap.add_argument("--compile", action="store_true", help="time compiles to a loaded executable, not runs")
     ap.add_argument("--steps", type=int, default=0, help="also print the N parts of a run that take the most time")
+    ap.add_argument("--both-orders", action="store_true",
+                    help="also load the builds the other way round (another process) and combine the ratios")
     args = ap.parse_args()
+    ratios: dict = {}
     sys.path.insert(0, HERE)
     from models import MODELS
 
@@ -126,6 +137,7 @@ def main() -> None:
                     times[k].append(time.perf_counter() - t)
             a, b = np.array(times["before"]), np.array(times["after"])
             what = "compile" if args.compile else "run"
+            ratios[name] = float(np.median(b / a))
             print(f"{name} {args.precision} {what}: before {np.median(a) * 1e3:.2f} ms, after {np.median(b) * 1e3:.2f} ms, "
                   f"after / before {np.median(b / a):.3f}, after faster in {int(np.sum(b < a))} of {args.runs}, "
                   f"outputs {'bit for bit the same' if same else 'DIFFERENT'}", flush=True)
@@ -135,6 +147,26 @@ def main() -> None:
         for ipu in managers.values():
             ipu.__exit__(None, None, None)
         shutil.rmtree(root, ignore_errors=True)
+    if args.both_orders:
+        swapped = swapped_ratios(args)
+        for name, r in ratios.items():
+            if name in swapped:
+                print(f"{name} {args.precision}: loaded the other way round, after / before {1 / swapped[name]:.3f}; "
+                      f"both orders together {math.sqrt(r / swapped[name]):.3f}", flush=True)
+
+
+def swapped_ratios(args) -> dict:
+    """after / before per model with the builds loaded the other way round
+    (AFTER first), as that process prints it: its 'after' is our 'before'."""
+    cmd = [sys.executable, os.path.abspath(__file__), args.after, args.before, "--models", *args.models,
+           "--precision", args.precision, "--runs", str(args.runs)] + (["--compile"] if args.compile else [])
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    found = {}
+    for name in args.models:
+        m = re.search(rf"^{re.escape(name)} \S+ \w+: .*after / before ([0-9.]+)", out, re.M)
+        if m:
+            found[name] = float(m.group(1))
+    return found
 
 
 if __name__ == "__main__":
