@@ -12,7 +12,7 @@ compiles the model once, the outputs are compared bit for bit, and then the
 two run alternately (`--runs` each, the order swapped every round). Printed
 per model: the medians, after / before (the median of the paired ratios),
 and in how many rounds the second build was faster. The same file given
-twice measures the method itself (about 0.99-1.01).
+twice measures the method itself (see below).
 
 With `--steps N`, a run comparison also prints the N parts of the run that
 take the most host time before (the report's step times, medians over the
