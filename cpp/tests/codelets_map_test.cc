@@ -875,6 +875,63 @@ TEST(MapCodelet, FloatExpressionsMatchTheirOperationsOneByOne) {
   }
 }
 
+// The same in registers with scalar and repeated operands (a row's mean
+// and scale over the row, as a normalisation's vertices have them): runs
+// inside a chunk, across chunks, of one element, empty, and the scalar in
+// every lane; every element as the operations one by one give it.
+TEST(MapCodelet, RepeatedAndScalarOperandsInExpressions) {
+  std::mt19937 rng(22);
+  std::uniform_real_distribution<float> u(-6.0f, 6.0f);
+  auto f32 = [](double v) { return static_cast<double>(static_cast<float>(v)); };
+  for (uint64_t n : {1u, 5u, 16u, 17u, 33u, 36u, 48u, 100u, 128u, 129u, 200u}) {
+    for (int trial = 0; trial < 8; ++trial) {
+      // Runs covering n: lengths 0-40, short ones likelier.
+      std::vector<uint32_t> runs;
+      for (uint64_t covered = 0; covered < n;) {
+        uint32_t r = static_cast<uint32_t>(rng() % 4 == 0 ? rng() % 41 : rng() % 6);
+        r = static_cast<uint32_t>(std::min<uint64_t>(r, n - covered));
+        runs.push_back(r);
+        covered += r;
+      }
+      std::vector<double> x(n), g(n), mean(runs.size()), scale(runs.size());
+      for (auto& v : x) v = u(rng);
+      for (auto& v : g) v = u(rng);
+      for (auto& v : mean) v = u(rng);
+      for (auto& v : scale) v = u(rng);
+      const double b = u(rng);
+      TileMem mem;
+      auto put = [&](const std::vector<double>& v) {
+        Field f = mem.field(v.size(), kF32);
+        for (uint64_t i = 0; i < v.size(); ++i) mem.put(f, kF32, i, v[i]);
+        return f;
+      };
+      Field fx = put(x), fg = put(g), fm = put(mean), fs = put(scale), fb = put({b});
+      Field out = mem.field(n, kF32);
+      // ((x - mean) * scale) * g + b, then (x / scale) - b.
+      const std::vector<std::vector<ExprInstr>> exprs = {
+          {in(0), in(1), op(E::kSub), in(2), op(E::kMul), in(3), op(E::kMul), in(4), op(E::kAdd)},
+          {in(0), in(2), op(E::kDiv), in(4), op(E::kSub)}};
+      for (size_t e = 0; e < exprs.size(); ++e) {
+        std::vector<MapVertex::Operand> ops = {{fx, kF32, false}, {fm, kF32, false, runs}, {fs, kF32, false, runs},
+                                               {fg, kF32, false}, {fb, kF32, true}};
+        MapVertex v(0, std::make_shared<const std::vector<ExprInstr>>(exprs[e]), ops, out, kF32);
+        v.compute(mem.bytes.data());
+        size_t r = 0;
+        uint32_t used = 0;
+        for (uint64_t i = 0; i < n; ++i) {
+          while (used == runs[r]) {
+            ++r;
+            used = 0;
+          }
+          ++used;
+          const double want = e == 0 ? f32(f32(f32(f32(x[i] - mean[r]) * scale[r]) * g[i]) + b) : f32(f32(x[i] / scale[r]) - b);
+          ASSERT_EQ(mem.get(out, kF32, i), want) << "expression " << e << ", n " << n << ", element " << i;
+        }
+      }
+    }
+  }
+}
+
 // Mixed precision in one fused expression: each flagged instruction rounds,
 // unflagged ones stay in float, exactly as the separate operations would.
 TEST(MapCodelet, HalfFlagsRoundExactlyWhereSet) {

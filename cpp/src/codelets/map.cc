@@ -225,8 +225,8 @@ bool MapVertex::registers_fit() const {
     switch (expr_arity(ins.op)) {
       case ExprArity::kLeaf: {
         if (ins.op == ExprOpCode::kInput) {
-          const Operand& o = operands_[ins.arg];
-          if (o.dtype != DeviceType::kFloat32 || o.scalar || !o.runs.empty()) return false;
+          // (Whole, a scalar, or repeated over runs.)
+          if (operands_[ins.arg].dtype != DeviceType::kFloat32) return false;
         } else if (ins.op != ExprOpCode::kConstF) {
           return false;
         }
@@ -369,7 +369,9 @@ void MapVertex::compute(uint8_t* mem) const {
   // IEEE operations on the same values, so the same results. Lanes past
   // the end are masked off (computing nothing, raising no floating-point
   // exception). Operands must be the output's bytes or apart from them: a
-  // chunk is stored before the next is read. Only for small vertices
+  // chunk is stored before the next is read. A scalar operand is its value
+  // in every lane; a repeated one each run's value over its lanes (a row's
+  // mean and scale over the row). Only for small vertices
   // (kRegisterElements at most): over longer ones a pass per instruction
   // costs less than its dispatch per chunk (BERT-style b8's maps of 270-740
   // elements 1.027 in registers).
@@ -381,18 +383,49 @@ void MapVertex::compute(uint8_t* mem) const {
     for (size_t i = 0; i < operands_.size(); ++i) {
       const Operand& o = operands_[i];
       const float* p = reinterpret_cast<const float*>(mem + o.field.address);
-      apart &= o.field.pieces.empty() && (p == out || p + total <= out || out + total <= p);
+      const uint64_t span = o.field.count;  // (one per run, or the scalar)
+      apart &= o.field.pieces.empty() && (p == out || p + span <= out || out + total <= p);
       src[i] = p;
     }
     if (apart) {
+      // Where each repeated operand's runs stand: run `run`, `left` of its
+      // elements still to cover.
+      size_t run[kRegisterOperands];
+      uint32_t left[kRegisterOperands];
+      for (size_t i = 0; i < operands_.size(); ++i) {
+        run[i] = 0;
+        left[i] = operands_[i].runs.empty() ? 0 : operands_[i].runs[0];
+      }
+      __m512 opv[kRegisterOperands];
       __m512 st[kRegisterDepth];
       for (uint64_t j0 = 0; j0 < total; j0 += 16) {
         const size_t m = static_cast<size_t>(std::min<uint64_t>(16, total - j0));
         const __mmask16 k = static_cast<__mmask16>(m == 16 ? 0xFFFFu : (1u << m) - 1);
+        // This chunk of every operand, once (an operand may be read twice).
+        for (size_t i = 0; i < operands_.size(); ++i) {
+          const Operand& o = operands_[i];
+          if (o.runs.empty()) {
+            opv[i] = o.scalar ? _mm512_set1_ps(src[i][0]) : _mm512_maskz_loadu_ps(k, src[i] + j0);
+            continue;
+          }
+          if (left[i] >= m) {  // inside one run
+            opv[i] = _mm512_set1_ps(src[i][run[i]]);
+            left[i] -= static_cast<uint32_t>(m);
+          } else {
+            alignas(64) float lanes[16];
+            for (size_t j = 0; j < m; ++j) {
+              while (left[i] == 0) left[i] = o.runs[++run[i]];
+              lanes[j] = src[i][run[i]];
+              --left[i];
+            }
+            opv[i] = _mm512_maskz_load_ps(k, lanes);
+          }
+          if (left[i] == 0 && run[i] + 1 < o.runs.size()) left[i] = o.runs[++run[i]];
+        }
         size_t sp = 0;
         for (const ExprInstr& ins : expr) {
           switch (ins.op) {
-            case ExprOpCode::kInput: st[sp++] = _mm512_maskz_loadu_ps(k, src[ins.arg] + j0); break;
+            case ExprOpCode::kInput: st[sp++] = opv[ins.arg]; break;
             case ExprOpCode::kConstF: st[sp++] = _mm512_set1_ps(static_cast<float>(ins.imm)); break;
             case ExprOpCode::kAdd: --sp; st[sp - 1] = _mm512_maskz_add_ps(k, st[sp - 1], st[sp]); break;
             case ExprOpCode::kSub: --sp; st[sp - 1] = _mm512_maskz_sub_ps(k, st[sp - 1], st[sp]); break;
