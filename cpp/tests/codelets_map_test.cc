@@ -876,7 +876,8 @@ TEST(MapCodelet, FloatExpressionsMatchTheirOperationsOneByOne) {
 }
 
 // The same in registers with scalar and repeated operands (a row's mean
-// and scale over the row, as a normalisation's vertices have them): runs
+// and scale over the row, as a normalisation's and a softmax's vertices
+// have them), with and without a function: runs
 // inside a chunk, across chunks, of one element, empty, and the scalar in
 // every lane; every element as the operations one by one give it.
 TEST(MapCodelet, RepeatedAndScalarOperandsInExpressions) {
@@ -907,10 +908,26 @@ TEST(MapCodelet, RepeatedAndScalarOperandsInExpressions) {
       };
       Field fx = put(x), fg = put(g), fm = put(mean), fs = put(scale), fb = put({b});
       Field out = mem.field(n, kF32);
-      // ((x - mean) * scale) * g + b, then (x / scale) - b.
+      // ((x - mean) * scale) * g + b, (x / scale) - b, and a softmax's
+      // exponent over its rows: exp(x - mean) / scale (exp from the
+      // one-operation vertex).
+      std::vector<double> d(n);
+      {
+        size_t r = 0;
+        uint32_t used = 0;
+        for (uint64_t i = 0; i < n; ++i, ++used) {
+          while (used == runs[r]) {
+            ++r;
+            used = 0;
+          }
+          d[i] = f32(x[i] - mean[r]);
+        }
+      }
+      const std::vector<double> ex = run_map({in(0), op(E::kExp)}, {{kF32, d}}, kF32, n);
       const std::vector<std::vector<ExprInstr>> exprs = {
           {in(0), in(1), op(E::kSub), in(2), op(E::kMul), in(3), op(E::kMul), in(4), op(E::kAdd)},
-          {in(0), in(2), op(E::kDiv), in(4), op(E::kSub)}};
+          {in(0), in(2), op(E::kDiv), in(4), op(E::kSub)},
+          {in(0), in(1), op(E::kSub), op(E::kExp), in(2), op(E::kDiv)}};
       for (size_t e = 0; e < exprs.size(); ++e) {
         std::vector<MapVertex::Operand> ops = {{fx, kF32, false}, {fm, kF32, false, runs}, {fs, kF32, false, runs},
                                                {fg, kF32, false}, {fb, kF32, true}};
@@ -924,7 +941,9 @@ TEST(MapCodelet, RepeatedAndScalarOperandsInExpressions) {
             used = 0;
           }
           ++used;
-          const double want = e == 0 ? f32(f32(f32(f32(x[i] - mean[r]) * scale[r]) * g[i]) + b) : f32(f32(x[i] / scale[r]) - b);
+          const double want = e == 0   ? f32(f32(f32(f32(x[i] - mean[r]) * scale[r]) * g[i]) + b)
+                              : e == 1 ? f32(f32(x[i] / scale[r]) - b)
+                                       : f32(ex[i] / scale[r]);
           ASSERT_EQ(mem.get(out, kF32, i), want) << "expression " << e << ", n " << n << ", element " << i;
         }
       }

@@ -196,6 +196,75 @@ bool slot_unary(ExprOpCode op) {
 
 }  // namespace
 
+#if defined(__AVX512F__)
+// MapVertex::compute's small float32 expressions that call exp or erf: a
+// vector instruction at a time over the whole vertex (at most
+// kRegisterElements, a stack slot of kRegisterElements floats per depth),
+// each function over the slot at once: the same operations on the same
+// values as the interpreter, without its leaves' copies and its dispatch
+// per block. Out of line: its slots would enlarge the frame of every
+// vertex's compute call.
+__attribute__((noinline)) void map_in_slots(const std::vector<ExprInstr>& expr,
+                                             const std::vector<MapVertex::Operand>& operands, const float* const* src,
+                                             float* out, uint64_t total) {
+  constexpr size_t kDepth = MapVertex::kRegisterDepth;
+  constexpr uint64_t kElements = MapVertex::kRegisterElements;
+  alignas(64) float stack[kDepth][kElements];
+  const size_t chunks = static_cast<size_t>((total + 15) / 16);
+  const __mmask16 tail = static_cast<__mmask16>(total % 16 == 0 ? 0xFFFFu : (1u << (total % 16)) - 1);
+  auto mask = [&](size_t c) { return c + 1 < chunks ? static_cast<__mmask16>(0xFFFFu) : tail; };
+  size_t sp = 0;
+  for (const ExprInstr& ins : expr) {
+    float* top = stack[sp];
+    switch (ins.op) {
+      case ExprOpCode::kInput: {
+        const MapVertex::Operand& o = operands[ins.arg];
+        const float* p = src[ins.arg];
+        if (o.scalar) {
+          const __m512 v = _mm512_set1_ps(p[0]);
+          for (size_t c = 0; c < chunks; ++c) _mm512_store_ps(top + 16 * c, v);
+        } else if (!o.runs.empty()) {
+          size_t j = 0;
+          for (size_t r = 0; r < o.runs.size(); ++r)
+            for (uint32_t e = 0; e < o.runs[r]; ++e) top[j++] = p[r];
+        } else {
+          for (size_t c = 0; c < chunks; ++c) _mm512_store_ps(top + 16 * c, _mm512_maskz_loadu_ps(mask(c), p + 16 * c));
+        }
+        ++sp;
+        break;
+      }
+      case ExprOpCode::kConstF: {
+        const __m512 v = _mm512_set1_ps(static_cast<float>(ins.imm));
+        for (size_t c = 0; c < chunks; ++c) _mm512_store_ps(top + 16 * c, v);
+        ++sp;
+        break;
+      }
+      case ExprOpCode::kExp: exp_block(stack[sp - 1], static_cast<size_t>(total)); break;
+      case ExprOpCode::kErf: erf_block(stack[sp - 1], static_cast<size_t>(total)); break;
+      default: {
+        float* a = stack[sp - 2];
+        const float* b = stack[sp - 1];
+        --sp;
+        for (size_t c = 0; c < chunks; ++c) {
+          const __mmask16 k = mask(c);
+          const __m512 x = _mm512_load_ps(a + 16 * c), y = _mm512_load_ps(b + 16 * c);
+          __m512 r;
+          switch (ins.op) {
+            case ExprOpCode::kAdd: r = _mm512_maskz_add_ps(k, x, y); break;
+            case ExprOpCode::kSub: r = _mm512_maskz_sub_ps(k, x, y); break;
+            case ExprOpCode::kMul: r = _mm512_maskz_mul_ps(k, x, y); break;
+            case ExprOpCode::kDiv: r = _mm512_maskz_div_ps(k, x, y); break;
+            default: NX_CHECK(false, "an instruction the registers do not run");
+          }
+          _mm512_store_ps(a + 16 * c, r);
+        }
+      }
+    }
+  }
+  for (size_t c = 0; c < chunks; ++c) _mm512_mask_storeu_ps(out + 16 * c, mask(c), _mm512_load_ps(stack[0] + 16 * c));
+}
+#endif
+
 MapVertex::MapVertex(uint32_t tile_, std::shared_ptr<const std::vector<ExprInstr>> expr, std::vector<Operand> operands,
                      Field out, DeviceType out_dtype)
     : expr_(std::move(expr)), operands_(std::move(operands)), out_(out), out_dtype_(out_dtype) {
@@ -214,6 +283,8 @@ MapVertex::MapVertex(uint32_t tile_, std::shared_ptr<const std::vector<ExprInstr
     NX_CHECK(o.scalar ? o.field.count == 1 : o.field.count == out_.count, "map operand size differs from its output");
   }
   in_registers_ = registers_fit();
+  for (const ExprInstr& ins : *expr_)
+    calls_function_ |= in_registers_ && expr_arity(ins.op) == ExprArity::kUnary;
 }
 
 bool MapVertex::registers_fit() const {
@@ -234,10 +305,12 @@ bool MapVertex::registers_fit() const {
         break;
       }
       case ExprArity::kUnary:
-        // A function runs over the whole block at once: called chunk by
-        // chunk it cost more than the passes saved (a GELU written out,
-        // 93 elements a vertex: 1.147).
-        return false;
+        // exp and erf (a softmax's exponent, a GELU written out): the
+        // expression then runs a vector instruction at a time over the
+        // whole vertex, each function once over all of it (called chunk
+        // by chunk it cost more than the passes saved: 1.147).
+        if (ins.op != ExprOpCode::kExp && ins.op != ExprOpCode::kErf) return false;
+        break;
       case ExprArity::kBinary:
         if (ins.op != ExprOpCode::kAdd && ins.op != ExprOpCode::kSub && ins.op != ExprOpCode::kMul &&
             ins.op != ExprOpCode::kDiv)
@@ -386,6 +459,10 @@ void MapVertex::compute(uint8_t* mem) const {
       const uint64_t span = o.field.count;  // (one per run, or the scalar)
       apart &= o.field.pieces.empty() && (p == out || p + span <= out || out + total <= p);
       src[i] = p;
+    }
+    if (apart && calls_function_) {
+      map_in_slots(expr, operands_, src, out, total);
+      return;
     }
     if (apart) {
       // Where each repeated operand's runs stand: run `run`, `left` of its

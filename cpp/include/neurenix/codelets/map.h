@@ -31,6 +31,9 @@ class MapVertex : public Vertex {
   uint64_t code_bytes() const override { return 512; }
   uint64_t state_bytes() const override;
   bool uses_random() const override;
+  // The register path's limits: operands, stack depth, elements a vertex.
+  static constexpr size_t kRegisterOperands = 8, kRegisterDepth = 8;
+  static constexpr uint64_t kRegisterElements = 128;
 
  protected:
   void list_fields(std::vector<Field*>& out) override;
@@ -41,10 +44,11 @@ class MapVertex : public Vertex {
   std::vector<Operand> operands_;
   bool has_runs_ = false;  // some operand is repeated
   // The expression can run sixteen elements at a time in registers
-  // (compute(): float32 operands and constants, + - x / only).
+  // (compute(): float32 operands and constants, + - x /, exp and erf).
   bool in_registers_ = false;
-  static constexpr size_t kRegisterOperands = 8, kRegisterDepth = 8;
-  static constexpr uint64_t kRegisterElements = 128;
+  // ... and calls exp or erf: it runs an instruction at a time over the
+  // whole vertex instead.
+  bool calls_function_ = false;
   bool registers_fit() const;
   FieldRef out_;
   DeviceType out_dtype_;
