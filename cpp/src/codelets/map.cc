@@ -197,6 +197,19 @@ bool slot_unary(ExprOpCode op) {
 }  // namespace
 
 #if defined(__AVX512F__)
+// x op y for the register paths' arithmetic, in the lanes of k (the others
+// zero: no floating-point exception from lanes past the end).
+inline __m512 arith(ExprOpCode op, __mmask16 k, __m512 x, __m512 y) {
+  switch (op) {
+    case ExprOpCode::kAdd: return _mm512_maskz_add_ps(k, x, y);
+    case ExprOpCode::kSub: return _mm512_maskz_sub_ps(k, x, y);
+    case ExprOpCode::kMul: return _mm512_maskz_mul_ps(k, x, y);
+    case ExprOpCode::kDiv: return _mm512_maskz_div_ps(k, x, y);
+    default: NX_CHECK(false, "an instruction the registers do not run");
+  }
+  return x;
+}
+
 // MapVertex::compute's small float32 expressions that call exp or erf: a
 // vector instruction at a time over the whole vertex (at most
 // kRegisterElements, a stack slot of kRegisterElements floats per depth),
@@ -246,17 +259,7 @@ __attribute__((noinline)) void map_in_slots(const std::vector<ExprInstr>& expr,
         const float* b = stack[sp - 1];
         --sp;
         for (size_t c = 0; c < chunks; ++c) {
-          const __mmask16 k = mask(c);
-          const __m512 x = _mm512_load_ps(a + 16 * c), y = _mm512_load_ps(b + 16 * c);
-          __m512 r;
-          switch (ins.op) {
-            case ExprOpCode::kAdd: r = _mm512_maskz_add_ps(k, x, y); break;
-            case ExprOpCode::kSub: r = _mm512_maskz_sub_ps(k, x, y); break;
-            case ExprOpCode::kMul: r = _mm512_maskz_mul_ps(k, x, y); break;
-            case ExprOpCode::kDiv: r = _mm512_maskz_div_ps(k, x, y); break;
-            default: NX_CHECK(false, "an instruction the registers do not run");
-          }
-          _mm512_store_ps(a + 16 * c, r);
+          _mm512_store_ps(a + 16 * c, arith(ins.op, mask(c), _mm512_load_ps(a + 16 * c), _mm512_load_ps(b + 16 * c)));
         }
       }
     }
@@ -504,12 +507,9 @@ void MapVertex::compute(uint8_t* mem) const {
           switch (ins.op) {
             case ExprOpCode::kInput: st[sp++] = opv[ins.arg]; break;
             case ExprOpCode::kConstF: st[sp++] = _mm512_set1_ps(static_cast<float>(ins.imm)); break;
-            case ExprOpCode::kAdd: --sp; st[sp - 1] = _mm512_maskz_add_ps(k, st[sp - 1], st[sp]); break;
-            case ExprOpCode::kSub: --sp; st[sp - 1] = _mm512_maskz_sub_ps(k, st[sp - 1], st[sp]); break;
-            case ExprOpCode::kMul: --sp; st[sp - 1] = _mm512_maskz_mul_ps(k, st[sp - 1], st[sp]); break;
-            case ExprOpCode::kDiv: --sp; st[sp - 1] = _mm512_maskz_div_ps(k, st[sp - 1], st[sp]); break;
             default:
-              NX_CHECK(false, "an instruction the registers do not run");
+              --sp;
+              st[sp - 1] = arith(ins.op, k, st[sp - 1], st[sp]);
           }
         }
         _mm512_mask_storeu_ps(out + j0, k, st[0]);
