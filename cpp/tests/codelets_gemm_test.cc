@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "neurenix/codelets/gemm.h"
+#include "neurenix/half.h"
 #include "test_util.h"
 
 namespace {
@@ -86,7 +87,8 @@ TEST(Gemm, RowsThroughPointersMatchTheReferenceAndReadOnlyTheRows) {
 // only roundings are the documented ones (each chunk's sum times the scale
 // to half, the running sum to half after each add), and the result must be
 // equal bit for bit. Rows blocks of every height, partial last panels read
-// through copies or in place, K not a multiple of the depth.
+// through copies or in place, K not a multiple of the depth; B's rows as
+// floats and as binary16 values.
 TEST(Gemm, HalfPartialsInRegistersMatchTheAmpReference) {
   std::mt19937 rng(23);
   std::uniform_int_distribution<int> q(-40, 40);
@@ -108,10 +110,22 @@ TEST(Gemm, HalfPartialsInRegistersMatchTheAmpReference) {
           }
           std::vector<float> c(m * ldc, 0.5f);
           gemm_half_partials_rows(a.data(), lda, ptrs.data(), c.data(), m, n, k, ldc, depth, scale, readable);
+          // The same rows as binary16 values read in place: rows of exactly
+          // n values unless readable (reading past them fails under ASan).
+          std::vector<std::vector<half_bits>> half_rows(k);
+          std::vector<const half_bits*> half_ptrs(k);
+          for (uint32_t p = 0; p < k; ++p) {
+            half_rows[p].assign(readable ? n + 64 : n, float_to_half(65504.0f));
+            for (uint32_t j = 0; j < n; ++j) half_rows[p][j] = float_to_half(rows[p][j]);
+            half_ptrs[p] = half_rows[p].data();
+          }
+          std::vector<float> ch(m * ldc, 0.5f);
+          gemm_half_partials_rows(a.data(), lda, half_ptrs.data(), ch.data(), m, n, k, ldc, depth, scale, readable);
           for (uint32_t i = 0; i < m; ++i)
             for (uint32_t j = 0; j < ldc; ++j) {
               if (j >= n) {
                 ASSERT_EQ(c[i * ldc + j], 0.5f) << "touched padding";
+                ASSERT_EQ(ch[i * ldc + j], 0.5f) << "touched padding (half rows)";
                 continue;
               }
               double acc = 0;
@@ -123,6 +137,9 @@ TEST(Gemm, HalfPartialsInRegistersMatchTheAmpReference) {
               }
               ASSERT_EQ(c[i * ldc + j], acc) << m << "x" << n << "x" << k << " depth " << depth << " scale " << scale
                                              << (readable ? " in place" : " copied") << " at " << i << "," << j;
+              ASSERT_EQ(ch[i * ldc + j], acc) << m << "x" << n << "x" << k << " depth " << depth << " scale " << scale
+                                              << (readable ? " in place" : " copied") << " at " << i << "," << j
+                                              << " (half rows)";
             }
         }
 }

@@ -109,12 +109,14 @@ TEST(MatMulCodelet, HalfPartialsEmulateTheAmp) {
   std::mt19937 rng(24);
   std::uniform_int_distribution<int> q(-60, 60);
   int differs = 0;
+  // (B's rows `ldb` apart, read in place: full 16- and 32-column panels,
+  // partial ones, and rows that end at the end of their field.)
   for (auto [m, n, k] : std::vector<MNK>{{2, 3, 15}, {3, 3, 16}, {4, 5, 17}, {2, 2, 100}, {6, 4, 64},
-                         {1, 1, 1}}) {
+                         {1, 1, 1}, {12, 16, 32}, {9, 32, 20}, {7, 37, 18}}) {
     std::vector<double> a(m * k), b(k * n);
     for (auto& v : a) v = q(rng) / 4.0;
     for (auto& v : b) v = q(rng) + 0.5;
-    MatMulBlock s{m, n, k, k, n, n + 2};
+    MatMulBlock s{m, n, k, k, n + (n % 3), n + 2};
     bool pad = false;
     auto c = run_matmul_vertex(a, b, s, kF16, kF16, kF16, &pad);
     auto cf32 = run_matmul_vertex(a, b, s, kF16, kF16, kF32);

@@ -130,6 +130,55 @@ inline void load_panel_row(const float* p, uint32_t last, V& b0, V& b1) {
   }
 }
 
+// The same rows when B holds binary16 values: each vector widened to float
+// as it is loaded (exactly; F16C's conversion where the build has it), so a
+// half operand is multiplied where it lies instead of being widened into a
+// buffer first.
+template <typename V>
+inline V load_half(const half_bits* p) {
+  constexpr uint32_t VW = sizeof(V) / sizeof(float);
+#if defined(__AVX512F__)
+  if constexpr (VW == 16) {
+    const __m512 x = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    return reinterpret_cast<const V&>(x);
+  }
+#endif
+#if defined(__F16C__) && defined(__AVX__)
+  if constexpr (VW == 8) {
+    const __m256 x = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    return reinterpret_cast<const V&>(x);
+  }
+#endif
+  float t[VW];
+  for (uint32_t i = 0; i < VW; ++i) t[i] = half_to_float(p[i]);
+  return loadv<V>(t);
+}
+template <typename V>
+inline V load_first_half(const half_bits* p, uint32_t lanes) {
+  constexpr uint32_t VW = sizeof(V) / sizeof(float);
+#if defined(__AVX512BW__)
+  if constexpr (VW == 16) {
+    const __m512i h = _mm512_maskz_loadu_epi16(static_cast<__mmask32>((1u << lanes) - 1), p);
+    const __m512 x = _mm512_cvtph_ps(_mm512_castsi512_si256(h));
+    return reinterpret_cast<const V&>(x);
+  }
+#endif
+  float t[VW] = {};
+  for (uint32_t i = 0; i < lanes; ++i) t[i] = half_to_float(p[i]);
+  return loadv<V>(t);
+}
+template <typename V, uint32_t NV, bool MASKED>
+inline void load_panel_row(const half_bits* p, uint32_t last, V& b0, V& b1) {
+  constexpr uint32_t VW = sizeof(V) / sizeof(float);
+  if constexpr (NV == 1) {
+    b0 = MASKED ? load_first_half<V>(p, last) : load_half<V>(p);
+    b1 = V{};
+  } else {
+    b0 = load_half<V>(p);
+    b1 = MASKED ? load_first_half<V>(p + VW, last) : load_half<V>(p + VW);
+  }
+}
+
 // C[MR x NR] (+)= the accumulators (NV vectors per row: acc0, then acc1),
 // `nr` valid columns.
 template <typename V, uint32_t NV, uint32_t MR>
@@ -342,8 +391,8 @@ inline constexpr bool kHalfAdd = false;
 // rounded to half and added to a running sum rounded to half after each
 // add (HalfRow): the arithmetic of sum_in_half_partials with
 // add_rounded_to_half, without a pass over memory per chunk.
-template <typename V, uint32_t NV, uint32_t MR, bool MASKED>
-void micro_rows_half(const float* __restrict a, uint32_t lda, const float* const* __restrict rows, uint32_t j0, uint32_t k,
+template <typename V, uint32_t NV, uint32_t MR, bool MASKED, typename B>
+void micro_rows_half(const float* __restrict a, uint32_t lda, const B* const* __restrict rows, uint32_t j0, uint32_t k,
                      uint32_t depth, float scale, float* __restrict c, uint32_t ldc, uint32_t nr) {
   constexpr uint32_t VW = sizeof(V) / sizeof(float);
   using Sums = HalfRow<V, NV, kHalfAdd && VW == 16>;
@@ -389,30 +438,34 @@ constexpr uint32_t kMRHalf = 6;
 constexpr uint32_t kMRHalf = 3;
 #endif
 
-using MicroRowsHalfFn = void (*)(const float*, uint32_t, const float* const*, uint32_t, uint32_t, uint32_t, float, float*,
+// (B: the element type of B's rows, float or half_bits.)
+template <typename B>
+using MicroRowsHalfFn = void (*)(const float*, uint32_t, const B* const*, uint32_t, uint32_t, uint32_t, float, float*,
                                  uint32_t, uint32_t);
 
-template <typename V, uint32_t NV, bool MASKED>
-inline constexpr MicroRowsHalfFn kMicroRowsHalf[9] = {nullptr,
-                                                      micro_rows_half<V, NV, 1, MASKED>,
-                                                      micro_rows_half<V, NV, 2, MASKED>,
-                                                      micro_rows_half<V, NV, 3, MASKED>,
-                                                      micro_rows_half<V, NV, 4, MASKED>,
-                                                      micro_rows_half<V, NV, 5, MASKED>,
-                                                      micro_rows_half<V, NV, 6, MASKED>,
-                                                      micro_rows_half<V, NV, 7, MASKED>,
-                                                      micro_rows_half<V, NV, 8, MASKED>};
-template <typename V, uint32_t NV, bool MASKED>
-inline MicroRowsHalfFn micro_rows_half_for(uint32_t mr) {
-  return kMicroRowsHalf<V, NV, MASKED>[mr];
+template <typename V, uint32_t NV, bool MASKED, typename B>
+inline constexpr MicroRowsHalfFn<B> kMicroRowsHalf[9] = {nullptr,
+                                                         micro_rows_half<V, NV, 1, MASKED, B>,
+                                                         micro_rows_half<V, NV, 2, MASKED, B>,
+                                                         micro_rows_half<V, NV, 3, MASKED, B>,
+                                                         micro_rows_half<V, NV, 4, MASKED, B>,
+                                                         micro_rows_half<V, NV, 5, MASKED, B>,
+                                                         micro_rows_half<V, NV, 6, MASKED, B>,
+                                                         micro_rows_half<V, NV, 7, MASKED, B>,
+                                                         micro_rows_half<V, NV, 8, MASKED, B>};
+template <typename V, uint32_t NV, bool MASKED, typename B>
+inline MicroRowsHalfFn<B> micro_rows_half_for(uint32_t mr) {
+  return kMicroRowsHalf<V, NV, MASKED, B>[mr];
 }
 
-template <typename V, uint32_t NV>
-void run_rows_half(const float* a, uint32_t lda, const float* const* rows, float* c, uint32_t m, uint32_t n, uint32_t k,
+template <typename V, uint32_t NV, typename B>
+void run_rows_half(const float* a, uint32_t lda, const B* const* rows, float* c, uint32_t m, uint32_t n, uint32_t k,
                    uint32_t ldc, uint32_t depth, float scale, bool readable_tail) {
   constexpr uint32_t NR = NV * sizeof(V) / sizeof(float);
   const Panels<V, NV> p(n, readable_tail);
-  auto kernels = [](auto nv, auto masked, uint32_t mr) { return micro_rows_half_for<V, decltype(nv)::value, decltype(masked)::value>(mr); };
+  auto kernels = [](auto nv, auto masked, uint32_t mr) {
+    return micro_rows_half_for<V, decltype(nv)::value, decltype(masked)::value, B>(mr);
+  };
   // Blocks of rows as even as kMRHalf allows (16 rows as 6, 5, 5, not 6,
   // 6, 4): every block reads all of B's rows once, whatever its rows.
   const uint32_t blocks = (m + kMRHalf - 1) / kMRHalf;
@@ -421,10 +474,10 @@ void run_rows_half(const float* a, uint32_t lda, const float* const* rows, float
     const float* ai = a + static_cast<size_t>(i0) * lda;
     float* ci = c + static_cast<size_t>(i0) * ldc;
     for (uint32_t pj = 0; pj < p.full; ++pj)
-      micro_rows_half_for<V, NV, false>(mr)(ai, lda, rows, pj * NR, k, depth, scale, ci + pj * NR, ldc,
-                                            std::min(NR, n - pj * NR));
+      micro_rows_half_for<V, NV, false, B>(mr)(ai, lda, rows, pj * NR, k, depth, scale, ci + pj * NR, ldc,
+                                               std::min(NR, n - pj * NR));
     if (p.tail)
-      p.template tail_kernel<MicroRowsHalfFn>(kernels, mr)(ai, lda, rows, p.full * NR, k, depth, scale, ci + p.full * NR,
+      p.template tail_kernel<MicroRowsHalfFn<B>>(kernels, mr)(ai, lda, rows, p.full * NR, k, depth, scale, ci + p.full * NR,
                                                            ldc, p.tail);
   }
 }
@@ -515,7 +568,15 @@ void gemm_f32_rows(const float* a, uint32_t lda, const float* const* rows, float
 void gemm_half_partials_rows(const float* a, uint32_t lda, const float* const* rows, float* c, uint32_t m, uint32_t n,
                              uint32_t k, uint32_t ldc, uint32_t depth, float scale, bool readable_tail) {
   with_panels(c, m, n, k, ldc, false, [&](auto v, auto nv) {
-    run_rows_half<decltype(v), decltype(nv)::value>(a, lda, rows, c, m, n, k, ldc, depth, scale, readable_tail);
+    run_rows_half<decltype(v), decltype(nv)::value, float>(a, lda, rows, c, m, n, k, ldc, depth, scale, readable_tail);
+  });
+}
+
+void gemm_half_partials_rows(const float* a, uint32_t lda, const half_bits* const* rows, float* c, uint32_t m, uint32_t n,
+                             uint32_t k, uint32_t ldc, uint32_t depth, float scale, bool readable_tail) {
+  with_panels(c, m, n, k, ldc, false, [&](auto v, auto nv) {
+    run_rows_half<decltype(v), decltype(nv)::value, half_bits>(a, lda, rows, c, m, n, k, ldc, depth, scale,
+                                                               readable_tail);
   });
 }
 

@@ -47,6 +47,7 @@ void store_block(const float* src, uint32_t rows, uint32_t cols, uint8_t* p, Dev
 struct ProductScratch {
   std::vector<float> abuf, bbuf, cbuf, tbuf, acc, part;
   std::vector<const float*> rows;
+  std::vector<const half_bits*> half_rows;
   std::vector<half_bits> hacc;
 };
 ProductScratch& product_scratch() {
@@ -121,9 +122,21 @@ void MatMulVertex::compute(uint8_t* mem) const {
   ProductScratch& scratch = product_scratch();
   std::vector<float> &abuf = scratch.abuf, &bbuf = scratch.bbuf, &cbuf = scratch.cbuf, &tbuf = scratch.tbuf;
   abuf.resize(static_cast<size_t>(m) * k);
-  bbuf.resize(static_cast<size_t>(k) * n);
   cbuf.resize(static_cast<size_t>(m) * n);
   load_block(mem + a_.address, in_, m, k, s_.lda, abuf.data());
+  if (in_ == DeviceType::kFloat16 && partials_ == DeviceType::kFloat16 && !active_rounding_rng()) {
+    // Half B is multiplied where it lies, each row widened as the kernel
+    // loads it (the same floats as widening it into a buffer first).
+    std::vector<const half_bits*>& rows = scratch.half_rows;
+    rows.resize(k);
+    const half_bits* b = reinterpret_cast<const half_bits*>(mem + b_.address);
+    for (uint32_t kk = 0; kk < k; ++kk) rows[kk] = b + static_cast<size_t>(kk) * s_.ldb;
+    gemm_half_partials_rows(abuf.data(), k, rows.data(), cbuf.data(), m, n, k, n, amp_depth(in_),
+                            operand_scale(mem, scales_.get()), false);
+    store_block(cbuf.data(), m, n, mem + c_.address, out_, s_.ldc);
+    return;
+  }
+  bbuf.resize(static_cast<size_t>(k) * n);
   load_block(mem + b_.address, in_, k, n, s_.ldb, bbuf.data());
   if (partials_ == DeviceType::kFloat32) {
     gemm_f32(abuf.data(), bbuf.data(), cbuf.data(), m, n, k, k, n, n, false);

@@ -37,5 +37,10 @@ void gemm_f32(const float* a, const float* b, float* c, uint32_t m, uint32_t n, 
 // nearest even throughout). The chunks never leave registers.
 void gemm_half_partials_rows(const float* a, uint32_t lda, const float* const* rows, float* c, uint32_t m, uint32_t n,
                              uint32_t k, uint32_t ldc, uint32_t depth, float scale, bool readable_tail);
+// The same with B's rows binary16 values (`n` of them at rows[kk], read
+// as gemm_f32_rows reads floats), each widened to float exactly as it is
+// loaded: bit for bit the product of the widened rows.
+void gemm_half_partials_rows(const float* a, uint32_t lda, const uint16_t* const* rows, float* c, uint32_t m, uint32_t n,
+                             uint32_t k, uint32_t ldc, uint32_t depth, float scale, bool readable_tail);
 
 }  // namespace neurenix
