@@ -190,6 +190,29 @@ def test_outputs_come_back_in_declared_types():
     assert b.dtype == np.bool_ and np.array_equal(b, x > r)
 
 
+def test_each_run_has_its_own_report_and_the_manager_shows_the_latest():
+    # Reports are made when first read: each must still be its own run's,
+    # whichever model ran after it.
+    rng = np.random.default_rng(4)
+    small, _ = mlp([6, 5, 3], rng)
+    big, _ = mlp([6, 64, 64, 3], rng)
+    x = rng.standard_normal((4, 6)).astype(np.float32)
+    with GraphCoreManager(precision="float32", ipu_model=tiny(2)) as ipu:
+        a, b = ipu.compile_model(small, x), ipu.compile_model(big, x)
+        assert ipu.last_execution_report is None and a.last_execution is None
+        ipu.execute_model(a, x)
+        ipu.execute_model(b, x)
+        rb = ipu.last_execution_report
+        ra = a.last_execution  # read after b ran
+        assert rb is b.last_execution and ra is not rb
+        assert (ra.cycles, rb.cycles) == (a.report.cycles_per_run, b.report.cycles_per_run)
+        assert ra.cycles != rb.cycles
+        assert ra.ipus and ra.ipus == rb.ipus
+        ipu.execute_model(a, x)
+        assert ipu.last_execution_report is a.last_execution is not ra
+        assert b.last_execution is rb and rb.cycles == b.report.cycles_per_run
+
+
 def test_inputs_in_other_layouts_give_the_same_outputs_which_are_fresh_writable_arrays():
     # Arrays already of the declared type and shape go straight in; a
     # big-endian, strided or float64 copy of the same values must give the

@@ -542,11 +542,11 @@ class Executable:
         infinity or NaN an operation makes from finite operands."""
     def unload(self) -> None:
         """Frees the simulated tile memory."""
-    def run(self, inputs: Sequence[bytes]) -> List[bytes]:
+    def run(self, inputs: Sequence[bytes]) -> List[bytearray]:
         """Runs once (loading first if needed) on each input's little-endian bytes in its declared type,
         in input order, for micro-batch x device_iterations x replication_factor samples (micro-batch
         ``d * replicas + r`` to replica ``r`` in iteration ``d``); returns the outputs' bytes in their
-        declared types, the micro-batches concatenated in order."""
+        declared types, the micro-batches concatenated in order (fresh, writable)."""
     def last_run(self) -> Optional[RunStats]: ...
     def read_state(self, name: str) -> bytes:
         """A state tensor's bytes (training's weights and optimizer state) in its device type."""

@@ -273,12 +273,12 @@ pub trait DeviceEngine: Send {
     /// Runs once. `inputs`: each input's bytes in its device type, in the
     /// program's input order; returns the outputs' bytes in their device
     /// types, in output order.
-    fn run(&mut self, inputs: &[Vec<u8>]) -> Result<Vec<Vec<u8>>>;
+    fn run(&mut self, inputs: &[&[u8]]) -> Result<Vec<Vec<u8>>>;
     /// Statistics of the last run (None before the first).
     fn last_run(&self) -> Option<RunStats>;
     /// Runs one segment of the program (`Backend::begin_segment`); inputs are
     /// written for segment 0, whose end streams the outputs (returned).
-    fn run_segment(&mut self, segment: u32, _inputs: &[Vec<u8>]) -> Result<Vec<Vec<u8>>> {
+    fn run_segment(&mut self, segment: u32, _inputs: &[&[u8]]) -> Result<Vec<Vec<u8>>> {
         Err(crate::error::Error::Internal(format!(
             "this device cannot run segment {segment} alone"
         )))

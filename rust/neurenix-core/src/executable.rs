@@ -10,6 +10,7 @@
 //! thread when pipelined, every replica on its own) and converts the outputs
 //! back, concatenated in micro-batch order.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::{mpsc, Mutex};
 use std::time::Instant;
@@ -262,8 +263,9 @@ impl Executable {
             self.options.device_iterations,
             self.options.replication_factor,
         );
-        // device_inputs[m][i]: micro-batch m's input i, in its device type.
-        let mut device_inputs: Vec<Vec<Vec<u8>>> = vec![Vec::with_capacity(streams.len()); k];
+        // device_inputs[m][i]: micro-batch m's input i, in its device type
+        // (the caller's bytes themselves when they already are).
+        let mut device_inputs: Vec<Vec<Cow<[u8]>>> = vec![Vec::with_capacity(streams.len()); k];
         for (s, data) in streams.iter().zip(inputs) {
             let each = s.host_bytes();
             if data.len() != each * k {
@@ -296,15 +298,25 @@ impl Executable {
         let (results, runs) = self.run_replicas(&device_inputs)?;
         let wall = t0.elapsed().as_secs_f64();
         let mut outs: Vec<Vec<u8>> = vec![Vec::new(); self.lowered.outputs.len()];
-        for (m, mb) in results.iter().enumerate() {
-            for (o, s) in self.lowered.outputs.iter().enumerate() {
-                let raw = mb.get(o).and_then(|x| x.as_ref()).ok_or_else(|| {
+        for (m, mb) in results.into_iter().enumerate() {
+            for (o, (s, raw)) in self.lowered.outputs.iter().zip(mb).enumerate() {
+                let raw = raw.ok_or_else(|| {
                     Error::Internal(format!(
                         "micro-batch {m} produced no value for output '{}'",
                         s.name
                     ))
                 })?;
-                outs[o].extend(device_to_host(s.device_type, raw, s.dtype)?);
+                // (Bytes already in the host type are moved, not copied.)
+                let converted = match device_to_host(s.device_type, &raw, s.dtype)? {
+                    Cow::Owned(v) => Some(v),
+                    Cow::Borrowed(_) => None,
+                };
+                let host = converted.unwrap_or(raw);
+                if outs[o].is_empty() {
+                    outs[o] = host;
+                } else {
+                    outs[o].extend_from_slice(&host);
+                }
             }
         }
         self.last = Some(self.gather_stats(wall, &runs));
@@ -317,7 +329,7 @@ impl Executable {
     #[allow(clippy::type_complexity)]
     fn run_replicas(
         &mut self,
-        device_inputs: &[Vec<Vec<u8>>],
+        device_inputs: &[Vec<Cow<[u8]>>],
     ) -> Result<(Vec<Vec<Option<Vec<u8>>>>, Vec<(usize, usize, RunStats)>)> {
         let replicas = self.engines.len();
         let iterations = self.options.device_iterations as usize;
@@ -328,6 +340,22 @@ impl Executable {
         let stages = &self.stages;
         let carries = &self.carries;
         let execution = self.estimate.execution;
+        if replicas == 1 {
+            // One replica runs on the calling thread (a thread started per
+            // run costs its start and its thread-local scratch every time).
+            let io = ReplicaIo {
+                replica: 0,
+                device_inputs,
+                results: &results,
+                runs: &runs,
+            };
+            let mbs: Vec<usize> = (0..iterations).collect();
+            run_replica(&mut self.engines[0], stages, carries, execution, &mbs, &io)?;
+            return Ok((
+                results.into_inner().unwrap_or_else(|p| p.into_inner()),
+                runs.into_inner().unwrap_or_else(|p| p.into_inner()),
+            ));
+        }
         let errors: Vec<Result<()>> = std::thread::scope(|sc| {
             let handles: Vec<_> = self
                 .engines
@@ -430,7 +458,7 @@ impl Executable {
                 "a replicated step runs one stage per replica".into(),
             ));
         }
-        let mut device: Vec<Vec<Vec<u8>>> = Vec::with_capacity(replicas);
+        let mut device: Vec<Vec<Cow<[u8]>>> = Vec::with_capacity(replicas);
         for rin in inputs {
             if rin.len() != self.lowered.inputs.len() {
                 return Err(Error::InputMismatch {
@@ -476,7 +504,8 @@ impl Executable {
         let mut seg_cycles = 0u64;
         for (r, din) in device.iter().enumerate() {
             let engine = &mut self.engines[r][0];
-            let raw = engine.run_segment(0, din)?;
+            let views: Vec<&[u8]> = din.iter().map(|d| d.as_ref()).collect();
+            let raw = engine.run_segment(0, &views)?;
             let st = engine.last_run().unwrap_or_default();
             seg_cycles = seg_cycles.max(st.cycles);
             add_stats(&mut total, &st, &self.report_step[0]);
@@ -485,7 +514,7 @@ impl Executable {
             total.host_shadow_bytes += st.host_shadow_bytes;
             let mut o = Vec::with_capacity(raw.len());
             for (s, b) in self.lowered.outputs.iter().zip(&raw) {
-                o.push(device_to_host(s.device_type, b, s.dtype)?);
+                o.push(device_to_host(s.device_type, b, s.dtype)?.into_owned());
             }
             outs.push(o);
         }
@@ -574,7 +603,7 @@ type Bag = HashMap<usize, Vec<u8>>;
 struct ReplicaIo<'a> {
     replica: usize,
     /// Every micro-batch's inputs, in device types.
-    device_inputs: &'a [Vec<Vec<u8>>],
+    device_inputs: &'a [Vec<Cow<'a, [u8]>>],
     /// Every micro-batch's outputs, filled in as stages make them.
     results: &'a Mutex<Vec<Vec<Option<Vec<u8>>>>>,
     /// The statistics of every program run.
@@ -597,11 +626,11 @@ fn run_replica(
                 m: usize,
                 bag: &mut Bag|
      -> Result<()> {
-        let mut ins = Vec::with_capacity(st.inputs.len());
+        let mut ins: Vec<&[u8]> = Vec::with_capacity(st.inputs.len());
         for (hs, src) in &st.inputs {
             ins.push(match *src {
-                Source::Host(i) => io.device_inputs[m][i].clone(),
-                Source::Carried(c) => bag.get(&c).cloned().ok_or_else(|| {
+                Source::Host(i) => io.device_inputs[m][i].as_ref(),
+                Source::Carried(c) => bag.get(&c).map(Vec::as_slice).ok_or_else(|| {
                     Error::Internal(format!("carried tensor '{}' did not arrive", hs.name))
                 })?,
             });

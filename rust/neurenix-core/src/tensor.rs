@@ -5,6 +5,8 @@
 //! integers, bool) and re-rounds to the declared type after every operation,
 //! so a folded float32 result is the correctly rounded float32 one.
 
+use std::borrow::Cow;
+
 use half::{bf16, f16};
 use ndarray::{ArrayD, IxDyn};
 
@@ -434,14 +436,32 @@ impl HostTensor {
 }
 
 /// Converts raw host data of `from` into tile-memory data of `to`, with fast
-/// paths for the common cases. Integers that do not fit int32 are an error
-/// naming `what`.
-pub fn host_to_device(from: ElemType, bytes: &[u8], to: DeviceType, what: &str) -> Result<Vec<u8>> {
+/// paths for the common cases; data already in the device's type is
+/// borrowed, not copied. Integers that do not fit int32 are an error naming
+/// `what`.
+pub fn host_to_device<'a>(
+    from: ElemType,
+    bytes: &'a [u8],
+    to: DeviceType,
+    what: &str,
+) -> Result<Cow<'a, [u8]>> {
     match (from, to) {
         (ElemType::F32, DeviceType::F32)
         | (ElemType::I32, DeviceType::I32)
-        | (ElemType::Bool, DeviceType::Bool) => Ok(bytes.to_vec()),
-        (ElemType::F16, DeviceType::F16) => Ok(bytes.to_vec()),
+        | (ElemType::Bool, DeviceType::Bool)
+        | (ElemType::F16, DeviceType::F16) => return Ok(Cow::Borrowed(bytes)),
+        _ => {}
+    }
+    host_to_device_converted(from, bytes, to, what).map(Cow::Owned)
+}
+
+fn host_to_device_converted(
+    from: ElemType,
+    bytes: &[u8],
+    to: DeviceType,
+    what: &str,
+) -> Result<Vec<u8>> {
+    match (from, to) {
         (ElemType::F32, DeviceType::F16) => {
             let mut out = Vec::with_capacity(bytes.len() / 2);
             for c in bytes.chunks_exact(4) {
@@ -506,13 +526,20 @@ pub fn host_to_device(from: ElemType, bytes: &[u8], to: DeviceType, what: &str) 
 }
 
 /// Converts tile-memory data of `from` into host data of the model's declared
-/// type `to`.
-pub fn device_to_host(from: DeviceType, bytes: &[u8], to: ElemType) -> Result<Vec<u8>> {
+/// type `to` (borrowed when it is already of that type).
+pub fn device_to_host(from: DeviceType, bytes: &[u8], to: ElemType) -> Result<Cow<'_, [u8]>> {
     match (from, to) {
         (DeviceType::F32, ElemType::F32)
         | (DeviceType::I32, ElemType::I32)
-        | (DeviceType::Bool, ElemType::Bool) => Ok(bytes.to_vec()),
-        (DeviceType::F16, ElemType::F16) => Ok(bytes.to_vec()),
+        | (DeviceType::Bool, ElemType::Bool)
+        | (DeviceType::F16, ElemType::F16) => return Ok(Cow::Borrowed(bytes)),
+        _ => {}
+    }
+    device_to_host_converted(from, bytes, to).map(Cow::Owned)
+}
+
+fn device_to_host_converted(from: DeviceType, bytes: &[u8], to: ElemType) -> Result<Vec<u8>> {
+    match (from, to) {
         (DeviceType::F16, ElemType::F32) => {
             let mut out = Vec::with_capacity(bytes.len() * 2);
             for c in bytes.chunks_exact(2) {
@@ -587,7 +614,9 @@ mod tests {
     fn half_conversion_rounds_to_nearest_even() {
         // 1 + 2^-11 is exactly between two halves: ties to even (1.0).
         let x = 1.0f32 + 2f32.powi(-11);
-        let out = host_to_device(ElemType::F32, &x.to_le_bytes(), DeviceType::F16, "x").unwrap();
+        let out = host_to_device(ElemType::F32, &x.to_le_bytes(), DeviceType::F16, "x")
+            .unwrap()
+            .into_owned();
         assert_eq!(f16::from_le_bytes([out[0], out[1]]).to_f32(), 1.0);
     }
 }

@@ -190,7 +190,7 @@ struct EchoEngine {
 }
 
 impl DeviceEngine for EchoEngine {
-    fn run(&mut self, inputs: &[Vec<u8>]) -> Result<Vec<Vec<u8>>> {
+    fn run(&mut self, inputs: &[&[u8]]) -> Result<Vec<Vec<u8>>> {
         for ((dt, n), data) in self.inputs.iter().zip(inputs) {
             assert_eq!(
                 data.len(),
@@ -202,7 +202,7 @@ impl DeviceEngine for EchoEngine {
         Ok(self
             .outputs
             .iter()
-            .map(|&i| inputs[i as usize].clone())
+            .map(|&i| inputs[i as usize].to_vec())
             .collect())
     }
     fn last_run(&self) -> Option<RunStats> {

@@ -83,36 +83,50 @@ fn half_cases() -> Vec<(f64, f64)> {
 fn float32_to_device_float32_and_float16() {
     let cases = half_cases();
     let xs: Vec<f32> = cases.iter().map(|c| c.0 as f32).collect();
-    let b = host_to_device(ElemType::F32, &f32_bytes(&xs), DeviceType::F32, "x").unwrap();
+    let b = host_to_device(ElemType::F32, &f32_bytes(&xs), DeviceType::F32, "x")
+        .unwrap()
+        .into_owned();
     assert_exact(
         &read_f32(&b),
         &xs.iter().map(|&v| v as f64).collect::<Vec<_>>(),
         "f32 -> f32",
     );
-    let b = host_to_device(ElemType::F32, &f32_bytes(&xs), DeviceType::F16, "x").unwrap();
+    let b = host_to_device(ElemType::F32, &f32_bytes(&xs), DeviceType::F16, "x")
+        .unwrap()
+        .into_owned();
     assert_eq!(b.len(), 2 * xs.len());
     // Every case value is exactly representable in float32, so the expected
     // half values apply unchanged.
     let want: Vec<f64> = cases.iter().map(|c| c.1).collect();
     assert_exact(&read_f16(&b), &want, "f32 -> f16");
     // NaN stays NaN.
-    let b = host_to_device(ElemType::F32, &f32_bytes(&[f32::NAN]), DeviceType::F16, "x").unwrap();
+    let b = host_to_device(ElemType::F32, &f32_bytes(&[f32::NAN]), DeviceType::F16, "x")
+        .unwrap()
+        .into_owned();
     assert!(read_f16(&b)[0].is_nan());
     // Signed zero keeps its sign.
-    let b = host_to_device(ElemType::F32, &f32_bytes(&[-0.0]), DeviceType::F16, "x").unwrap();
+    let b = host_to_device(ElemType::F32, &f32_bytes(&[-0.0]), DeviceType::F16, "x")
+        .unwrap()
+        .into_owned();
     assert!(read_f16(&b)[0].is_sign_negative());
 }
 
 #[test]
 fn float16_and_float64_to_device() {
     let vals = [0.5, -3.25, 65504.0, 2f64.powi(-24), 0.0999755859375];
-    let b = host_to_device(ElemType::F16, &f16_bytes(&vals), DeviceType::F16, "h").unwrap();
+    let b = host_to_device(ElemType::F16, &f16_bytes(&vals), DeviceType::F16, "h")
+        .unwrap()
+        .into_owned();
     assert_eq!(b, f16_bytes(&vals), "f16 -> f16 is a copy");
-    let b = host_to_device(ElemType::F16, &f16_bytes(&vals), DeviceType::F32, "h").unwrap();
+    let b = host_to_device(ElemType::F16, &f16_bytes(&vals), DeviceType::F32, "h")
+        .unwrap()
+        .into_owned();
     assert_exact(&read_f32(&b), &vals, "f16 -> f32 is exact");
     // float64 -> float32 rounds to nearest; infinities stay infinite.
     let d = [0.1, 1.0 + 2f64.powi(-30), f64::INFINITY, -1e-50, 16777217.0];
-    let b = host_to_device(ElemType::F64, &f64_bytes(&d), DeviceType::F32, "d").unwrap();
+    let b = host_to_device(ElemType::F64, &f64_bytes(&d), DeviceType::F32, "d")
+        .unwrap()
+        .into_owned();
     assert_exact(
         &read_f32(&b),
         &[0.1f32 as f64, 1.0, f64::INFINITY, -0.0, 16777216.0],
@@ -134,7 +148,8 @@ fn float16_and_float64_to_device() {
         DeviceType::F16,
         "d",
     )
-    .unwrap();
+    .unwrap()
+    .into_owned();
     assert_exact(
         &read_f16(&b),
         &[0.0999755859375, -2.5, f64::INFINITY],
@@ -150,7 +165,9 @@ fn float64_to_float16_rounds_once() {
     let x = 1.0 + 2f64.powi(-11) + 2f64.powi(-40);
     let want = 1.0 + 2f64.powi(-10);
     assert_eq!(r16(x), want, "reference rounding");
-    let b = host_to_device(ElemType::F64, &f64_bytes(&[x]), DeviceType::F16, "d").unwrap();
+    let b = host_to_device(ElemType::F64, &f64_bytes(&[x]), DeviceType::F16, "d")
+        .unwrap()
+        .into_owned();
     assert_exact(&read_f16(&b), &[want], "host_to_device f64 -> f16");
     assert_exact(
         &tf64(&[1], &[x]).cast(ElemType::F16).to_f64_vec(),
@@ -186,20 +203,28 @@ fn the_reference_half_rounding_agrees_with_half_on_float32_values() {
 #[test]
 fn integers_to_device_int32() {
     let v = [0i64, 1, -1, i32::MAX as i64, i32::MIN as i64, 123456789];
-    let b = host_to_device(ElemType::I64, &i64_bytes(&v), DeviceType::I32, "ids").unwrap();
+    let b = host_to_device(ElemType::I64, &i64_bytes(&v), DeviceType::I32, "ids")
+        .unwrap()
+        .into_owned();
     assert_eq!(read_i32(&b), v.to_vec(), "i64 -> i32");
     let w = [7i32, -8, i32::MAX, i32::MIN];
-    let b = host_to_device(ElemType::I32, &i32_bytes(&w), DeviceType::I32, "w").unwrap();
+    let b = host_to_device(ElemType::I32, &i32_bytes(&w), DeviceType::I32, "w")
+        .unwrap()
+        .into_owned();
     assert_eq!(b, i32_bytes(&w), "i32 -> i32 is a copy");
     let u = [0u8, 1, 127, 128, 255];
-    let b = host_to_device(ElemType::U8, &u, DeviceType::I32, "u").unwrap();
+    let b = host_to_device(ElemType::U8, &u, DeviceType::I32, "u")
+        .unwrap()
+        .into_owned();
     assert_eq!(
         read_i32(&b),
         vec![0, 1, 127, 128, 255],
         "u8 -> i32 zero-extends"
     );
     let s: Vec<u8> = [-128i8, -1, 0, 127].iter().map(|&x| x as u8).collect();
-    let b = host_to_device(ElemType::I8, &s, DeviceType::I32, "s").unwrap();
+    let b = host_to_device(ElemType::I8, &s, DeviceType::I32, "s")
+        .unwrap()
+        .into_owned();
     assert_eq!(
         read_i32(&b),
         vec![-128, -1, 0, 127],
@@ -207,12 +232,16 @@ fn integers_to_device_int32() {
     );
     let bl = [1u8, 0, 1];
     assert_eq!(
-        host_to_device(ElemType::Bool, &bl, DeviceType::Bool, "m").unwrap(),
+        host_to_device(ElemType::Bool, &bl, DeviceType::Bool, "m")
+            .unwrap()
+            .into_owned(),
         bl.to_vec(),
         "bool -> bool"
     );
     // Nonzero bytes are true.
-    let b = host_to_device(ElemType::U8, &[0, 2, 255], DeviceType::Bool, "m").unwrap();
+    let b = host_to_device(ElemType::U8, &[0, 2, 255], DeviceType::Bool, "m")
+        .unwrap()
+        .into_owned();
     assert_eq!(b, vec![0, 1, 1]);
 }
 
@@ -267,17 +296,23 @@ fn device_to_host_floats() {
     let v = [0.5f32, -3.25, 1e-8, 3.4e38, 0.1];
     let raw = f32_bytes(&v);
     assert_eq!(
-        device_to_host(DeviceType::F32, &raw, ElemType::F32).unwrap(),
+        device_to_host(DeviceType::F32, &raw, ElemType::F32)
+            .unwrap()
+            .into_owned(),
         raw,
         "f32 -> f32 is a copy"
     );
-    let w = device_to_host(DeviceType::F32, &raw, ElemType::F64).unwrap();
+    let w = device_to_host(DeviceType::F32, &raw, ElemType::F64)
+        .unwrap()
+        .into_owned();
     assert_exact(
         &read_f64(&w),
         &v.iter().map(|&x| x as f64).collect::<Vec<_>>(),
         "f32 -> f64 exact",
     );
-    let h = device_to_host(DeviceType::F32, &raw, ElemType::F16).unwrap();
+    let h = device_to_host(DeviceType::F32, &raw, ElemType::F16)
+        .unwrap()
+        .into_owned();
     assert_exact(
         &read_f16(&h),
         &[0.5, -3.25, 0.0, f64::INFINITY, 0.0999755859375],
@@ -286,17 +321,27 @@ fn device_to_host_floats() {
     let hv = [0.5, -3.25, 65504.0, 2f64.powi(-24)];
     let hraw = f16_bytes(&hv);
     assert_eq!(
-        device_to_host(DeviceType::F16, &hraw, ElemType::F16).unwrap(),
+        device_to_host(DeviceType::F16, &hraw, ElemType::F16)
+            .unwrap()
+            .into_owned(),
         hraw,
         "f16 -> f16 is a copy"
     );
     assert_exact(
-        &read_f32(&device_to_host(DeviceType::F16, &hraw, ElemType::F32).unwrap()),
+        &read_f32(
+            &device_to_host(DeviceType::F16, &hraw, ElemType::F32)
+                .unwrap()
+                .into_owned(),
+        ),
         &hv,
         "f16 -> f32",
     );
     assert_exact(
-        &read_f64(&device_to_host(DeviceType::F16, &hraw, ElemType::F64).unwrap()),
+        &read_f64(
+            &device_to_host(DeviceType::F16, &hraw, ElemType::F64)
+                .unwrap()
+                .into_owned(),
+        ),
         &hv,
         "f16 -> f64",
     );
@@ -307,23 +352,33 @@ fn device_to_host_integers_and_bools() {
     let v = [0i32, -1, i32::MAX, i32::MIN, 300];
     let raw = i32_bytes(&v);
     assert_eq!(
-        device_to_host(DeviceType::I32, &raw, ElemType::I32).unwrap(),
+        device_to_host(DeviceType::I32, &raw, ElemType::I32)
+            .unwrap()
+            .into_owned(),
         raw
     );
     assert_eq!(
-        read_i64(&device_to_host(DeviceType::I32, &raw, ElemType::I64).unwrap()),
+        read_i64(
+            &device_to_host(DeviceType::I32, &raw, ElemType::I64)
+                .unwrap()
+                .into_owned()
+        ),
         vec![0, -1, i32::MAX as i64, i32::MIN as i64, 300],
         "i32 -> i64 sign-extends"
     );
     // Narrowing keeps the low bits (ONNX integer casts).
     assert_eq!(
-        device_to_host(DeviceType::I32, &raw, ElemType::U8).unwrap(),
+        device_to_host(DeviceType::I32, &raw, ElemType::U8)
+            .unwrap()
+            .into_owned(),
         vec![0, 255, 255, 0, 44],
         "i32 -> u8"
     );
     let b = [1u8, 0, 1];
     assert_eq!(
-        device_to_host(DeviceType::Bool, &b, ElemType::Bool).unwrap(),
+        device_to_host(DeviceType::Bool, &b, ElemType::Bool)
+            .unwrap()
+            .into_owned(),
         b.to_vec()
     );
 }
@@ -333,21 +388,33 @@ fn host_to_device_then_back_round_trips_exact_values() {
     let mut rng = XorShift::new(3);
     // Float32 values survive f32 tile memory; half-exact values survive f16.
     let xs: Vec<f32> = (0..64).map(|_| rng.uniform(-1e6, 1e6) as f32).collect();
-    let b = host_to_device(ElemType::F32, &f32_bytes(&xs), DeviceType::F32, "x").unwrap();
+    let b = host_to_device(ElemType::F32, &f32_bytes(&xs), DeviceType::F32, "x")
+        .unwrap()
+        .into_owned();
     assert_eq!(
-        device_to_host(DeviceType::F32, &b, ElemType::F32).unwrap(),
+        device_to_host(DeviceType::F32, &b, ElemType::F32)
+            .unwrap()
+            .into_owned(),
         f32_bytes(&xs)
     );
     let hs: Vec<f32> = rng.eighths(64, 100).iter().map(|&v| v as f32).collect();
-    let b = host_to_device(ElemType::F32, &f32_bytes(&hs), DeviceType::F16, "x").unwrap();
+    let b = host_to_device(ElemType::F32, &f32_bytes(&hs), DeviceType::F16, "x")
+        .unwrap()
+        .into_owned();
     assert_eq!(
-        device_to_host(DeviceType::F16, &b, ElemType::F32).unwrap(),
+        device_to_host(DeviceType::F16, &b, ElemType::F32)
+            .unwrap()
+            .into_owned(),
         f32_bytes(&hs)
     );
     let is: Vec<i64> = (0..64).map(|_| rng.next_u64() as i32 as i64).collect();
-    let b = host_to_device(ElemType::I64, &i64_bytes(&is), DeviceType::I32, "i").unwrap();
+    let b = host_to_device(ElemType::I64, &i64_bytes(&is), DeviceType::I32, "i")
+        .unwrap()
+        .into_owned();
     assert_eq!(
-        device_to_host(DeviceType::I32, &b, ElemType::I64).unwrap(),
+        device_to_host(DeviceType::I32, &b, ElemType::I64)
+            .unwrap()
+            .into_owned(),
         i64_bytes(&is)
     );
 }
@@ -427,10 +494,14 @@ fn storage_types_to_device_and_back() {
         3.3895313892515355e38,
         f64::NEG_INFINITY,
     ];
-    let dev = host_to_device(ElemType::BF16, &bytes, DeviceType::F32, "x").unwrap();
+    let dev = host_to_device(ElemType::BF16, &bytes, DeviceType::F32, "x")
+        .unwrap()
+        .into_owned();
     assert_exact(&read_f32(&dev), &want, "bfloat16 -> float32");
     assert_eq!(
-        device_to_host(DeviceType::F32, &dev, ElemType::BF16).unwrap(),
+        device_to_host(DeviceType::F32, &dev, ElemType::BF16)
+            .unwrap()
+            .into_owned(),
         bytes
     );
     // float32 -> bfloat16: ties to even, and just above a tie rounds up.
@@ -439,7 +510,9 @@ fn storage_types_to_device_and_back() {
         1.0 + 3.0 * 2f32.powi(-8),
         1.0 + 2f32.powi(-8) + 2f32.powi(-23),
     ];
-    let out = device_to_host(DeviceType::F32, &f32_bytes(&x), ElemType::BF16).unwrap();
+    let out = device_to_host(DeviceType::F32, &f32_bytes(&x), ElemType::BF16)
+        .unwrap()
+        .into_owned();
     assert_eq!(out, [0x80, 0x3f, 0x82, 0x3f, 0x81, 0x3f]);
     // A float64 value just above a bfloat16 tie (by less than a float32
     // step): one rounding, up.
@@ -458,24 +531,32 @@ fn storage_types_to_device_and_back() {
         let every: Vec<u8> = (0..=255u8).filter(|&b| !f.decode(b).is_nan()).collect();
         let want: Vec<f64> = every.iter().map(|&b| f.decode(b)).collect();
         for dev_t in [DeviceType::F32, DeviceType::F16] {
-            let dev = host_to_device(dt, &every, dev_t, "x").unwrap();
+            let dev = host_to_device(dt, &every, dev_t, "x").unwrap().into_owned();
             let got = if dev_t == DeviceType::F32 {
                 read_f32(&dev)
             } else {
                 read_f16(&dev)
             };
             assert_exact(&got, &want, &format!("{dt} -> {dev_t}"));
-            assert_eq!(device_to_host(dev_t, &dev, dt).unwrap(), every, "{dt} back");
+            assert_eq!(
+                device_to_host(dev_t, &dev, dt).unwrap().into_owned(),
+                every,
+                "{dt} back"
+            );
         }
     }
     // Outputs beyond a float8 type saturate; e5m2 keeps its infinities.
     let big = f32_bytes(&[1e6, -f32::INFINITY]);
     assert_eq!(
-        device_to_host(DeviceType::F32, &big, ElemType::F8E4M3FN).unwrap(),
+        device_to_host(DeviceType::F32, &big, ElemType::F8E4M3FN)
+            .unwrap()
+            .into_owned(),
         [0x7e, 0xfe]
     );
     assert_eq!(
-        device_to_host(DeviceType::F32, &big, ElemType::F8E5M2).unwrap(),
+        device_to_host(DeviceType::F32, &big, ElemType::F8E5M2)
+            .unwrap()
+            .into_owned(),
         [0x7b, 0xfc]
     );
 }

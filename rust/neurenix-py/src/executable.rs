@@ -11,7 +11,7 @@ use neurenix_core::pipeline::Execution;
 use neurenix_core::shard::Sharding;
 use neurenix_sys::GraphBuilder;
 use pyo3::prelude::*;
-use pyo3::types::PyBytes;
+use pyo3::types::{PyByteArray, PyBytes};
 
 use crate::errors::{guarded, lock, IntoPyResult};
 use crate::model::{tensor_specs, PyModel};
@@ -304,18 +304,19 @@ impl PyExecutable {
 
     /// Runs once. `inputs`: each input's little-endian bytes in its declared
     /// type, in input order (`bytes` objects, read in place). Returns the
-    /// outputs' bytes in their declared types.
+    /// outputs' bytes in their declared types (fresh `bytearray`s).
     fn run<'py>(
         &self,
         py: Python<'py>,
         inputs: Vec<Bound<'py, PyBytes>>,
-    ) -> PyResult<Vec<Bound<'py, PyBytes>>> {
+    ) -> PyResult<Vec<Bound<'py, PyByteArray>>> {
         guarded(|| {
             // (bytes objects are immutable: their contents may be read
             // without the interpreter's lock.)
             let views: Vec<&[u8]> = inputs.iter().map(|b| b.as_bytes()).collect();
             let outs = py.detach(|| lock(&self.exe).run(&views)).py()?;
-            Ok(outs.iter().map(|o| PyBytes::new(py, o)).collect())
+            // (Fresh and writable: numpy reads them in place.)
+            Ok(outs.iter().map(|o| PyByteArray::new(py, o)).collect())
         })
     }
 

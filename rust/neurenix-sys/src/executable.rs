@@ -163,7 +163,7 @@ pub struct Engine {
 }
 
 impl DeviceEngine for Engine {
-    fn run(&mut self, inputs: &[Vec<u8>]) -> Result<Vec<Vec<u8>>> {
+    fn run(&mut self, inputs: &[&[u8]]) -> Result<Vec<Vec<u8>>> {
         for (i, data) in inputs.iter().enumerate() {
             self.inner
                 .pin_mut()
@@ -181,7 +181,7 @@ impl DeviceEngine for Engine {
             .collect()
     }
 
-    fn run_segment(&mut self, segment: u32, inputs: &[Vec<u8>]) -> Result<Vec<Vec<u8>>> {
+    fn run_segment(&mut self, segment: u32, inputs: &[&[u8]]) -> Result<Vec<Vec<u8>>> {
         if segment == 0 {
             for (i, data) in inputs.iter().enumerate() {
                 self.inner

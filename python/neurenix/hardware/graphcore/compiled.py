@@ -28,6 +28,34 @@ class TensorSpec(NamedTuple):
     shape: Tuple[int, ...]
 
 
+class LatestRun:
+    """A run's native statistics, made into its :class:`ExecutionReport` when
+    the report is first read (most runs are never asked for theirs: making
+    it costs more than a small model's exchange)."""
+
+    __slots__ = ("_stats", "_clock_hz", "_batch", "ipus", "_report")
+
+    def __init__(self, stats: Any, clock_hz: float, batch: int):
+        self._stats, self._clock_hz, self._batch = stats, clock_hz, batch
+        #: The physical IPUs of the device the run used (set by its manager).
+        self.ipus: Optional[List[int]] = None
+        self._report: Optional[ExecutionReport] = None
+
+    @classmethod
+    def of_report(cls, report: ExecutionReport) -> "LatestRun":
+        run = cls(None, report.clock_hz, report.batch_size)
+        run._report = report
+        return run
+
+    @property
+    def report(self) -> ExecutionReport:
+        if self._report is None:
+            self._report = ExecutionReport.from_run_stats(self._stats, self._clock_hz, self._batch)
+            self._report.ipus = self.ipus
+            self._stats = None
+        return self._report
+
+
 class CompiledModel:
     """A model compiled for the simulated IPUs of one manager.
 
@@ -65,7 +93,16 @@ class CompiledModel:
         first = self.micro_batch_inputs[0].shape if self.micro_batch_inputs else ()
         micro = first[0] if first else 1
         self.report = CompileReport.from_executable(executable, micro_batch_size=micro)
-        self.last_execution: Optional[ExecutionReport] = None
+        self.latest_run: Optional[LatestRun] = None
+
+    @property
+    def last_execution(self) -> Optional[ExecutionReport]:
+        """The :class:`ExecutionReport` of the latest run (None before one)."""
+        return self.latest_run.report if self.latest_run is not None else None
+
+    @last_execution.setter
+    def last_execution(self, report: Optional[ExecutionReport]) -> None:
+        self.latest_run = LatestRun.of_report(report) if report is not None else None
 
     def _host(self, s: TensorSpec) -> TensorSpec:
         k = self.micro_batches
@@ -109,16 +146,16 @@ class CompiledModel:
         """Frees the program's device memory; the next run loads it again."""
         self._executable.unload()
 
-    def run(self, inputs: Sequence[bytes]) -> List[bytes]:
+    def run(self, inputs: Sequence[bytes]) -> List[bytearray]:
         """Runs once on raw little-endian bytes of each input in its declared
-        type (input order); returns the outputs' bytes. Records the run in
-        ``last_execution``."""
+        type (input order); returns the outputs' bytes (fresh, writable).
+        Records the run in ``last_execution``."""
         outs = self._executable.run(list(inputs))
         stats = self._executable.last_run()
-        if stats is not None:
-            self.last_execution = ExecutionReport.from_run_stats(
-                stats, self.report.clock_hz, self.report.micro_batch_size * self.micro_batches
-            )
+        self.latest_run = (
+            LatestRun(stats, self.report.clock_hz, self.report.micro_batch_size * self.micro_batches)
+            if stats is not None else None
+        )
         return outs
 
     def __repr__(self) -> str:

@@ -12,7 +12,7 @@ from typing import Any, Dict, List, Optional
 import numpy as np
 
 from . import onnx_import
-from .compiled import CompiledModel, arrange_inputs, conform_input, conversion_hint
+from .compiled import CompiledModel, LatestRun, arrange_inputs, conform_input, conversion_hint
 from .errors import (
     DeviceNotAttachedError,
     IncompatibleExecutableError,
@@ -211,7 +211,7 @@ class GraphCoreManager:
         self._device = None
         self._devices = None  # native DeviceManager, created on first use
         self._loaded: "weakref.WeakSet[CompiledModel]" = weakref.WeakSet()
-        self.last_execution_report: Optional[ExecutionReport] = None
+        self._latest_run: Optional[LatestRun] = None  # of the latest execute_model
         if self.device_id is not None:
             self._check_device_id(self.device_id)
 
@@ -537,16 +537,23 @@ class GraphCoreManager:
                 )
             self._loaded.add(compiled)
             outs = compiled.run(raw)
-        # (One copy each: the bytes read in place, converted into a fresh,
-        # writable array in the host's byte order.)
-        result = [
-            np.frombuffer(b, dtype=wire).astype(s.dtype).reshape(s.shape)
-            for b, wire, s in zip(outs, compiled._wire_outputs, compiled.outputs)
-        ]
-        if compiled.last_execution is not None and self._device is not None:
-            compiled.last_execution.ipus = list(self._device.ipus)
-        self.last_execution_report = compiled.last_execution
+            run = compiled.latest_run
+            if run is not None and self._device is not None:
+                run.ipus = list(self._device.ipus)
+            self._latest_run = run
+        # (The outputs' fresh, writable bytes read in place; a copy only of
+        # read-only bytes or where the host's byte order differs.)
+        result = []
+        for b, wire, s in zip(outs, compiled._wire_outputs, compiled.outputs):
+            a = np.frombuffer(b, dtype=wire)
+            result.append(a.astype(s.dtype, copy=not a.flags.writeable).reshape(s.shape))
         return result
+
+    @property
+    def last_execution_report(self) -> Optional[ExecutionReport]:
+        """The :class:`ExecutionReport` of the latest :meth:`execute_model`
+        (its model's ``last_execution``); None before one."""
+        return self._latest_run.report if self._latest_run is not None else None
 
 
 _default_manager: Optional[GraphCoreManager] = None
