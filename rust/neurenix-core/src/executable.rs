@@ -7,8 +7,9 @@
 //! run takes the host batch of one call (micro-batch x device iterations x
 //! replicas), converts each micro-batch to the device types, streams the
 //! micro-batches through each replica's stages (every stage on its own host
-//! thread when pipelined, every replica on its own) and converts the outputs
-//! back, concatenated in micro-batch order.
+//! thread when pipelined, every replica on its own, a single replica on the
+//! calling thread) and converts the outputs back, concatenated in
+//! micro-batch order.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -323,9 +324,9 @@ impl Executable {
         Ok(outs)
     }
 
-    /// Runs every replica on its own thread; returns each micro-batch's
-    /// outputs in device types, and the statistics of every program run
-    /// (with its replica).
+    /// Runs every replica on its own thread (a single one on this thread);
+    /// returns each micro-batch's outputs in device types, and the
+    /// statistics of every program run (with its replica).
     #[allow(clippy::type_complexity)]
     fn run_replicas(
         &mut self,
