@@ -208,8 +208,12 @@ def test_each_run_has_its_own_report_and_the_manager_shows_the_latest():
         assert (ra.cycles, rb.cycles) == (a.report.cycles_per_run, b.report.cycles_per_run)
         assert ra.cycles != rb.cycles
         assert ra.ipus and ra.ipus == rb.ipus
+        steps_a = list(ra.step_seconds)
         ipu.execute_model(a, x)
-        assert ipu.last_execution_report is a.last_execution is not ra
+        ra2 = ipu.last_execution_report
+        assert ra2 is a.last_execution is not ra
+        # (The host times of two runs of the same model: each its own.)
+        assert ra.step_seconds == steps_a and ra2.step_seconds != steps_a
         assert b.last_execution is rb and rb.cycles == b.report.cycles_per_run
 
 

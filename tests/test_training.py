@@ -185,6 +185,7 @@ def test_weights_stay_on_the_device_and_only_the_batch_crosses_the_link():
                               optimizer=optim.SGD(lr=0.1, momentum=0.9))
         ipu.execute_model(t, {"x": x, "labels": y})
         report = ipu.last_execution_report
+        assert report.ipus == list(ipu._device.ipus) and report.ipus, "the run's IPUs"
     # x (float32) + labels (int32 on the device) + 5 float32 hyperparameters in, the loss out.
     assert report.host_bytes == N * D * 4 + N * 4 + 5 * 4 + 4
     weight_bytes = sum(v.nbytes for v in params.values())

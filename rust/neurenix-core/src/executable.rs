@@ -7,12 +7,13 @@
 //! run takes the host batch of one call (micro-batch x device iterations x
 //! replicas), converts each micro-batch to the device types, streams the
 //! micro-batches through each replica's stages (every stage on its own host
-//! thread when pipelined, every replica on its own, a single replica on the
+//! thread when pipelined, every replica on its own, a single one on the
 //! calling thread) and converts the outputs back, concatenated in
 //! micro-batch order.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
+use std::panic::AssertUnwindSafe;
 use std::sync::{mpsc, Mutex};
 use std::time::Instant;
 
@@ -343,7 +344,8 @@ impl Executable {
         let execution = self.estimate.execution;
         if replicas == 1 {
             // One replica runs on the calling thread (a thread started per
-            // run costs its start and its thread-local scratch every time).
+            // run costs its start and its thread-local scratch every time);
+            // a panic is an error here too, as on a replica's own thread.
             let io = ReplicaIo {
                 replica: 0,
                 device_inputs,
@@ -351,7 +353,11 @@ impl Executable {
                 runs: &runs,
             };
             let mbs: Vec<usize> = (0..iterations).collect();
-            run_replica(&mut self.engines[0], stages, carries, execution, &mbs, &io)?;
+            let engines = &mut self.engines[0];
+            std::panic::catch_unwind(AssertUnwindSafe(|| {
+                run_replica(engines, stages, carries, execution, &mbs, &io)
+            }))
+            .unwrap_or_else(|_| Err(Error::Internal("a replica's run panicked".into())))?;
             return Ok((
                 results.into_inner().unwrap_or_else(|p| p.into_inner()),
                 runs.into_inner().unwrap_or_else(|p| p.into_inner()),

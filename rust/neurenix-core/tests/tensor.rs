@@ -5,6 +5,8 @@
 //! shapes no host array can have.
 
 use crate::common::*;
+use std::borrow::Cow;
+
 use half::f16;
 use neurenix_core::dtype::{DeviceType, ElemType};
 use neurenix_core::error::Error;
@@ -114,10 +116,13 @@ fn float32_to_device_float32_and_float16() {
 #[test]
 fn float16_and_float64_to_device() {
     let vals = [0.5, -3.25, 65504.0, 2f64.powi(-24), 0.0999755859375];
-    let b = host_to_device(ElemType::F16, &f16_bytes(&vals), DeviceType::F16, "h")
-        .unwrap()
-        .into_owned();
-    assert_eq!(b, f16_bytes(&vals), "f16 -> f16 is a copy");
+    let hb = f16_bytes(&vals);
+    let b = host_to_device(ElemType::F16, &hb, DeviceType::F16, "h").unwrap();
+    assert!(
+        matches!(b, Cow::Borrowed(_)),
+        "f16 -> f16 is the bytes themselves"
+    );
+    assert_eq!(b, hb);
     let b = host_to_device(ElemType::F16, &f16_bytes(&vals), DeviceType::F32, "h")
         .unwrap()
         .into_owned();
@@ -208,10 +213,13 @@ fn integers_to_device_int32() {
         .into_owned();
     assert_eq!(read_i32(&b), v.to_vec(), "i64 -> i32");
     let w = [7i32, -8, i32::MAX, i32::MIN];
-    let b = host_to_device(ElemType::I32, &i32_bytes(&w), DeviceType::I32, "w")
-        .unwrap()
-        .into_owned();
-    assert_eq!(b, i32_bytes(&w), "i32 -> i32 is a copy");
+    let wb = i32_bytes(&w);
+    let b = host_to_device(ElemType::I32, &wb, DeviceType::I32, "w").unwrap();
+    assert!(
+        matches!(b, Cow::Borrowed(_)),
+        "i32 -> i32 is the bytes themselves"
+    );
+    assert_eq!(b, wb);
     let u = [0u8, 1, 127, 128, 255];
     let b = host_to_device(ElemType::U8, &u, DeviceType::I32, "u")
         .unwrap()
@@ -295,13 +303,12 @@ fn uint64_above_int64_max_is_rejected() {
 fn device_to_host_floats() {
     let v = [0.5f32, -3.25, 1e-8, 3.4e38, 0.1];
     let raw = f32_bytes(&v);
-    assert_eq!(
-        device_to_host(DeviceType::F32, &raw, ElemType::F32)
-            .unwrap()
-            .into_owned(),
-        raw,
-        "f32 -> f32 is a copy"
+    let same = device_to_host(DeviceType::F32, &raw, ElemType::F32).unwrap();
+    assert!(
+        matches!(same, Cow::Borrowed(_)),
+        "f32 -> f32 is the bytes themselves"
     );
+    assert_eq!(same, raw);
     let w = device_to_host(DeviceType::F32, &raw, ElemType::F64)
         .unwrap()
         .into_owned();
@@ -320,13 +327,12 @@ fn device_to_host_floats() {
     );
     let hv = [0.5, -3.25, 65504.0, 2f64.powi(-24)];
     let hraw = f16_bytes(&hv);
-    assert_eq!(
-        device_to_host(DeviceType::F16, &hraw, ElemType::F16)
-            .unwrap()
-            .into_owned(),
-        hraw,
-        "f16 -> f16 is a copy"
+    let same = device_to_host(DeviceType::F16, &hraw, ElemType::F16).unwrap();
+    assert!(
+        matches!(same, Cow::Borrowed(_)),
+        "f16 -> f16 is the bytes themselves"
     );
+    assert_eq!(same, hraw);
     assert_exact(
         &read_f32(
             &device_to_host(DeviceType::F16, &hraw, ElemType::F32)

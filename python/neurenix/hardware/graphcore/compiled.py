@@ -3,6 +3,7 @@ what it was compiled for."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping
 from typing import Any, List, NamedTuple, Optional, Sequence, Tuple
 
@@ -31,15 +32,29 @@ class TensorSpec(NamedTuple):
 class LatestRun:
     """A run's native statistics, made into its :class:`ExecutionReport` when
     the report is first read (most runs are never asked for theirs: making
-    it costs more than a small model's exchange)."""
+    it costs more than a small model's exchange). One report per run,
+    whichever threads read it."""
 
-    __slots__ = ("_stats", "_clock_hz", "_batch", "ipus", "_report")
+    __slots__ = ("_stats", "_clock_hz", "_batch", "_ipus", "_report")
+    _making = threading.Lock()
 
     def __init__(self, stats: Any, clock_hz: float, batch: int):
         self._stats, self._clock_hz, self._batch = stats, clock_hz, batch
-        #: The physical IPUs of the device the run used (set by its manager).
-        self.ipus: Optional[List[int]] = None
+        self._ipus: Optional[List[int]] = None
         self._report: Optional[ExecutionReport] = None
+
+    @property
+    def ipus(self) -> Optional[List[int]]:
+        """The physical IPUs of the device the run used (set by its manager,
+        also on a report already made)."""
+        return self._ipus
+
+    @ipus.setter
+    def ipus(self, ipus: Optional[List[int]]) -> None:
+        with LatestRun._making:
+            self._ipus = ipus
+            if self._report is not None:
+                self._report.ipus = ipus
 
     @classmethod
     def of_report(cls, report: ExecutionReport) -> "LatestRun":
@@ -49,11 +64,15 @@ class LatestRun:
 
     @property
     def report(self) -> ExecutionReport:
-        if self._report is None:
-            self._report = ExecutionReport.from_run_stats(self._stats, self._clock_hz, self._batch)
-            self._report.ipus = self.ipus
-            self._stats = None
-        return self._report
+        report = self._report
+        if report is None:
+            with LatestRun._making:
+                if self._report is None:
+                    made = ExecutionReport.from_run_stats(self._stats, self._clock_hz, self._batch)
+                    made.ipus = self._ipus
+                    self._report, self._stats = made, None
+                report = self._report
+        return report
 
 
 class CompiledModel:

@@ -555,6 +555,10 @@ class GraphCoreManager:
         (its model's ``last_execution``); None before one."""
         return self._latest_run.report if self._latest_run is not None else None
 
+    @last_execution_report.setter
+    def last_execution_report(self, report: Optional[ExecutionReport]) -> None:
+        self._latest_run = LatestRun.of_report(report) if report is not None else None
+
 
 _default_manager: Optional[GraphCoreManager] = None
 _default_lock = threading.Lock()
