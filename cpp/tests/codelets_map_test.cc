@@ -951,6 +951,74 @@ TEST(MapCodelet, RepeatedAndScalarOperandsInExpressions) {
   }
 }
 
+// Float16 expressions, in registers up to 128 elements and by the
+// interpreter past them: float16 operands whole, scalar and repeated, a
+// float32 one (a repeated one read through a half-flagged leaf, which
+// rounds it), half-flagged and unflagged instructions, exp, and float16 and
+// float32 outputs; every element as the operations one by one give it,
+// each flagged result rounded to half once (exp from the float32
+// one-operation vertex).
+TEST(MapCodelet, HalfExpressionsRoundWhereFlagged) {
+  std::mt19937 rng(31);
+  std::uniform_real_distribution<double> u(-6.0, 6.0);
+  auto f32 = [](double v) { return static_cast<double>(static_cast<float>(v)); };
+  auto h = [&](double v) { return ref_round_half(f32(v)); };  // a float result rounded to half
+  for (uint64_t n : {1u, 5u, 16u, 17u, 33u, 100u, 128u, 129u, 200u}) {
+    std::vector<uint32_t> runs;
+    for (uint64_t covered = 0; covered < n;) {
+      const uint32_t r = static_cast<uint32_t>(std::min<uint64_t>(rng() % 4 == 0 ? rng() % 41 : rng() % 6, n - covered));
+      runs.push_back(r);
+      covered += r;
+    }
+    std::vector<double> x(n), g(n), mean(runs.size()), scale(runs.size());
+    for (auto& v : x) v = ref_round_half(u(rng));
+    for (auto& v : g) v = ref_round_half(u(rng));
+    for (auto& v : mean) v = ref_round_half(u(rng));
+    for (auto& v : scale) v = f32(u(rng));  // float32, not a half value
+    const double b = ref_round_half(u(rng));
+    TileMem mem;
+    auto put = [&](const std::vector<double>& v, DeviceType t) {
+      Field f = mem.field(v.size(), t);
+      for (uint64_t i = 0; i < v.size(); ++i) mem.put(f, t, i, v[i]);
+      return f;
+    };
+    Field fx = put(x, kF16), fg = put(g, kF16), fm = put(mean, kF16), fs = put(scale, kF32), fb = put({b}, kF16);
+    std::vector<size_t> run_of(n);
+    for (size_t i = 0, r = 0, used = 0; i < n; ++i, ++used) {
+      while (used == runs[r]) {
+        ++r;
+        used = 0;
+      }
+      run_of[i] = r;
+    }
+    std::vector<double> d(n);
+    for (uint64_t i = 0; i < n; ++i) d[i] = h(x[i] - mean[run_of[i]]);
+    const std::vector<double> ex = run_map({in(0), op(E::kExp)}, {{kF32, d}}, kF32, n);
+    const std::vector<std::vector<ExprInstr>> exprs = {
+        in_half({in(0), in(1), op(E::kSub), in(2), op(E::kMul), in(3), op(E::kMul), in(4), op(E::kAdd)}),
+        {in(0), in(2), op(E::kDiv), in(4), op(E::kSub, true)},
+        in_half({in(0), in(1), op(E::kSub), op(E::kExp), in(2), op(E::kDiv)})};
+    for (size_t e = 0; e < exprs.size(); ++e)
+      for (DeviceType out_dtype : {kF16, kF32}) {
+        Field out = mem.field(n, out_dtype);
+        std::vector<MapVertex::Operand> ops = {{fx, kF16, false}, {fm, kF16, false, runs}, {fs, kF32, false, runs},
+                                               {fg, kF16, false}, {fb, kF16, true}};
+        MapVertex v(0, std::make_shared<const std::vector<ExprInstr>>(exprs[e]), ops, out, out_dtype);
+        v.compute(mem.bytes.data());
+        for (uint64_t i = 0; i < n; ++i) {
+          const size_t r = run_of[i];
+          const double s = ref_round_half(scale[r]);  // through a half-flagged leaf
+          const double want = e == 0   ? h(h(h(h(x[i] - mean[r]) * s) * g[i]) + b)
+                              : e == 1 ? h(f32(x[i] / scale[r]) - b)
+                                       : h(ref_round_half(ex[i]) / s);
+          const double got = mem.get(out, out_dtype, i);
+          ASSERT_EQ(got, out_dtype == kF16 ? ref_round_half(want) : want)
+              << "expression " << e << ", " << device_type_name(out_dtype) << " out, n " << n << ", element " << i;
+        }
+      }
+  }
+}
+
 // Mixed precision in one fused expression: each flagged instruction rounds,
 // unflagged ones stay in float, exactly as the separate operations would.
 TEST(MapCodelet, HalfFlagsRoundExactlyWhereSet) {

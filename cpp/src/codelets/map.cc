@@ -20,6 +20,14 @@
 #include "neurenix/half.h"
 #include "neurenix/stochastic_rounding.h"
 
+// GCC 12 reports the AVX-512 conversion intrinsics' own placeholder
+// operands as (maybe) uninitialized (a false positive in its headers, as in
+// codelets/gemm.cc).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+
 namespace neurenix {
 namespace {
 
@@ -210,6 +218,53 @@ inline __m512 arith(ExprOpCode op, __mmask16 k, __m512 x, __m512 y) {
   return x;
 }
 
+// Float16 in the register paths (where the build has 16-bit masked loads
+// and stores): operands widened as they are loaded, `half` instructions'
+// results rounded to half and widened again, a float16 output rounded as it
+// is stored: round_to_half_n's and float_to_half_n's roundings (to nearest
+// even), lane by lane.
+#if defined(__AVX512BW__)
+constexpr bool kHalfRegisters = true;
+#else
+constexpr bool kHalfRegisters = false;
+#endif
+inline __m512 round16(__m512 x) {
+  return _mm512_cvtph_ps(_mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
+// Sixteen elements of a float32 or float16 operand at p, the lanes of k.
+inline __m512 load16(DeviceType dtype, const uint8_t* p, __mmask16 k) {
+#if defined(__AVX512BW__)
+  if (dtype == DeviceType::kFloat16) return _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_maskz_loadu_epi16(k, p)));
+#endif
+  (void)dtype;
+  return _mm512_maskz_loadu_ps(k, p);
+}
+inline void store16(DeviceType dtype, uint8_t* p, __mmask16 k, __m512 x) {
+#if defined(__AVX512BW__)
+  if (dtype == DeviceType::kFloat16) {
+    const __m256i h = _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    _mm512_mask_storeu_epi16(p, k, _mm512_zextsi256_si512(h));
+    return;
+  }
+#endif
+  (void)dtype;
+  _mm512_mask_storeu_ps(reinterpret_cast<float*>(p), k, x);
+}
+// Element i of a float32 or float16 field at p (a scalar's, a run's value).
+inline float element(DeviceType dtype, const uint8_t* p, size_t i) {
+  if (dtype == DeviceType::kFloat16) return half_to_float(reinterpret_cast<const half_bits*>(p)[i]);
+  return reinterpret_cast<const float*>(p)[i];
+}
+// A leaf's value: an operand rounded to half when the leaf says so (a
+// float16 one is half already), a constant likewise.
+inline __m512 leaf_value(const ExprInstr& ins, const MapVertex::Operand& o, __m512 v) {
+  return ins.half && o.dtype != DeviceType::kFloat16 ? round16(v) : v;
+}
+inline float const_value(const ExprInstr& ins) {
+  const float v = static_cast<float>(ins.imm);
+  return ins.half ? round_to_half(v) : v;
+}
+
 // MapVertex::compute's small float32 expressions that call exp or erf: a
 // vector instruction at a time over the whole vertex (at most
 // kRegisterElements, a stack slot of kRegisterElements floats per depth),
@@ -218,8 +273,8 @@ inline __m512 arith(ExprOpCode op, __mmask16 k, __m512 x, __m512 y) {
 // per block. Out of line: its slots would enlarge the frame of every
 // vertex's compute call.
 __attribute__((noinline)) void map_in_slots(const std::vector<ExprInstr>& expr,
-                                             const std::vector<MapVertex::Operand>& operands, const float* const* src,
-                                             float* out, uint64_t total) {
+                                             const std::vector<MapVertex::Operand>& operands, const uint8_t* const* src,
+                                             uint8_t* out, DeviceType out_dtype, uint64_t total) {
   constexpr size_t kDepth = MapVertex::kRegisterDepth;
   constexpr uint64_t kElements = MapVertex::kRegisterElements;
   alignas(64) float stack[kDepth][kElements];
@@ -232,39 +287,55 @@ __attribute__((noinline)) void map_in_slots(const std::vector<ExprInstr>& expr,
     switch (ins.op) {
       case ExprOpCode::kInput: {
         const MapVertex::Operand& o = operands[ins.arg];
-        const float* p = src[ins.arg];
+        const uint8_t* p = src[ins.arg];
+        const size_t es = device_type_size(o.dtype);
         if (o.scalar) {
-          const __m512 v = _mm512_set1_ps(p[0]);
+          const __m512 v = leaf_value(ins, o, _mm512_set1_ps(element(o.dtype, p, 0)));
           for (size_t c = 0; c < chunks; ++c) _mm512_store_ps(top + 16 * c, v);
         } else if (!o.runs.empty()) {
           size_t j = 0;
-          for (size_t r = 0; r < o.runs.size(); ++r)
-            for (uint32_t e = 0; e < o.runs[r]; ++e) top[j++] = p[r];
+          for (size_t r = 0; r < o.runs.size(); ++r) {
+            const float v = element(o.dtype, p, r);
+            for (uint32_t e = 0; e < o.runs[r]; ++e) top[j++] = v;
+          }
+          if (ins.half && o.dtype != DeviceType::kFloat16)
+            for (size_t c = 0; c < chunks; ++c) _mm512_store_ps(top + 16 * c, round16(_mm512_maskz_load_ps(mask(c), top + 16 * c)));
         } else {
-          for (size_t c = 0; c < chunks; ++c) _mm512_store_ps(top + 16 * c, _mm512_maskz_loadu_ps(mask(c), p + 16 * c));
+          for (size_t c = 0; c < chunks; ++c)
+            _mm512_store_ps(top + 16 * c, leaf_value(ins, o, load16(o.dtype, p + 16 * c * es, mask(c))));
         }
         ++sp;
         break;
       }
       case ExprOpCode::kConstF: {
-        const __m512 v = _mm512_set1_ps(static_cast<float>(ins.imm));
+        const __m512 v = _mm512_set1_ps(const_value(ins));
         for (size_t c = 0; c < chunks; ++c) _mm512_store_ps(top + 16 * c, v);
         ++sp;
         break;
       }
-      case ExprOpCode::kExp: exp_block(stack[sp - 1], static_cast<size_t>(total)); break;
-      case ExprOpCode::kErf: erf_block(stack[sp - 1], static_cast<size_t>(total)); break;
+      case ExprOpCode::kExp:
+      case ExprOpCode::kErf: {
+        float* x = stack[sp - 1];
+        if (ins.op == ExprOpCode::kExp) exp_block(x, static_cast<size_t>(total));
+        else erf_block(x, static_cast<size_t>(total));
+        if (ins.half)
+          for (size_t c = 0; c < chunks; ++c) _mm512_store_ps(x + 16 * c, round16(_mm512_maskz_load_ps(mask(c), x + 16 * c)));
+        break;
+      }
       default: {
         float* a = stack[sp - 2];
         const float* b = stack[sp - 1];
         --sp;
         for (size_t c = 0; c < chunks; ++c) {
-          _mm512_store_ps(a + 16 * c, arith(ins.op, mask(c), _mm512_load_ps(a + 16 * c), _mm512_load_ps(b + 16 * c)));
+          const __m512 r = arith(ins.op, mask(c), _mm512_load_ps(a + 16 * c), _mm512_load_ps(b + 16 * c));
+          _mm512_store_ps(a + 16 * c, ins.half ? round16(r) : r);
         }
       }
     }
   }
-  for (size_t c = 0; c < chunks; ++c) _mm512_mask_storeu_ps(out + 16 * c, mask(c), _mm512_load_ps(stack[0] + 16 * c));
+  const size_t out_es = device_type_size(out_dtype);
+  for (size_t c = 0; c < chunks; ++c)
+    store16(out_dtype, out + 16 * c * out_es, mask(c), _mm512_load_ps(stack[0] + 16 * c));
 }
 #endif
 
@@ -286,21 +357,28 @@ MapVertex::MapVertex(uint32_t tile_, std::shared_ptr<const std::vector<ExprInstr
     NX_CHECK(o.scalar ? o.field.count == 1 : o.field.count == out_.count, "map operand size differs from its output");
   }
   in_registers_ = registers_fit();
-  for (const ExprInstr& ins : *expr_)
+  rounds_half_ = out_dtype_ == DeviceType::kFloat16;
+  for (const auto& o : operands_) rounds_half_ |= o.dtype == DeviceType::kFloat16;
+  for (const ExprInstr& ins : *expr_) {
     calls_function_ |= in_registers_ && expr_arity(ins.op) == ExprArity::kUnary;
+    rounds_half_ |= ins.half;
+  }
 }
 
 bool MapVertex::registers_fit() const {
 #if defined(__AVX512F__)
-  if (out_dtype_ != DeviceType::kFloat32 || operands_.size() > kRegisterOperands) return false;
+  // (Float16 operands and output, and half instructions, where the build
+  // has 16-bit masked loads and stores.)
+  auto fits = [](DeviceType t) { return t == DeviceType::kFloat32 || (kHalfRegisters && t == DeviceType::kFloat16); };
+  if (!fits(out_dtype_) || operands_.size() > kRegisterOperands) return false;
   int depth = 0, deepest = 0;
   for (const ExprInstr& ins : *expr_) {
-    if (ins.half) return false;
+    if (ins.half && !kHalfRegisters) return false;
     switch (expr_arity(ins.op)) {
       case ExprArity::kLeaf: {
         if (ins.op == ExprOpCode::kInput) {
           // (Whole, a scalar, or repeated over runs.)
-          if (operands_[ins.arg].dtype != DeviceType::kFloat32) return false;
+          if (!fits(operands_[ins.arg].dtype)) return false;
         } else if (ins.op != ExprOpCode::kConstF) {
           return false;
         }
@@ -451,20 +529,25 @@ void MapVertex::compute(uint8_t* mem) const {
   // (kRegisterElements at most): over longer ones a pass per instruction
   // costs less than its dispatch per chunk (BERT-style b8's maps of 270-740
   // elements 1.027 in registers).
-  if (in_registers_ && out_.count <= kRegisterElements) {
+  // Float16 likewise (operands widened as they are loaded, each half
+  // instruction's result rounded, the output rounded as it is stored), but
+  // not under stochastic rounding, which draws per element in the
+  // interpreter's order.
+  if (in_registers_ && out_.count <= kRegisterElements && !(rounds_half_ && active_rounding_rng())) {
     const uint64_t total = out_.count;
-    float* out = reinterpret_cast<float*>(mem + out_.address);
-    const float* src[kRegisterOperands];
+    uint8_t* out = mem + out_.address;
+    const uint8_t* out_end = out + total * device_type_size(out_dtype_);
+    const uint8_t* src[kRegisterOperands];
     bool apart = true;
     for (size_t i = 0; i < operands_.size(); ++i) {
       const Operand& o = operands_[i];
-      const float* p = reinterpret_cast<const float*>(mem + o.field.address);
-      const uint64_t span = o.field.count;  // (one per run, or the scalar)
-      apart &= o.field.pieces.empty() && (p == out || p + span <= out || out + total <= p);
+      const uint8_t* p = mem + o.field.address;
+      const uint8_t* end = p + o.field.count * device_type_size(o.dtype);  // (one per run, or the scalar)
+      apart &= o.field.pieces.empty() && (p == out || end <= out || out_end <= p);
       src[i] = p;
     }
     if (apart && calls_function_) {
-      map_in_slots(expr, operands_, src, out, total);
+      map_in_slots(expr, operands_, src, out, out_dtype_, total);
       return;
     }
     if (apart) {
@@ -485,17 +568,18 @@ void MapVertex::compute(uint8_t* mem) const {
         for (size_t i = 0; i < operands_.size(); ++i) {
           const Operand& o = operands_[i];
           if (o.runs.empty()) {
-            opv[i] = o.scalar ? _mm512_set1_ps(src[i][0]) : _mm512_maskz_loadu_ps(k, src[i] + j0);
+            opv[i] = o.scalar ? _mm512_set1_ps(element(o.dtype, src[i], 0))
+                              : load16(o.dtype, src[i] + j0 * device_type_size(o.dtype), k);
             continue;
           }
           if (left[i] >= m) {  // inside one run
-            opv[i] = _mm512_set1_ps(src[i][run[i]]);
+            opv[i] = _mm512_set1_ps(element(o.dtype, src[i], run[i]));
             left[i] -= static_cast<uint32_t>(m);
           } else {
             alignas(64) float lanes[16];
             for (size_t j = 0; j < m; ++j) {
               while (left[i] == 0) left[i] = o.runs[++run[i]];
-              lanes[j] = src[i][run[i]];
+              lanes[j] = element(o.dtype, src[i], run[i]);
               --left[i];
             }
             opv[i] = _mm512_maskz_load_ps(k, lanes);
@@ -505,14 +589,15 @@ void MapVertex::compute(uint8_t* mem) const {
         size_t sp = 0;
         for (const ExprInstr& ins : expr) {
           switch (ins.op) {
-            case ExprOpCode::kInput: st[sp++] = opv[ins.arg]; break;
-            case ExprOpCode::kConstF: st[sp++] = _mm512_set1_ps(static_cast<float>(ins.imm)); break;
+            case ExprOpCode::kInput: st[sp++] = leaf_value(ins, operands_[ins.arg], opv[ins.arg]); break;
+            case ExprOpCode::kConstF: st[sp++] = _mm512_set1_ps(const_value(ins)); break;
             default:
               --sp;
               st[sp - 1] = arith(ins.op, k, st[sp - 1], st[sp]);
+              if (ins.half) st[sp - 1] = round16(st[sp - 1]);
           }
         }
-        _mm512_mask_storeu_ps(out + j0, k, st[0]);
+        store16(out_dtype_, out + j0 * device_type_size(out_dtype_), k, st[0]);
       }
       return;
     }

@@ -44,8 +44,11 @@ class MapVertex : public Vertex {
   std::vector<Operand> operands_;
   bool has_runs_ = false;  // some operand is repeated
   // The expression can run sixteen elements at a time in registers
-  // (compute(): float32 operands and constants, + - x /, exp and erf).
+  // (compute(): float32 or float16 operands and constants, + - x /, exp and
+  // erf, half roundings).
   bool in_registers_ = false;
+  // Some operand, instruction or the output is half (rounds to binary16).
+  bool rounds_half_ = false;
   // ... and calls exp or erf: it runs an instruction at a time over the
   // whole vertex instead.
   bool calls_function_ = false;
