@@ -954,10 +954,11 @@ TEST(MapCodelet, RepeatedAndScalarOperandsInExpressions) {
 // Float16 expressions, in registers up to 128 elements and by the
 // interpreter past them: float16 operands whole, scalar and repeated, a
 // float32 one (a repeated one read through a half-flagged leaf, which
-// rounds it), half-flagged and unflagged instructions, exp, and float16 and
-// float32 outputs; every element as the operations one by one give it,
-// each flagged result rounded to half once (exp from the float32
-// one-operation vertex).
+// rounds it), half-flagged and unflagged instructions and constants, exp
+// and erf, float16 and float32 outputs, and a float16 output over its own
+// operand; every element as the operations one by one give it, each
+// flagged result rounded to half once (exp and erf from the float32
+// one-operation vertex), nothing written outside the output.
 TEST(MapCodelet, HalfExpressionsRoundWhereFlagged) {
   std::mt19937 rng(31);
   std::uniform_real_distribution<double> u(-6.0, 6.0);
@@ -991,16 +992,26 @@ TEST(MapCodelet, HalfExpressionsRoundWhereFlagged) {
       }
       run_of[i] = r;
     }
-    std::vector<double> d(n);
-    for (uint64_t i = 0; i < n; ++i) d[i] = h(x[i] - mean[run_of[i]]);
+    std::vector<double> d(n), q(n);
+    for (uint64_t i = 0; i < n; ++i) {
+      d[i] = h(x[i] - mean[run_of[i]]);
+      q[i] = h(x[i] * ref_round_half(0.7));
+    }
     const std::vector<double> ex = run_map({in(0), op(E::kExp)}, {{kF32, d}}, kF32, n);
+    const std::vector<double> er = run_map({in(0), op(E::kErf)}, {{kF32, q}}, kF32, n);
     const std::vector<std::vector<ExprInstr>> exprs = {
         in_half({in(0), in(1), op(E::kSub), in(2), op(E::kMul), in(3), op(E::kMul), in(4), op(E::kAdd)}),
         {in(0), in(2), op(E::kDiv), in(4), op(E::kSub, true)},
-        in_half({in(0), in(1), op(E::kSub), op(E::kExp), in(2), op(E::kDiv)})};
+        in_half({in(0), in(1), op(E::kSub), op(E::kExp), in(2), op(E::kDiv), in(4), op(E::kAdd)}),
+        in_half({in(0), cf(0.7), op(E::kMul), op(E::kErf), in(3), op(E::kMul)})};
+    std::vector<std::pair<uint64_t, uint64_t>> used;
+    for (auto [f, t] : std::vector<std::pair<Field, DeviceType>>{{fx, kF16}, {fg, kF16}, {fm, kF16}, {fs, kF32}, {fb, kF16}})
+      used.push_back({f.byte_offset, f.count * device_type_size(t)});
     for (size_t e = 0; e < exprs.size(); ++e)
       for (DeviceType out_dtype : {kF16, kF32}) {
         Field out = mem.field(n, out_dtype);
+        used.push_back({out.byte_offset, n * device_type_size(out_dtype)});
+        mem.field(32, kF32);  // guard bytes past the output: nothing may write them
         std::vector<MapVertex::Operand> ops = {{fx, kF16, false}, {fm, kF16, false, runs}, {fs, kF32, false, runs},
                                                {fg, kF16, false}, {fb, kF16, true}};
         MapVertex v(0, std::make_shared<const std::vector<ExprInstr>>(exprs[e]), ops, out, out_dtype);
@@ -1010,12 +1021,21 @@ TEST(MapCodelet, HalfExpressionsRoundWhereFlagged) {
           const double s = ref_round_half(scale[r]);  // through a half-flagged leaf
           const double want = e == 0   ? h(h(h(h(x[i] - mean[r]) * s) * g[i]) + b)
                               : e == 1 ? h(f32(x[i] / scale[r]) - b)
-                                       : h(ref_round_half(ex[i]) / s);
+                              : e == 2 ? h(h(ref_round_half(ex[i]) / s) + b)
+                                       : h(ref_round_half(er[i]) * g[i]);
           const double got = mem.get(out, out_dtype, i);
           ASSERT_EQ(got, out_dtype == kF16 ? ref_round_half(want) : want)
               << "expression " << e << ", " << device_type_name(out_dtype) << " out, n " << n << ", element " << i;
         }
+        ASSERT_TRUE(mem.guards_intact(used)) << "expression " << e << " wrote outside its output, n " << n;
       }
+    // In place: x = round16(round16(x - mean) * g), the output x's own bytes.
+    MapVertex v(0, std::make_shared<const std::vector<ExprInstr>>(in_half({in(0), in(1), op(E::kSub), in(2), op(E::kMul)})),
+                {{fx, kF16, false}, {fm, kF16, false, runs}, {fg, kF16, false}}, fx, kF16);
+    v.compute(mem.bytes.data());
+    for (uint64_t i = 0; i < n; ++i)
+      ASSERT_EQ(mem.get(fx, kF16, i), h(h(x[i] - mean[run_of[i]]) * g[i])) << "in place, n " << n << ", element " << i;
+    ASSERT_TRUE(mem.guards_intact(used)) << "in place, n " << n;
   }
 }
 

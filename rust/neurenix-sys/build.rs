@@ -65,6 +65,11 @@ fn main() {
         build.flag("-mavx2").flag("-mfma").flag("-mf16c");
         if std::is_x86_feature_detected!("avx512f") {
             build.flag("-mavx512f");
+            // 16-bit masked loads and stores (float16 operands in the
+            // kernels' and element-wise vertices' registers).
+            if std::is_x86_feature_detected!("avx512bw") {
+                build.flag("-mavx512bw");
+            }
             // Half additions in half lanes (the half-partials kernels).
             if std::is_x86_feature_detected!("avx512fp16") {
                 build.flag_if_supported("-mavx512fp16");

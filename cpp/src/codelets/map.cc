@@ -25,7 +25,6 @@
 // codelets/gemm.cc).
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
 
 namespace neurenix {
@@ -202,8 +201,6 @@ bool slot_unary(ExprOpCode op) {
          op == ExprOpCode::kCastF16 || op == ExprOpCode::kCastI32 || op == ExprOpCode::kCastBool;
 }
 
-}  // namespace
-
 #if defined(__AVX512F__)
 // x op y for the register paths' arithmetic, in the lanes of k (the others
 // zero: no floating-point exception from lanes past the end).
@@ -265,8 +262,8 @@ inline float const_value(const ExprInstr& ins) {
   return ins.half ? round_to_half(v) : v;
 }
 
-// MapVertex::compute's small float32 expressions that call exp or erf: a
-// vector instruction at a time over the whole vertex (at most
+// MapVertex::compute's small float32 or float16 expressions that call exp
+// or erf: a vector instruction at a time over the whole vertex (at most
 // kRegisterElements, a stack slot of kRegisterElements floats per depth),
 // each function over the slot at once: the same operations on the same
 // values as the interpreter, without its leaves' copies and its dispatch
@@ -338,6 +335,8 @@ __attribute__((noinline)) void map_in_slots(const std::vector<ExprInstr>& expr,
     store16(out_dtype, out + 16 * c * out_es, mask(c), _mm512_load_ps(stack[0] + 16 * c));
 }
 #endif
+
+}  // namespace
 
 MapVertex::MapVertex(uint32_t tile_, std::shared_ptr<const std::vector<ExprInstr>> expr, std::vector<Operand> operands,
                      Field out, DeviceType out_dtype)
@@ -543,7 +542,10 @@ void MapVertex::compute(uint8_t* mem) const {
       const Operand& o = operands_[i];
       const uint8_t* p = mem + o.field.address;
       const uint8_t* end = p + o.field.count * device_type_size(o.dtype);  // (one per run, or the scalar)
-      apart &= o.field.pieces.empty() && (p == out || end <= out || out_end <= p);
+      // (The output's own bytes only as a whole operand of its element
+      // size: each chunk is read before it is overwritten.)
+      const bool same = p == out && o.runs.empty() && !o.scalar && o.dtype == out_dtype_;
+      apart &= o.field.pieces.empty() && (same || end <= out || out_end <= p);
       src[i] = p;
     }
     if (apart && calls_function_) {
