@@ -119,6 +119,7 @@ inline void copy_row(float* __restrict dst, const float* __restrict src, size_t 
 struct ConvScratch {
   std::vector<float> win, wts, acc, tmp, ph, row_buf;
   std::vector<const float*> chans, rows;
+  std::vector<const half_bits*> half_rows;
   std::vector<size_t> tap_at;
   std::vector<uint8_t> used;
 };
@@ -245,7 +246,15 @@ void ConvVertex::compute(uint8_t* mem) const {
   // widened row by row as the planes are built (below), not first as a
   // whole into `win`: one pass over it instead of two (the same floats).
   const half_bits* in_h = nullptr;
-  if (in_dtype_ == DeviceType::kFloat32 && in_.pieces.empty()) {
+  // A float16 window that is its own phase plane, in one piece, under half
+  // partials: its channel rows are read where they lie, each vector
+  // widened as the product loads it (not widened first into `win`; under
+  // stochastic rounding the product runs chunk by chunk on floats).
+  const bool half_plane = own_plane && in_dtype_ == DeviceType::kFloat16 && partials_ == DeviceType::kFloat16 &&
+                          in_.pieces.empty() && !active_rounding_rng();
+  if (half_plane) {
+    in_h = reinterpret_cast<const half_bits*>(mem + in_.address);
+  } else if (in_dtype_ == DeviceType::kFloat32 && in_.pieces.empty()) {
     in_f = reinterpret_cast<const float*>(mem + in_.address);
   } else if (in_dtype_ == DeviceType::kFloat16 && in_.pieces.empty() && !in_place && !own_plane && s.sw == 1) {
     in_h = reinterpret_cast<const half_bits*>(mem + in_.address);
@@ -477,10 +486,12 @@ void ConvVertex::compute(uint8_t* mem) const {
         tap_at[a * s.kw + bb] = static_cast<size_t>(rem(ra, s.sh) * s.sw + rem(cb, s.sw)) * s.cin * plane +
                                 static_cast<size_t>(quot(ra, s.sh)) * wq + quot(cb, s.sw);
       }
-    const float** row = rows.data();
-    const float* chan = planes;
-    for (uint32_t ci = 0; ci < s.cin; ++ci, chan += plane)
-      for (uint32_t t = 0; t < khw; ++t) *row++ = chan + tap_at[t];
+    if (!half_plane) {
+      const float** row = rows.data();
+      const float* chan = planes;
+      for (uint32_t ci = 0; ci < s.cin; ++ci, chan += plane)
+        for (uint32_t t = 0; t < khw; ++t) *row++ = chan + tap_at[t];
+    }
     // The planes have slack: the product reads whole panels.
     if (!half_rows && out_dtype_ == DeviceType::kFloat32 && s.rows == 1) {
       // One output row in float: its product straight into the output (its
@@ -493,7 +504,15 @@ void ConvVertex::compute(uint8_t* mem) const {
       add_bias(out, p);
       return;
     }
-    if (!half_rows) {
+    if (half_plane) {
+      // (One tap: row ci is channel ci's plane, nothing read past it.)
+      std::vector<const half_bits*>& hrows = scratch.half_rows;
+      hrows.resize(k);
+      const size_t chan_n = static_cast<size_t>(s.in_rows) * s.in_w;
+      for (uint32_t ci = 0; ci < k; ++ci) hrows[ci] = in_h + ci * chan_n;
+      gemm_half_partials_rows(w_f, ldw, hrows.data(), acc.data(), s.cout, n, k, n, amp_depth(in_dtype_),
+                              operand_scale(mem, scales_.get()), false);
+    } else if (!half_rows) {
       gemm_f32_rows(w_f, ldw, rows.data(), acc.data(), s.cout, n, k, n, true);
     } else {
       NX_CHECK(scales_ || !is_float8(in_dtype_), "float8 conv vertex without its scale");
