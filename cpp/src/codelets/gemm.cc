@@ -116,26 +116,12 @@ inline V load_first(const float* p, uint32_t lanes) {
   return loadv<V>(t);
 }
 
-// A row of B's panel: NV vectors at p, the last of them only its first
-// `last` lanes when MASKED.
-template <typename V, uint32_t NV, bool MASKED>
-inline void load_panel_row(const float* p, uint32_t last, V& b0, V& b1) {
-  constexpr uint32_t VW = sizeof(V) / sizeof(float);
-  if constexpr (NV == 1) {
-    b0 = MASKED ? load_first<V>(p, last) : loadv<V>(p);
-    b1 = V{};
-  } else {
-    b0 = loadv<V>(p);
-    b1 = MASKED ? load_first<V>(p + VW, last) : loadv<V>(p + VW);
-  }
-}
-
-// The same rows when B holds binary16 values: each vector widened to float
+// The same loads when B holds binary16 values: each vector widened to float
 // as it is loaded (exactly; F16C's conversion where the build has it), so a
 // half operand is multiplied where it lies instead of being widened into a
 // buffer first.
 template <typename V>
-inline V load_half(const half_bits* p) {
+inline V loadv(const half_bits* p) {
   constexpr uint32_t VW = sizeof(V) / sizeof(float);
 #if defined(__AVX512F__)
   if constexpr (VW == 16) {
@@ -154,7 +140,7 @@ inline V load_half(const half_bits* p) {
   return loadv<V>(t);
 }
 template <typename V>
-inline V load_first_half(const half_bits* p, uint32_t lanes) {
+inline V load_first(const half_bits* p, uint32_t lanes) {
   constexpr uint32_t VW = sizeof(V) / sizeof(float);
 #if defined(__AVX512BW__)
   if constexpr (VW == 16) {
@@ -167,15 +153,18 @@ inline V load_first_half(const half_bits* p, uint32_t lanes) {
   for (uint32_t i = 0; i < lanes; ++i) t[i] = half_to_float(p[i]);
   return loadv<V>(t);
 }
-template <typename V, uint32_t NV, bool MASKED>
-inline void load_panel_row(const half_bits* p, uint32_t last, V& b0, V& b1) {
+
+// A row of B's panel (float32 or binary16 elements T): NV vectors at p,
+// the last of them only its first `last` lanes when MASKED.
+template <typename V, uint32_t NV, bool MASKED, typename T>
+inline void load_panel_row(const T* p, uint32_t last, V& b0, V& b1) {
   constexpr uint32_t VW = sizeof(V) / sizeof(float);
   if constexpr (NV == 1) {
-    b0 = MASKED ? load_first_half<V>(p, last) : load_half<V>(p);
+    b0 = MASKED ? load_first<V>(p, last) : loadv<V>(p);
     b1 = V{};
   } else {
-    b0 = load_half<V>(p);
-    b1 = MASKED ? load_first_half<V>(p + VW, last) : load_half<V>(p + VW);
+    b0 = loadv<V>(p);
+    b1 = MASKED ? load_first<V>(p + VW, last) : loadv<V>(p + VW);
   }
 }
 
