@@ -8,6 +8,7 @@
 
 #include "codelet_util.h"
 #include "neurenix/codelets/conv.h"
+#include "neurenix/stochastic_rounding.h"
 
 using namespace neurenix;
 using namespace nxtest;
@@ -25,16 +26,24 @@ enum class Placement {
 }  // namespace
 
 // A 1x1 window read in place in pieces (a receive alias from several
-// senders): read a channel at a time where each lies (evenly spaced
-// channels as one strided matrix, others through their pointers), or
-// gathered where a piece cuts a channel. Small integers: every sum exact,
-// whatever its order.
+// senders): read a channel at a time where each lies (float32: evenly
+// spaced channels as one strided matrix, others through their pointers;
+// float16 under half partials: through half row pointers), or gathered
+// where a piece cuts a channel or, in float16, under stochastic rounding.
+// Small integers: every sum exact, whatever its order, in half too.
 TEST(ConvCodelet, WindowInPiecesReadWhereEachChannelLies) {
   std::mt19937 rng(11);
   std::uniform_int_distribution<int> val(-8, 8);
+  struct Input {
+    DeviceType dtype;  // the window's and the weights' (float16: half partials)
+    bool stochastic;   // run under stochastic rounding
+  };
+  for (Input input : {Input{kF32, false}, Input{kF16, false}, Input{kF16, true}})
   for (Placement place : {Placement::kEvenlySpaced, Placement::kScattered, Placement::kGrouped, Placement::kStraddling})
     for (DeviceType od : {kF32, kF16})
       for (int trial = 0; trial < 20; ++trial) {
+        const DeviceType id = input.dtype;
+        const uint64_t es = device_type_size(id);
         ConvWindow s;
         s.cin = 1 + rng() % 24;
         s.cout = 1 + rng() % 19;
@@ -48,10 +57,10 @@ TEST(ConvCodelet, WindowInPiecesReadWhereEachChannelLies) {
         for (double& v : x) v = val(rng);
         for (double& v : w) v = val(rng);
         TileMem mem;
-        Field in = mem.field(n, kF32);
-        for (uint64_t i = 0; i < n; ++i) mem.put(in, kF32, i, 1e6);  // its own bytes: never read
-        Field wf = mem.field(w.size(), kF32);
-        for (size_t i = 0; i < w.size(); ++i) mem.put(wf, kF32, i, w[i]);
+        Field in = mem.field(n, id);
+        for (uint64_t i = 0; i < n; ++i) mem.put(in, id, i, 30000);  // its own bytes: never read
+        Field wf = mem.field(w.size(), id);
+        for (size_t i = 0; i < w.size(); ++i) mem.put(wf, id, i, w[i]);
         Field out = mem.field(static_cast<uint64_t>(s.cout - 1) * s.ld_out + chan, od);
         // Cuts between pieces (elements of the window), each piece's
         // elements stored at a place of its own.
@@ -66,8 +75,8 @@ TEST(ConvCodelet, WindowInPiecesReadWhereEachChannelLies) {
             if (place != Placement::kGrouped || c == 0 || rng() % 3 == 0) cuts.push_back(c * chan);
         }
         std::vector<Field::Piece> pieces(cuts.size());
-        const uint64_t stride = chan + 1 + rng() % 5;  // floats between evenly spaced channels
-        Field spaced = mem.field(stride * s.cin, kF32);
+        const uint64_t stride = chan + 1 + rng() % 5;  // elements between evenly spaced channels
+        Field spaced = mem.field(stride * s.cin, id);
         std::vector<size_t> order(cuts.size());
         std::iota(order.begin(), order.end(), 0);
         std::shuffle(order.begin(), order.end(), rng);
@@ -75,25 +84,31 @@ TEST(ConvCodelet, WindowInPiecesReadWhereEachChannelLies) {
           const uint64_t b = cuts[k], e = k + 1 < cuts.size() ? cuts[k + 1] : n;
           uint64_t at;
           if (place == Placement::kEvenlySpaced) {
-            at = spaced.byte_offset + b / chan * stride * 4;
-            for (uint64_t i = b; i < e; ++i) mem.put(spaced, kF32, b / chan * stride + (i - b), x[i]);
+            at = spaced.byte_offset + b / chan * stride * es;
+            for (uint64_t i = b; i < e; ++i) mem.put(spaced, id, b / chan * stride + (i - b), x[i]);
           } else {
-            Field f = mem.field(e - b, kF32);
+            Field f = mem.field(e - b, id);
             at = f.byte_offset;
-            for (uint64_t i = b; i < e; ++i) mem.put(f, kF32, i - b, x[i]);
+            for (uint64_t i = b; i < e; ++i) mem.put(f, id, i - b, x[i]);
           }
           pieces[k] = Field::Piece{b, static_cast<int64_t>(at), 1, 0};
         }
-        ConvVertex v(0, in, wf, out, s, kF32, kF32, od);
+        ConvVertex v(0, in, wf, out, s, id, id, od);
+        ASSERT_TRUE(v.all_fields()[0]->piecewise);
         v.all_fields()[0]->pieces = pieces;
         v.refresh();
-        v.compute(mem.bytes.data());
+        RoundingRng draws(7, 0, 0);
+        {
+          ScopedRounding rounding(input.stochastic ? &draws : nullptr);
+          v.compute(mem.bytes.data());
+        }
         for (uint32_t co = 0; co < s.cout; ++co)
           for (uint64_t p = 0; p < chan; ++p) {
             double want = 0;
             for (uint32_t ci = 0; ci < s.cin; ++ci) want += w[co * s.ldw + ci] * x[ci * chan + p];
             ASSERT_EQ(mem.get(out, od, co * s.ld_out + p), want)
-                << "placement " << static_cast<int>(place) << ", trial " << trial << ", output channel " << co << ", column " << p;
+                << device_type_name(id) << (input.stochastic ? " stochastic" : "") << ", placement "
+                << static_cast<int>(place) << ", trial " << trial << ", output channel " << co << ", column " << p;
           }
       }
 }

@@ -133,7 +133,7 @@ ConvVertex::ConvVertex(uint32_t tile_, Field in, Field weights, Field out, ConvW
   in_.field().access = Access::kRead;
   // A window the product reads in place may be received from several
   // senders, each channel read where it was sent from.
-  in_.field().piecewise = reads_in_place();
+  in_.field().piecewise = reads_in_place() || reads_half_rows();
   w_.field().access = Access::kRead;
   out_.field().access = Access::kWrite;
   const uint64_t k = static_cast<uint64_t>(s_.cin) * s_.kh * s_.kw;
@@ -185,10 +185,14 @@ bool ConvVertex::reads_in_place() const {
   return in_dtype_ == DeviceType::kFloat32 && partials_ == DeviceType::kFloat32 && window_is_plane();
 }
 
+bool ConvVertex::reads_half_rows() const {
+  return in_dtype_ == DeviceType::kFloat16 && partials_ == DeviceType::kFloat16 && window_is_plane();
+}
+
 void ConvVertex::derive() {
   channels_.clear();
-  if (!reads_in_place() || in_.pieces.empty()) return;
-  const uint64_t chan = static_cast<uint64_t>(s_.in_rows) * s_.in_w, es = sizeof(float);
+  if (!(reads_in_place() || reads_half_rows()) || in_.pieces.empty()) return;
+  const uint64_t chan = static_cast<uint64_t>(s_.in_rows) * s_.in_w, es = device_type_size(in_dtype_);
   std::vector<ChannelRun> runs;
   uint64_t ci = 0;
   for (size_t i = 0; i < in_.pieces.size() && ci < s_.cin; ++i) {
@@ -246,14 +250,15 @@ void ConvVertex::compute(uint8_t* mem) const {
   // widened row by row as the planes are built (below), not first as a
   // whole into `win`: one pass over it instead of two (the same floats).
   const half_bits* in_h = nullptr;
-  // A float16 window that is its own phase plane, in one piece, under half
-  // partials: its channel rows are read where they lie, each vector
-  // widened as the product loads it (not widened first into `win`; under
-  // stochastic rounding the product runs chunk by chunk on floats).
-  const bool half_plane = own_plane && in_dtype_ == DeviceType::kFloat16 && partials_ == DeviceType::kFloat16 &&
-                          in_.pieces.empty() && !active_rounding_rng();
+  // A float16 window that is its own phase plane under half partials: its
+  // channel rows are read where they lie (in one piece, or a channel at a
+  // time where each was received, derive()), each vector widened as the
+  // product loads it (not widened first into `win`; under stochastic
+  // rounding the product runs chunk by chunk on floats).
+  const bool half_plane =
+      reads_half_rows() && (in_.pieces.empty() || !channels_.empty()) && !active_rounding_rng();
   if (half_plane) {
-    in_h = reinterpret_cast<const half_bits*>(mem + in_.address);
+    if (in_.pieces.empty()) in_h = reinterpret_cast<const half_bits*>(mem + in_.address);
   } else if (in_dtype_ == DeviceType::kFloat32 && in_.pieces.empty()) {
     in_f = reinterpret_cast<const float*>(mem + in_.address);
   } else if (in_dtype_ == DeviceType::kFloat16 && in_.pieces.empty() && !in_place && !own_plane && s.sw == 1) {
@@ -508,8 +513,16 @@ void ConvVertex::compute(uint8_t* mem) const {
       // (One tap: row ci is channel ci's plane, nothing read past it.)
       std::vector<const half_bits*>& hrows = scratch.half_rows;
       hrows.resize(k);
-      const size_t chan_n = static_cast<size_t>(s.in_rows) * s.in_w;
-      for (uint32_t ci = 0; ci < k; ++ci) hrows[ci] = in_h + ci * chan_n;
+      if (in_h) {
+        const size_t chan_n = static_cast<size_t>(s.in_rows) * s.in_w;
+        for (uint32_t ci = 0; ci < k; ++ci) hrows[ci] = in_h + ci * chan_n;
+      } else {
+        for (const ChannelRun& r : channels_) {
+          const uint8_t* at = mem + r.address;
+          for (uint32_t c = 0; c < r.count; ++c, at += r.stride)
+            hrows[r.first + c] = reinterpret_cast<const half_bits*>(at);
+        }
+      }
       gemm_half_partials_rows(w_f, ldw, hrows.data(), acc.data(), s.cout, n, k, n, amp_depth(in_dtype_),
                               operand_scale(mem, scales_.get()), false);
     } else if (!half_rows) {

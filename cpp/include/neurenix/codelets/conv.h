@@ -50,10 +50,14 @@ class ConvVertex : public Vertex {
   // Such a window in float32 (partials in float): the product reads it in
   // place, in tile memory.
   bool reads_in_place() const;
-  // Channels [first, first + count) of a window read in place in pieces
-  // lie `stride` bytes apart from `address` (as a field's): its channel
-  // runs. derive() finds them; none where a channel straddles two pieces
-  // (the window is then gathered).
+  // Such a window in float16 under half partials: the half-rows product
+  // reads its channel rows where they lie (not under stochastic rounding,
+  // which gathers and widens it first).
+  bool reads_half_rows() const;
+  // Channels [first, first + count) of a window read in place (float32 or
+  // half rows) in pieces lie `stride` bytes apart from `address` (as a
+  // field's): its channel runs. derive() finds them; none where a channel
+  // straddles two pieces (the window is then gathered).
   struct ChannelRun {
     uint32_t first, count;
     int64_t address, stride;
