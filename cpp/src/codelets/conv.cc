@@ -113,6 +113,17 @@ inline void copy_row(float* __restrict dst, const float* __restrict src, size_t 
 #endif
 }
 
+// table[c] = where channel c of a window in pieces lies, from its channel
+// runs (ConvVertex::derive), as a T (float or half_bits) pointer.
+template <typename T, typename Runs>
+void channel_pointers(const uint8_t* mem, const Runs& runs, uint32_t cin, std::vector<const T*>& table) {
+  table.resize(cin);
+  for (const auto& r : runs) {
+    const uint8_t* at = mem + r.address;
+    for (uint32_t c = 0; c < r.count; ++c, at += r.stride) table[r.first + c] = reinterpret_cast<const T*>(at);
+  }
+}
+
 // A host thread's scratch for the convolution vertex, in one thread-local
 // object (each thread-local variable of a shared library is looked up on
 // its own, a call per variable per vertex).
@@ -266,12 +277,8 @@ void ConvVertex::compute(uint8_t* mem) const {
   } else {
     if (in_place && !channels_.empty()) {
       // Each channel read where it lies (derive()).
-      chans.resize(s.cin);
       by_channel = true;
-      for (const ChannelRun& r : channels_) {
-        const uint8_t* at = mem + r.address;
-        for (uint32_t c = 0; c < r.count; ++c, at += r.stride) chans[r.first + c] = reinterpret_cast<const float*>(at);
-      }
+      channel_pointers(mem, channels_, s.cin, chans);
     }
     if (!by_channel) {
       win.resize(win_n + own_slack);
@@ -512,16 +519,12 @@ void ConvVertex::compute(uint8_t* mem) const {
     if (half_plane) {
       // (One tap: row ci is channel ci's plane, nothing read past it.)
       std::vector<const half_bits*>& hrows = scratch.half_rows;
-      hrows.resize(k);
       if (in_h) {
+        hrows.resize(k);
         const size_t chan_n = static_cast<size_t>(s.in_rows) * s.in_w;
         for (uint32_t ci = 0; ci < k; ++ci) hrows[ci] = in_h + ci * chan_n;
       } else {
-        for (const ChannelRun& r : channels_) {
-          const uint8_t* at = mem + r.address;
-          for (uint32_t c = 0; c < r.count; ++c, at += r.stride)
-            hrows[r.first + c] = reinterpret_cast<const half_bits*>(at);
-        }
+        channel_pointers(mem, channels_, s.cin, hrows);
       }
       gemm_half_partials_rows(w_f, ldw, hrows.data(), acc.data(), s.cout, n, k, n, amp_depth(in_dtype_),
                               operand_scale(mem, scales_.get()), false);
