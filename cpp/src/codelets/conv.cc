@@ -248,9 +248,12 @@ void ConvVertex::compute(uint8_t* mem) const {
   // otherwise it is gathered first.
   const size_t win_n = static_cast<size_t>(s.cin) * s.in_rows * s.in_w;
   const bool in_place = reads_in_place();
-  // A window that is its own phase plane but is not read in place (half or
-  // float8 data, or float32 gathered from pieces): converted into `win`,
-  // with the slack a phase plane has, and read there.
+  // A window that is its own phase plane but is not read in place (float8
+  // data, float16 under float partials, float16 under half partials when
+  // gathered (stochastic rounding, or a channel straddling two pieces), or
+  // float32 gathered from pieces): converted into `win`, with the slack a
+  // phase plane has, and read there; float16 under half partials otherwise
+  // reads its rows where they lie (half_plane, below).
   const bool own_plane = !in_place && window_is_plane();
   // (Its phase plane's rows are the window's: rq = in_rows, wq = in_w.)
   const size_t own_slack = own_plane ? static_cast<size_t>(s.in_w) + 64 : 0;
