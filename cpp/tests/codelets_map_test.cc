@@ -15,6 +15,7 @@
 #include "codelet_util.h"
 #include "expr_util.h"
 #include "neurenix/codelets/map.h"
+#include "neurenix/stochastic_rounding.h"
 
 namespace {
 
@@ -1041,6 +1042,57 @@ TEST(MapCodelet, HalfExpressionsRoundWhereFlagged) {
 
 // Mixed precision in one fused expression: each flagged instruction rounds,
 // unflagged ones stay in float, exactly as the separate operations would.
+// Float16 ReLU on every binary16 value: a positive one (+0, subnormals,
+// +inf) comes back as it was, a negative one (-0, -inf too) as +0, a NaN
+// quietened with its payload kept (what widening to float and narrowing
+// back does); over lengths around a vector's 32 lanes, into another buffer
+// or in place, half-flagged or not, and under stochastic rounding (the
+// interpreter, element by element) the same bits.
+TEST(MapCodelet, HalfReluOnEveryBinary16Value) {
+  auto want = [](uint16_t h) -> uint16_t {
+    if ((h & 0x7fff) > 0x7c00) return static_cast<uint16_t>(h | 0x0200);
+    return (h & 0x8000) ? 0 : h;
+  };
+  std::mt19937 rng(41);
+  RoundingRng draws(3, 0, 0);
+  for (bool half_flag : {true, false})
+    for (bool in_place : {false, true})
+      for (bool stochastic : {false, true})
+        for (uint64_t n : {1u, 5u, 31u, 32u, 33u, 100u, 65536u}) {
+          // Every value once (n = 65536, in order: whole vectors of
+          // neighbours, most without a NaN), or random bits with NaNs rare
+          // enough that most vectors hold none, and a few special values.
+          std::vector<uint16_t> bits(n);
+          for (uint64_t i = 0; i < n; ++i) {
+            uint16_t b = static_cast<uint16_t>(n == 65536 ? i : rng());
+            if (n != 65536 && (b & 0x7fff) > 0x7c00 && rng() % 8) b &= 0x83ff;  // mostly not NaN
+            bits[i] = b;
+          }
+          if (n == 100)
+            for (uint16_t sp : {0x0000, 0x8000, 0x0001, 0x8001, 0x7c00, 0xfc00, 0x7bff, 0xfbff})
+              bits[rng() % n] = sp;
+          TileMem mem;
+          Field x = mem.field(n, kF16);
+          Field out = in_place ? x : mem.field(n, kF16);
+          std::memcpy(mem.bytes.data() + x.byte_offset, bits.data(), n * 2);
+          MapVertex v(0, std::make_shared<const std::vector<ExprInstr>>(std::vector<ExprInstr>{in(0), op(E::kRelu, half_flag)}),
+                      {MapVertex::Operand{x, kF16, false}}, out, kF16);
+          {
+            ScopedRounding rounding(stochastic ? &draws : nullptr);
+            v.compute(mem.bytes.data());
+          }
+          ASSERT_TRUE(mem.guards_intact({{x.byte_offset, n * 2}, {out.byte_offset, n * 2}}))
+              << "the vertex wrote outside its output";
+          for (uint64_t i = 0; i < n; ++i) {
+            uint16_t got;
+            std::memcpy(&got, mem.bytes.data() + out.byte_offset + i * 2, 2);
+            ASSERT_EQ(got, want(bits[i])) << std::hex << "x=0x" << bits[i] << std::dec << ", n " << n
+                                          << (in_place ? ", in place" : "") << (half_flag ? ", half-flagged" : "")
+                                          << (stochastic ? ", stochastic" : "");
+          }
+        }
+}
+
 TEST(MapCodelet, HalfFlagsRoundExactlyWhereSet) {
   std::mt19937 rng(16);
   std::uniform_real_distribution<double> u(-300, 300);

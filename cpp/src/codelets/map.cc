@@ -479,6 +479,38 @@ void MapVertex::compute(uint8_t* mem) const {
       unary_float(expr[1].op, expr[1], out + base, static_cast<size_t>(std::min<uint64_t>(kBlock, out_.count - base)));
     return;
   }
+#if defined(__AVX512BW__)
+  // Float16 ReLU (not under stochastic rounding, which draws per element):
+  // on the binary16 bits, 32 at a time, in one pass. A value the
+  // interpreter widens, clamps, rounds to half and narrows comes back as it
+  // was when positive (+inf too) and as +0 when negative (-0 and -inf too):
+  // so the bits are kept or cleared by their sign. A chunk holding a NaN
+  // goes the interpreter's way (its bits and flags as the interpreter's).
+  if (expr.size() == 2 && out_dtype_ == DeviceType::kFloat16 && plain_leaf(expr[0], DeviceType::kFloat16) &&
+      expr[1].op == ExprOpCode::kRelu && !active_rounding_rng()) {
+    half_bits* out = reinterpret_cast<half_bits*>(mem + out_.address);
+    const half_bits* in = reinterpret_cast<const half_bits*>(mem + operands_[expr[0].arg].field.address);
+    const uint64_t n = out_.count;
+    if (in == out || in + n <= out || out + n <= in) {
+      const __m512i magnitude = _mm512_set1_epi16(0x7fff), inf = _mm512_set1_epi16(0x7c00);
+      for (uint64_t j = 0; j < n; j += 32) {
+        const size_t m = static_cast<size_t>(std::min<uint64_t>(32, n - j));
+        const __mmask32 k = m == 32 ? ~__mmask32{0} : static_cast<__mmask32>((1u << m) - 1);
+        const __m512i h = _mm512_maskz_loadu_epi16(k, in + j);
+        if (_mm512_cmpgt_epu16_mask(_mm512_and_si512(h, magnitude), inf)) {
+          alignas(64) float f[32];
+          half_to_float_n(in + j, f, m);
+          unary_float(expr[1].op, expr[1], f, m);
+          if (expr[1].half) round_to_half_n(f, m);
+          float_to_half_n(f, out + j, m);
+          continue;
+        }
+        _mm512_mask_storeu_epi16(out + j, k, _mm512_maskz_mov_epi16(~_mm512_movepi16_mask(h), h));
+      }
+      return;
+    }
+  }
+#endif
   // Two operands through one arithmetic operation into an output, all
   // float32 or all float16 (a residual Add and the like): float32 computed
   // straight from the operands into the output; float16 a block at a time
