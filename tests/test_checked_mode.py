@@ -120,6 +120,42 @@ def test_a_small_cnn(precision):
     assert 0 < run.last.copied_bytes < run.last.exchanged_bytes
 
 
+def pointwise_cnn(rng):
+    """A 3x3 convolution spread over 64 tiles, then two 1x1 convolutions:
+    a 1x1 window gathers its channels from several tiles and reads them
+    where they were sent from (in pieces), in float32 and in float16 (the
+    half rows read in place)."""
+    def w(name, *shape):
+        return numpy_helper.from_array((rng.standard_normal(shape) * 0.2).astype(np.float32), name)
+
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c1"], ["r1"]),
+        helper.make_node("Conv", ["r1", "w2", "b2"], ["c2"]),
+        helper.make_node("Relu", ["c2"], ["r2"]),
+        helper.make_node("Conv", ["r2", "w3"], ["y"]),
+    ]
+    return make_model(
+        nodes,
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64, 4, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 4, 4])],
+        [w("w1", 256, 64, 3, 3), w("w2", 64, 256, 1, 1), w("b2", 64), w("w3", 8, 64, 1, 1)],
+        opset=17,
+    )
+
+
+@pytest.mark.parametrize("precision", ["float32", "float16"])
+def test_pointwise_convolutions_read_their_windows_in_pieces(precision):
+    rng = np.random.default_rng(5)
+    model = pointwise_cnn(rng)
+    x = rng.standard_normal((1, 64, 4, 4)).astype(np.float32)
+    (want,) = ort_run(model, {"x": x})
+    (got,) = run(model, {"x": x}, precision=precision, tiles=64)
+    tol = 1e-5 if precision == "float32" else 3e-2
+    np.testing.assert_allclose(got, want, atol=tol, rtol=tol)
+    assert 0 < run.last.copied_bytes < run.last.exchanged_bytes
+
+
 def test_a_bert_style_encoder_with_gather_and_reductions():
     model, feeds = bert_encoder(2, 8, vocab=50, hidden=32, heads=4, layers=2, ffn=64, init_std=32 ** -0.5)
     want = ort_run(model, feeds)
