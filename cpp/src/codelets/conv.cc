@@ -86,9 +86,16 @@ void store_row_half(half_bits* __restrict dst, const float* __restrict src, size
   if (j < n) {
     const __mmask16 m = static_cast<__mmask16>((1u << (n - j)) - 1);
     const __m512 x = _mm512_maskz_loadu_ps(m, src + j);
-    alignas(32) half_bits h[16];
-    _mm256_store_si256(reinterpret_cast<__m256i*>(h), _mm512_cvtps_ph(add ? _mm512_add_ps(x, b) : x, kRound));
-    std::memcpy(dst + j, h, (n - j) * sizeof(half_bits));
+    const __m256i h = _mm512_cvtps_ph(add ? _mm512_add_ps(x, b) : x, kRound);
+#if defined(__AVX512BW__)
+    // (A masked store of the last lanes: rows of a few outputs, 13 or 27
+    // wide, are all tail.)
+    _mm512_mask_storeu_epi16(dst + j, static_cast<__mmask32>(m), _mm512_castsi256_si512(h));
+#else
+    alignas(32) half_bits t[16];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(t), h);
+    std::memcpy(dst + j, t, (n - j) * sizeof(half_bits));
+#endif
   }
 }
 #endif
