@@ -155,9 +155,10 @@ TEST(Half, BulkConversionsMatchScalar) {
         f[i] = (i % 2) ? bits_to_float(bits(rng)) : static_cast<float>(static_cast<int32_t>(bits(rng))) * 1e-5f;
       if (n > 3) f[off + 1] = std::numeric_limits<float>::quiet_NaN();
       if (n > 4) f[off + 2] = 65520.0f;
-      std::vector<half_bits> h(n + off, 0xdead);
+      std::vector<half_bits> h(n + off + 1, 0xdead);
       float_to_half_n(f.data() + off, h.data() + off, n);
       for (size_t i = 0; i < off; ++i) ASSERT_EQ(h[i], 0xdead) << "wrote before the start";
+      ASSERT_EQ(h[off + n], 0xdead) << "wrote past the end";
       for (size_t i = 0; i < n; ++i) ASSERT_EQ(h[off + i], float_to_half(f[off + i])) << n << " " << i;
 
       std::vector<half_bits> hs(n + off);
