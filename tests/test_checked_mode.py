@@ -59,6 +59,16 @@ def test_an_mlp_over_one_or_two_ipus(num_ipus):
     np.testing.assert_allclose(y, mlp_reference(params, x), rtol=1e-5, atol=1e-6)
 
 
+def matches_onnxruntime_with_aliases(model, x, precision, tiles, half_tolerance):
+    """The model's one output in checked mode matches onnxruntime's (to 1e-5
+    in float32, `half_tolerance` in float16), and some receives were read
+    at their senders (receive aliases), verified at load."""
+    (want,) = ort_run(model, {"x": x})
+    (got,) = run(model, {"x": x}, precision=precision, tiles=tiles)
+    np.testing.assert_allclose(got, want, atol=1e-5 if precision == "float32" else half_tolerance)
+    assert 0 < run.last.copied_bytes < run.last.exchanged_bytes
+
+
 def small_cnn(rng):
     """Conv (stride, pads, dilation), grouped and depthwise conv, BatchNorm,
     Relu, max and average pooling, Pad, Slice, Concat, Transpose, a global
@@ -111,13 +121,7 @@ def test_a_small_cnn(precision):
     rng = np.random.default_rng(2)
     model = small_cnn(rng)
     x = rng.standard_normal((2, 3, 12, 12)).astype(np.float32)
-    (want,) = ort_run(model, {"x": x})
-    (got,) = run(model, {"x": x}, precision=precision, tiles=8)
-    tol = 1e-5 if precision == "float32" else 2e-2
-    np.testing.assert_allclose(got, want, atol=tol)
-    # Some receives were read at their senders (receive aliases), verified
-    # at load and still matching onnxruntime.
-    assert 0 < run.last.copied_bytes < run.last.exchanged_bytes
+    matches_onnxruntime_with_aliases(model, x, precision, tiles=8, half_tolerance=2e-2)
 
 
 def pointwise_cnn(rng):
@@ -149,11 +153,7 @@ def test_pointwise_convolutions_read_their_windows_in_pieces(precision):
     rng = np.random.default_rng(5)
     model = pointwise_cnn(rng)
     x = rng.standard_normal((1, 64, 4, 4)).astype(np.float32)
-    (want,) = ort_run(model, {"x": x})
-    (got,) = run(model, {"x": x}, precision=precision, tiles=64)
-    tol = 1e-5 if precision == "float32" else 3e-2
-    np.testing.assert_allclose(got, want, atol=tol, rtol=tol)
-    assert 0 < run.last.copied_bytes < run.last.exchanged_bytes
+    matches_onnxruntime_with_aliases(model, x, precision, tiles=64, half_tolerance=3e-2)
 
 
 def test_a_bert_style_encoder_with_gather_and_reductions():

@@ -39,84 +39,84 @@ TEST(ConvCodelet, WindowInPiecesReadWhereEachChannelLies) {
     bool stochastic;   // run under stochastic rounding
   };
   for (Input input : {Input{kF32, false}, Input{kF16, false}, Input{kF16, true}})
-  for (Placement place : {Placement::kEvenlySpaced, Placement::kScattered, Placement::kGrouped, Placement::kStraddling})
-    for (DeviceType od : {kF32, kF16})
-      for (int trial = 0; trial < 20; ++trial) {
-        const DeviceType id = input.dtype;
-        const uint64_t es = device_type_size(id);
-        ConvWindow s;
-        s.cin = 1 + rng() % 24;
-        s.cout = 1 + rng() % 19;
-        s.rows = s.in_rows = 1 + rng() % 3;
-        s.in_w = s.out_w = 1 + rng() % 30;
-        s.in_h = s.rows;
-        s.ldw = s.cin + rng() % 3;
-        s.ld_out = s.rows * s.out_w + rng() % 3;
-        const uint64_t chan = static_cast<uint64_t>(s.rows) * s.in_w, n = s.cin * chan;
-        std::vector<double> x(n), w(static_cast<size_t>(s.cout) * s.ldw);
-        for (double& v : x) v = val(rng);
-        for (double& v : w) v = val(rng);
-        TileMem mem;
-        Field in = mem.field(n, id);
-        for (uint64_t i = 0; i < n; ++i) mem.put(in, id, i, 30000);  // its own bytes: never read
-        Field wf = mem.field(w.size(), id);
-        for (size_t i = 0; i < w.size(); ++i) mem.put(wf, id, i, w[i]);
-        Field out = mem.field(static_cast<uint64_t>(s.cout - 1) * s.ld_out + chan, od);
-        // Cuts between pieces (elements of the window), each piece's
-        // elements stored at a place of its own.
-        std::vector<uint64_t> cuts;
-        if (place == Placement::kStraddling) {
-          cuts = {0};
-          for (uint64_t e = 1; e < n; ++e)
-            if (rng() % 4 == 0) cuts.push_back(e);
-          if (cuts.size() == 1 && n > 1) cuts.push_back(1 + rng() % (n - 1));
-        } else {
-          for (uint32_t c = 0; c < s.cin; ++c)
-            if (place != Placement::kGrouped || c == 0 || rng() % 3 == 0) cuts.push_back(c * chan);
-        }
-        std::vector<Field::Piece> pieces(cuts.size());
-        const uint64_t stride = chan + 1 + rng() % 5;  // elements between evenly spaced channels
-        Field spaced = mem.field(stride * s.cin, id);
-        std::vector<size_t> order(cuts.size());
-        std::iota(order.begin(), order.end(), 0);
-        std::shuffle(order.begin(), order.end(), rng);
-        for (size_t k : order) {
-          const uint64_t b = cuts[k], e = k + 1 < cuts.size() ? cuts[k + 1] : n;
-          uint64_t at;
-          if (place == Placement::kEvenlySpaced) {
-            at = spaced.byte_offset + b / chan * stride * es;
-            for (uint64_t i = b; i < e; ++i) mem.put(spaced, id, b / chan * stride + (i - b), x[i]);
+    for (Placement place : {Placement::kEvenlySpaced, Placement::kScattered, Placement::kGrouped, Placement::kStraddling})
+      for (DeviceType od : {kF32, kF16})
+        for (int trial = 0; trial < 20; ++trial) {
+          const DeviceType id = input.dtype;
+          const uint64_t es = device_type_size(id);
+          ConvWindow s;
+          s.cin = 1 + rng() % 24;
+          s.cout = 1 + rng() % 19;
+          s.rows = s.in_rows = 1 + rng() % 3;
+          s.in_w = s.out_w = 1 + rng() % 30;
+          s.in_h = s.rows;
+          s.ldw = s.cin + rng() % 3;
+          s.ld_out = s.rows * s.out_w + rng() % 3;
+          const uint64_t chan = static_cast<uint64_t>(s.rows) * s.in_w, n = s.cin * chan;
+          std::vector<double> x(n), w(static_cast<size_t>(s.cout) * s.ldw);
+          for (double& v : x) v = val(rng);
+          for (double& v : w) v = val(rng);
+          TileMem mem;
+          Field in = mem.field(n, id);
+          for (uint64_t i = 0; i < n; ++i) mem.put(in, id, i, 30000);  // its own bytes: never read
+          Field wf = mem.field(w.size(), id);
+          for (size_t i = 0; i < w.size(); ++i) mem.put(wf, id, i, w[i]);
+          Field out = mem.field(static_cast<uint64_t>(s.cout - 1) * s.ld_out + chan, od);
+          // Cuts between pieces (elements of the window), each piece's
+          // elements stored at a place of its own.
+          std::vector<uint64_t> cuts;
+          if (place == Placement::kStraddling) {
+            cuts = {0};
+            for (uint64_t e = 1; e < n; ++e)
+              if (rng() % 4 == 0) cuts.push_back(e);
+            if (cuts.size() == 1 && n > 1) cuts.push_back(1 + rng() % (n - 1));
           } else {
-            Field f = mem.field(e - b, id);
-            at = f.byte_offset;
-            for (uint64_t i = b; i < e; ++i) mem.put(f, id, i - b, x[i]);
+            for (uint32_t c = 0; c < s.cin; ++c)
+              if (place != Placement::kGrouped || c == 0 || rng() % 3 == 0) cuts.push_back(c * chan);
           }
-          pieces[k] = Field::Piece{b, static_cast<int64_t>(at), 1, 0};
-        }
-        ConvVertex v(0, in, wf, out, s, id, id, od);
-        ASSERT_TRUE(v.all_fields()[0]->piecewise);
-        v.all_fields()[0]->pieces = pieces;
-        v.refresh();
-        RoundingRng draws(7, 0, 0);
-        {
-          ScopedRounding rounding(input.stochastic ? &draws : nullptr);
-          v.compute(mem.bytes.data());
-        }
-        if (input.stochastic && od == kF32) {
-          // The window gathered and its chunks rounded by draws (the half
-          // rows read in place draw none).
-          RoundingRng fresh(7, 0, 0);
-          EXPECT_NE(draws.next32(), fresh.next32()) << "no draws under stochastic rounding";
-        }
-        for (uint32_t co = 0; co < s.cout; ++co)
-          for (uint64_t p = 0; p < chan; ++p) {
-            double want = 0;
-            for (uint32_t ci = 0; ci < s.cin; ++ci) want += w[co * s.ldw + ci] * x[ci * chan + p];
-            ASSERT_EQ(mem.get(out, od, co * s.ld_out + p), want)
-                << device_type_name(id) << (input.stochastic ? " stochastic" : "") << ", placement "
-                << static_cast<int>(place) << ", trial " << trial << ", output channel " << co << ", column " << p;
+          std::vector<Field::Piece> pieces(cuts.size());
+          const uint64_t stride = chan + 1 + rng() % 5;  // elements between evenly spaced channels
+          Field spaced = mem.field(stride * s.cin, id);
+          std::vector<size_t> order(cuts.size());
+          std::iota(order.begin(), order.end(), 0);
+          std::shuffle(order.begin(), order.end(), rng);
+          for (size_t k : order) {
+            const uint64_t b = cuts[k], e = k + 1 < cuts.size() ? cuts[k + 1] : n;
+            uint64_t at;
+            if (place == Placement::kEvenlySpaced) {
+              at = spaced.byte_offset + b / chan * stride * es;
+              for (uint64_t i = b; i < e; ++i) mem.put(spaced, id, b / chan * stride + (i - b), x[i]);
+            } else {
+              Field f = mem.field(e - b, id);
+              at = f.byte_offset;
+              for (uint64_t i = b; i < e; ++i) mem.put(f, id, i - b, x[i]);
+            }
+            pieces[k] = Field::Piece{b, static_cast<int64_t>(at), 1, 0};
           }
-      }
+          ConvVertex v(0, in, wf, out, s, id, id, od);
+          ASSERT_TRUE(v.all_fields()[0]->piecewise);
+          v.all_fields()[0]->pieces = pieces;
+          v.refresh();
+          RoundingRng draws(7, 0, 0);
+          {
+            ScopedRounding rounding(input.stochastic ? &draws : nullptr);
+            v.compute(mem.bytes.data());
+          }
+          if (input.stochastic && od == kF32) {
+            // The window gathered and its chunks rounded by draws (the half
+            // rows read in place draw none).
+            RoundingRng fresh(7, 0, 0);
+            EXPECT_NE(draws.next32(), fresh.next32()) << "no draws under stochastic rounding";
+          }
+          for (uint32_t co = 0; co < s.cout; ++co)
+            for (uint64_t p = 0; p < chan; ++p) {
+              double want = 0;
+              for (uint32_t ci = 0; ci < s.cin; ++ci) want += w[co * s.ldw + ci] * x[ci * chan + p];
+              ASSERT_EQ(mem.get(out, od, co * s.ld_out + p), want)
+                  << device_type_name(id) << (input.stochastic ? " stochastic" : "") << ", placement "
+                  << static_cast<int>(place) << ", trial " << trial << ", output channel " << co << ", column " << p;
+            }
+        }
 }
 
 // Windows with padding, strides and dilations, one output row or several,
