@@ -4,10 +4,124 @@
 #include <climits>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "neurenix/error.h"
 
 namespace neurenix {
+
+namespace {
+
+// The copies of runs from one variable into another, appended to an
+// exchange. Runs are merged into the copy they extend: the same row
+// continued, or another row of the same shape at a constant source and
+// destination step (a 2-D copy). Several copies stay open at once, as
+// consecutive runs often alternate between a few source tiles (rows of an
+// image spread over tiles); the least recently extended one is closed when a
+// new one opens.
+class CopyRuns {
+ public:
+  CopyRuns(Graph& g, uint32_t ex, VarId src, VarId dst)
+      : src_var_(src), dst_var_(dst), sv_(g.var(src)), dv_(g.var(dst)), out_(g.exchange(ex).copies) {}
+  // `count` elements from `sl` on tile `st` (`stride` apart) to consecutive
+  // elements from `dl` on tile `dt`.
+  void emit(uint32_t st, uint64_t sl, int64_t stride, uint32_t dt, uint64_t dl, uint64_t count) {
+    // Most recently extended last.
+    for (size_t i = n_open_; i-- > 0;) {
+      Open& cur = slots_[order_[i]];
+      if (cur.src_tile != st || cur.dst_tile != dt) continue;
+      if (!extend(cur, sl, stride, dl, count)) continue;
+      if (i + 1 != n_open_) std::rotate(order_ + i, order_ + i + 1, order_ + n_open_);
+      return;
+    }
+    uint8_t slot;
+    if (n_open_ == kOpen) {
+      slot = order_[0];
+      close(slots_[slot]);
+      std::rotate(order_, order_ + 1, order_ + n_open_);
+    } else {
+      slot = static_cast<uint8_t>(n_open_++);
+    }
+    order_[n_open_ - 1] = slot;
+    slots_[slot] = Open{st, dt, sl, count == 1 ? 1 : stride, dl, count, 1, 0, 0};
+  }
+  // Closes every open copy (appends it to the exchange).
+  void close_all() {
+    for (size_t i = 0; i < n_open_; ++i) close(slots_[order_[i]]);
+    n_open_ = 0;
+  }
+
+ private:
+  static constexpr size_t kOpen = 8;
+  // The open copies live in fixed slots; `order_` lists their slots from
+  // least to most recently extended, so reordering moves bytes, not copies.
+  // They are kept in 64 bits and narrowed as they close.
+  struct Open {
+    uint32_t src_tile, dst_tile;
+    uint64_t src_local;
+    int64_t src_stride;
+    uint64_t dst_local, count, outer;
+    int64_t src_outer, dst_outer;
+  };
+  void close(const Open& c) {
+    auto fits = [](int64_t v) { return v >= INT32_MIN && v <= INT32_MAX; };
+    const uint64_t last_src = c.src_local + std::max<int64_t>(0, c.src_stride) * (c.count - 1) +
+                              std::max<int64_t>(0, c.src_outer) * (c.outer - 1);
+    const uint64_t last_dst = c.dst_local + c.count - 1 + std::max<int64_t>(0, c.dst_outer) * (c.outer - 1);
+    if (last_src > UINT32_MAX || last_dst > UINT32_MAX || c.count > UINT32_MAX || c.outer > UINT32_MAX ||
+        !fits(c.src_stride) || !fits(c.src_outer) || !fits(c.dst_outer))
+      fail(ErrorCode::kOutOfMemory, "copy from '" + sv_.name + "' on tile " + std::to_string(c.src_tile) + " to '" +
+                                        dv_.name + "' on tile " + std::to_string(c.dst_tile) +
+                                        " reaches beyond element 2^32 of a tile's share: no tile holds that much; "
+                                        "use smaller tensors or more IPUs");
+    out_.push_back(Copy{src_var_, c.src_tile, static_cast<uint32_t>(c.src_local), static_cast<int32_t>(c.src_stride),
+                        dst_var_, c.dst_tile, static_cast<uint32_t>(c.dst_local), static_cast<uint32_t>(c.count),
+                        static_cast<uint32_t>(c.outer), static_cast<int32_t>(c.src_outer),
+                        static_cast<int32_t>(c.dst_outer)});
+  }
+  static bool extend(Open& cur, uint64_t sl, int64_t stride, uint64_t dl, uint64_t count) {
+    if (cur.outer == 1 && dl == cur.dst_local + cur.count) {
+      // Continues the row.
+      const int64_t step = static_cast<int64_t>(sl) - static_cast<int64_t>(cur.src_local);
+      if (cur.count == 1 && (count == 1 || step == stride)) {
+        cur.src_stride = step;
+        cur.count += count;
+        return true;
+      }
+      if ((count == 1 || stride == cur.src_stride) && step == cur.src_stride * static_cast<int64_t>(cur.count)) {
+        cur.count += count;
+        return true;
+      }
+    }
+    // Starts another row of the same pattern.
+    const bool same_row = count == cur.count && (count == 1 || stride == cur.src_stride);
+    if (!same_row) return false;
+    const int64_t ds = static_cast<int64_t>(dl) - static_cast<int64_t>(cur.dst_local);
+    const int64_t ss = static_cast<int64_t>(sl) - static_cast<int64_t>(cur.src_local);
+    if (cur.outer == 1 && ds >= static_cast<int64_t>(cur.count)) {
+      cur.outer = 2;
+      cur.src_outer = ss;
+      cur.dst_outer = ds;
+      return true;
+    }
+    if (cur.outer > 1 && ds == cur.dst_outer * static_cast<int64_t>(cur.outer) &&
+        ss == cur.src_outer * static_cast<int64_t>(cur.outer)) {
+      cur.outer += 1;
+      return true;
+    }
+    return false;
+  }
+
+  const VarId src_var_, dst_var_;
+  const Variable& sv_;
+  const Variable& dv_;
+  std::vector<Copy>& out_;
+  Open slots_[kOpen];
+  uint8_t order_[kOpen];
+  size_t n_open_ = 0;
+};
+
+}  // namespace
 
 void copy_view(Graph& g, uint32_t ex, const View& src_in, const View& dst_in) {
   NX_CHECK(src_in.shape == dst_in.shape, "copy_view between views of different shapes");
@@ -60,7 +174,6 @@ void copy_view(Graph& g, uint32_t ex, const View& src_in, const View& dst_in) {
   if (n == 0) return;
   const Variable& sv = g.var(src_var);
   const Variable& dv = g.var(dst_var);
-  std::vector<Copy>& out = g.exchange(ex).copies;
   // The innermost dimension is walked in chunks that stay inside one source
   // and one destination interval: there, tile-local indices advance
   // linearly, so a chunk is one copy (or extends the previous one).
@@ -71,92 +184,7 @@ void copy_view(Graph& g, uint32_t ex, const View& src_in, const View& dst_in) {
   std::fill(idx, idx + rank, 0);
   int64_t srow = src_in.offset, drow = dst_in.offset;
   size_t shint = 0, dhint = 0;
-  // Runs are merged into the copy they extend: the same row continued, or
-  // another row of the same shape at a constant source and destination step
-  // (a 2-D copy). Several copies stay open at once, as consecutive runs often
-  // alternate between a few source tiles (rows of an image spread over
-  // tiles); the least recently extended one is closed when a new one opens.
-  constexpr size_t kOpen = 8;
-  // The open copies live in fixed slots; `order` lists their slots from least
-  // to most recently extended, so reordering moves bytes, not copies. They
-  // are kept in 64 bits and narrowed as they close.
-  struct Open {
-    uint32_t src_tile, dst_tile;
-    uint64_t src_local;
-    int64_t src_stride;
-    uint64_t dst_local, count, outer;
-    int64_t src_outer, dst_outer;
-  };
-  Open slots[kOpen];
-  uint8_t order[kOpen];
-  size_t n_open = 0;
-  auto close = [&](const Open& c) {
-    auto fits = [](int64_t v) { return v >= INT32_MIN && v <= INT32_MAX; };
-    const uint64_t last_src = c.src_local + std::max<int64_t>(0, c.src_stride) * (c.count - 1) +
-                              std::max<int64_t>(0, c.src_outer) * (c.outer - 1);
-    const uint64_t last_dst = c.dst_local + c.count - 1 + std::max<int64_t>(0, c.dst_outer) * (c.outer - 1);
-    if (last_src > UINT32_MAX || last_dst > UINT32_MAX || c.count > UINT32_MAX || c.outer > UINT32_MAX ||
-        !fits(c.src_stride) || !fits(c.src_outer) || !fits(c.dst_outer))
-      fail(ErrorCode::kOutOfMemory, "copy from '" + sv.name + "' on tile " + std::to_string(c.src_tile) + " to '" + dv.name +
-                                        "' on tile " + std::to_string(c.dst_tile) +
-                                        " reaches beyond element 2^32 of a tile's share: no tile holds that much; "
-                                        "use smaller tensors or more IPUs");
-    out.push_back(Copy{src_var, c.src_tile, static_cast<uint32_t>(c.src_local), static_cast<int32_t>(c.src_stride), dst_var,
-                       c.dst_tile, static_cast<uint32_t>(c.dst_local), static_cast<uint32_t>(c.count),
-                       static_cast<uint32_t>(c.outer), static_cast<int32_t>(c.src_outer), static_cast<int32_t>(c.dst_outer)});
-  };
-  auto extend = [&](Open& cur, uint64_t sl, int64_t stride, uint64_t dl, uint64_t count) {
-    if (cur.outer == 1 && dl == cur.dst_local + cur.count) {
-      // Continues the row.
-      const int64_t step = static_cast<int64_t>(sl) - static_cast<int64_t>(cur.src_local);
-      if (cur.count == 1 && (count == 1 || step == stride)) {
-        cur.src_stride = step;
-        cur.count += count;
-        return true;
-      }
-      if ((count == 1 || stride == cur.src_stride) && step == cur.src_stride * static_cast<int64_t>(cur.count)) {
-        cur.count += count;
-        return true;
-      }
-    }
-    // Starts another row of the same pattern.
-    const bool same_row = count == cur.count && (count == 1 || stride == cur.src_stride);
-    if (!same_row) return false;
-    const int64_t ds = static_cast<int64_t>(dl) - static_cast<int64_t>(cur.dst_local);
-    const int64_t ss = static_cast<int64_t>(sl) - static_cast<int64_t>(cur.src_local);
-    if (cur.outer == 1 && ds >= static_cast<int64_t>(cur.count)) {
-      cur.outer = 2;
-      cur.src_outer = ss;
-      cur.dst_outer = ds;
-      return true;
-    }
-    if (cur.outer > 1 && ds == cur.dst_outer * static_cast<int64_t>(cur.outer) &&
-        ss == cur.src_outer * static_cast<int64_t>(cur.outer)) {
-      cur.outer += 1;
-      return true;
-    }
-    return false;
-  };
-  auto emit = [&](uint32_t st, uint64_t sl, int64_t stride, uint32_t dt, uint64_t dl, uint64_t count) {
-    // Most recently extended last.
-    for (size_t i = n_open; i-- > 0;) {
-      Open& cur = slots[order[i]];
-      if (cur.src_tile != st || cur.dst_tile != dt) continue;
-      if (!extend(cur, sl, stride, dl, count)) continue;
-      if (i + 1 != n_open) std::rotate(order + i, order + i + 1, order + n_open);
-      return;
-    }
-    uint8_t slot;
-    if (n_open == kOpen) {
-      slot = order[0];
-      close(slots[slot]);
-      std::rotate(order, order + 1, order + n_open);
-    } else {
-      slot = static_cast<uint8_t>(n_open++);
-    }
-    order[n_open - 1] = slot;
-    slots[slot] = Open{st, dt, sl, count == 1 ? 1 : stride, dl, count, 1, 0, 0};
-  };
+  CopyRuns runs(g, ex, src_var, dst_var);
   for (uint64_t r = 0; r < rows; ++r) {
     uint64_t i = 0;
     while (i < inner) {
@@ -178,12 +206,12 @@ void copy_view(Graph& g, uint32_t ex, const View& src_in, const View& dst_in) {
       else if (s_in > 0) len = std::min<uint64_t>(len, (si.end - static_cast<uint64_t>(sflat) + s_in - 1) / s_in);
       else if (s_in < 0) len = std::min<uint64_t>(len, (static_cast<uint64_t>(sflat) - si.begin) / static_cast<uint64_t>(-s_in) + 1);
       if (d_in == 1) {
-        emit(st, sl, s_in, dt, dl, len);
+        runs.emit(st, sl, s_in, dt, dl, len);
       } else {
         // Not contiguous in the destination: one element per run, without
         // looking either interval up again.
         for (uint64_t k = 0; k < len; ++k)
-          emit(st, static_cast<uint64_t>(static_cast<int64_t>(sl) + static_cast<int64_t>(k) * s_in), s_in, dt,
+          runs.emit(st, static_cast<uint64_t>(static_cast<int64_t>(sl) + static_cast<int64_t>(k) * s_in), s_in, dt,
                static_cast<uint64_t>(static_cast<int64_t>(dl) + static_cast<int64_t>(k) * d_in), 1);
       }
       i += len;
@@ -199,7 +227,7 @@ void copy_view(Graph& g, uint32_t ex, const View& src_in, const View& dst_in) {
       idx[d] = 0;
     }
   }
-  for (size_t i = 0; i < n_open; ++i) close(slots[order[i]]);
+  runs.close_all();
 }
 
 namespace {
@@ -279,6 +307,42 @@ Tensor gather_like(Graph& g, uint32_t ex, const View& src, DeviceType dtype, con
   Tensor tmp = g.add_variable(name, dtype, src.shape, VarKind::kTemporary, ipu);
   g.clone_mapping(tmp.var, like.var);
   copy_view(g, ex, src, View::of(tmp));
+  return tmp;
+}
+
+Tensor gather_cycle(Graph& g, uint32_t ex, const Tensor& t, const Tensor& like, const std::string& name) {
+  const uint64_t period = t.numel();
+  NX_CHECK(period > 0 && like.numel() % period == 0, "gather_cycle of a period that does not divide the result");
+  g.ensure_mapped(t.var);
+  g.ensure_mapped(like.var);
+  Tensor tmp = g.add_variable(name, g.var(t.var).dtype, like.shape, VarKind::kTemporary, g.var(like.var).ipu);
+  g.clone_mapping(tmp.var, like.var);
+  const Variable& dv = g.var(tmp.var);
+  const Variable& sv = g.var(t.var);
+  CopyRuns runs(g, ex, t.var, tmp.var);
+  std::vector<const TileInterval*> ivs;
+  size_t hint = 0;
+  for (const TileShare& share : dv.tiles) {
+    // Each piece (a run of `t` within one of its tiles, landing in one row
+    // of the tile's block) is a copy of its own: every tile holding those
+    // columns receives the same run, which the exchange multicasts, where a
+    // 2-D copy per tile would give the sender a pattern to send per height
+    // of block.
+    ivs.clear();
+    for (uint32_t ii : share.intervals) ivs.push_back(&dv.mapping[ii]);
+    std::sort(ivs.begin(), ivs.end(), [](const TileInterval* a, const TileInterval* b) { return a->local < b->local; });
+    for (const TileInterval* iv : ivs)
+      for (uint64_t e = iv->begin; e < iv->end;) {
+        const uint64_t from = e % period;
+        uint32_t st;
+        uint64_t sl;
+        g.locate(t.var, from, &st, &sl, &hint);
+        const uint64_t len = std::min({iv->end - e, period - from, sv.mapping[hint].end - from});
+        runs.emit(st, sl, 1, share.tile, iv->local + (e - iv->begin), len);
+        runs.close_all();
+        e += len;
+      }
+  }
   return tmp;
 }
 

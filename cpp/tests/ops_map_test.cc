@@ -204,6 +204,79 @@ TEST(OpsMap, RepeatedOperandsKeptCompact) {
   EXPECT_FALSE(delivered(*exe).repeated);
 }
 
+// An operand repeated as a cycle over the result (a bias over the rows of
+// a product: result element e reads operand element e % numel) that nothing
+// has placed yet lies where the result's first period does, and each tile
+// of the result receives one copy per row of its block, from the tile that
+// holds those columns of the first row: rows of [12, 48] in blocks of 3 x
+// 16 on 12 tiles. Values are the broadcast reference's, the operand placed
+// by the op or beforehand, in float32 and float16.
+TEST(OpsMap, CycleOperandsPlacedWithTheResultsFirstPeriod) {
+  for (const Shape& sb : {Shape{48}, Shape{1, 48}}) {
+    SCOPED_TRACE(shape_str(sb));
+    auto g = std::make_unique<Graph>(tiny(12), 1);
+    Tensor a = g->add_variable("a", kF32, {12, 48}, VarKind::kInput, 0);
+    Tensor b = g->add_variable("b", kF32, sb, VarKind::kInput, 0);
+    std::vector<TileInterval> ivs;
+    for (uint64_t r = 0; r < 12; ++r)
+      for (uint64_t k = 0; k < 3; ++k)
+        ivs.push_back({r * 48 + 16 * k, r * 48 + 16 * k + 16, static_cast<uint32_t>(r / 3 * 3 + k), 0});
+    g->set_mapping(a.var, ivs);
+    g->add_input_stream("a", a);
+    g->add_input_stream("b", b);
+    Tensor out = ops::map(*g, {in(0), in(1), op(E::kAdd)}, {a, b}, kF32, {12, 48}, 0, "map");
+    g->add_output_stream("out", out);
+    // b where the first row of the result lies: columns [16k, 16k + 16) on tile k.
+    const Variable& bv = g->var(b.var);
+    ASSERT_EQ(bv.mapping.size(), 3u);
+    for (uint32_t k = 0; k < 3; ++k) {
+      EXPECT_EQ(bv.mapping[k].begin, 16u * k);
+      EXPECT_EQ(bv.mapping[k].end, 16u * k + 16);
+      EXPECT_EQ(bv.mapping[k].tile, k);
+    }
+    uint64_t copies = 0;
+    for (const auto& ex : g->exchanges())
+      if (ex.name == "map/operands")
+        for (const Copy& c : ex.copies) {
+          ++copies;
+          EXPECT_EQ(c.count, 16u);
+          EXPECT_EQ(c.outer, 1u);
+          EXPECT_EQ(c.src_tile, c.dst_tile % 3) << "to tile " << c.dst_tile;
+          EXPECT_EQ(c.src_local, 0u);
+          EXPECT_EQ(c.dst_local % 16, 0u);
+        }
+    EXPECT_EQ(copies, 36u);  // a row of a block each
+    const std::vector<double> av = iota_values(576, 0, 1), bvals = iota_values(48, 1000, 10);
+    auto outs = run_graph(std::move(g), {encode(kF32, av), encode(kF32, bvals)}, 2);
+    ASSERT_EQ(outs.size(), 1u);
+    const auto got = decode(kF32, outs[0]);
+    for (uint64_t e = 0; e < 576; ++e) ASSERT_EQ(got[e], av[e] + bvals[e % 48]) << e;
+  }
+  // Periods of one and of two dimensions, against results and operands laid
+  // out in random intervals (a period cut across tiles and intervals), and
+  // left to the op; float32 and float16.
+  std::mt19937 rng(5);
+  const Shape out_shape = {3, 4, 10};
+  const uint64_t n = shape_numel(out_shape);
+  for (const Shape& sb : {Shape{10}, Shape{4, 10}, Shape{1, 1, 10}})
+    for (int layout : {0, 1, 2}) {
+      const uint32_t tiles = 2 + rng() % 6;
+      SCOPED_TRACE(testing::Message() << shape_str(sb) << ", layout " << layout << ", " << tiles << " tiles");
+      const uint64_t period = shape_numel(sb);
+      Input a{out_shape, kF32, iota_values(n, 1, 1), 2};
+      Input b{sb, kF32, iota_values(period, -0.5, -0.25), layout};
+      auto got = run_map_op(tiny(tiles), {in(0), cf(100), op(E::kMul), in(1), op(E::kAdd)}, {a, b}, kF32, out_shape, rng);
+      ASSERT_EQ(got.size(), n);
+      for (uint64_t e = 0; e < n; ++e) ASSERT_EQ(got[e], 100 * a.values[e] + b.values[e % period]) << "element " << e;
+      Input h{out_shape, kF16, {}, 2}, hb{sb, kF16, {}, layout};
+      for (uint64_t e = 0; e < n; ++e) h.values.push_back(ref_round_half(0.125 * static_cast<double>(e % 50)));
+      for (uint64_t e = 0; e < period; ++e) hb.values.push_back(ref_round_half(-0.375 * static_cast<double>(e)));
+      auto gh = run_map_op(tiny(tiles), in_half({in(0), in(1), op(E::kMul)}), {h, hb}, kF16, out_shape, rng);
+      ASSERT_EQ(gh.size(), n);
+      for (uint64_t e = 0; e < n; ++e) ASSERT_EQ(gh[e], ref_round_half(h.values[e] * hb.values[e % period])) << e;
+    }
+}
+
 TEST(OpsMap, ThreeOperandsWithSelectAndMixedTypes) {
   std::mt19937 rng(2);
   const Shape out_shape = {6, 7};

@@ -45,6 +45,17 @@ View broadcast_view(const Tensor& t, const Shape& shape);
 // by copies appended to `ex`.
 Tensor gather_like(Graph& g, uint32_t ex, const View& src, DeviceType dtype, const Tensor& like, const std::string& name);
 
+// A temporary variable with the same tile mapping as `like`, holding `t`
+// repeated as a cycle: `t`'s elements are like's last ones (t's shape is
+// like's trailing dimensions, after leading ones), so element e of the
+// result holds element e % numel(t) of `t` (a bias over the rows of a
+// product). One copy per run of `t` a row of a tile's block reads (a run
+// within one of t's intervals), not merged into 2-D copies: the tiles that
+// hold the same columns receive the same runs, which the exchange
+// multicasts; placed with the result's first period (ops::map), a tile
+// receives one copy per row of its block.
+Tensor gather_cycle(Graph& g, uint32_t ex, const Tensor& t, const Tensor& like, const std::string& name);
+
 // True if `a` and `b` are identical views of the same variable's tile blocks on
 // `tile`, so a vertex can read one in place of the other.
 bool same_layout_on_tile(const Graph& g, VarId a, VarId b, uint32_t tile);

@@ -3,7 +3,10 @@
 // brought to the result's tiles by exchange: scalars as one element per tile,
 // broadcast operands whose elements each cover a stretch of the result (a
 // channel's scale over its plane) as one element per stretch (repeated
-// operands), other broadcasts as expanded copies.
+// operands), other broadcasts as expanded copies (an operand repeated as a
+// cycle over the result, a bias over its rows, placed where the result's
+// first period lies when nothing has placed it yet, and gathered tile by
+// tile: gather_cycle).
 #include "neurenix/ops/map.h"
 
 #include <algorithm>
@@ -91,6 +94,22 @@ bool repeat_runs(const Graph& g, VarId out, const TileShare& share, uint64_t inn
   return local == share.count;
 }
 
+// An operand repeated as a cycle over the result (a bias over the rows of a
+// product), placed where nothing has placed it yet: where the result's first
+// period lies, so that each tile of the result receives each run of it it
+// reads from one tile (a linear layout spreads a 1,024-element bias over
+// 128 tiles, 8 elements each, and a tile holding 48 columns of the result
+// gathers each of its rows from 6 of them).
+void place_like_first_period(Graph& g, VarId var, VarId out) {
+  const uint64_t period = g.var(var).numel;
+  std::vector<TileInterval> ivs;
+  for (const TileInterval& iv : g.var(out).mapping) {
+    if (iv.begin >= period) break;  // (in element order)
+    ivs.push_back(TileInterval{iv.begin, std::min(iv.end, period), iv.tile, 0});
+  }
+  g.set_mapping(var, std::move(ivs));
+}
+
 // A temporary holding counts[k] elements on the k-th of `tiles`, in that
 // order, each tile's from its local element 0.
 Tensor per_tile_temporary(Graph& g, const std::string& name, DeviceType dtype, const std::vector<TileShare>& tiles,
@@ -170,6 +189,9 @@ Tensor map(Graph& g, const std::vector<ExprInstr>& expr, const std::vector<Tenso
   std::string repeated;  // for the plan
   for (size_t i = 0; i < inputs.size(); ++i) {
     const Tensor& t = inputs[i];
+    // Repeated as a cycle: result element e reads operand element e % numel.
+    const bool cycle = t.numel() > 1 && t.numel() < out.numel() && repeat_of(t.shape, out_shape) == 1;
+    if (cycle && !g.var(t.var).mapped) place_like_first_period(g, t.var, out.var);
     g.ensure_mapped(t.var);
     if (t.numel() == 1) {
       // A scalar: read in place where it lives, copy one element to other tiles.
@@ -236,7 +258,8 @@ Tensor map(Graph& g, const std::vector<ExprInstr>& expr, const std::vector<Tenso
         continue;
       }
     }
-    Tensor tmp = gather_like(g, ex, broadcast_view(t, out_shape), g.var(t.var).dtype, out, name + "/operand");
+    Tensor tmp = cycle ? gather_cycle(g, ex, t, out, name + "/operand")
+                       : gather_like(g, ex, broadcast_view(t, out_shape), g.var(t.var).dtype, out, name + "/operand");
     sources.push_back({tmp.var, false, false});
   }
   g.execute_exchange(ex);
