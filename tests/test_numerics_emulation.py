@@ -63,7 +63,7 @@ from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 import pytest
-from hypothesis import assume, event, example, given
+from hypothesis import assume, event, example, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 from onnx import TensorProto, helper, numpy_helper
@@ -309,6 +309,63 @@ def test_fused_elementwise_chains_round_after_every_operation(engine, precision,
     expected = emulate_expr(tree, env, rnd)
     (y,), _ = engine.run(model, feeds, precision)
     assert_bits(y, np.broadcast_to(expected, out_shape), f"{tree} in {precision}")
+
+
+@st.composite
+def shared_cases(draw):
+    """An expression over a, b, c and s, where s = op(x, y) is one node that
+    every place s appears in reads (a bias added to a product, read twice
+    by an exact GELU)."""
+    shared = (draw(st.sampled_from(["Add", "Sub", "Mul"])), draw(st.sampled_from("abc")), draw(st.sampled_from("abc")))
+    tree = draw(st.recursive(
+        st.sampled_from(["s", "s", "a", "b"]),
+        lambda kids: st.one_of(st.tuples(st.sampled_from(UNARY), kids), st.tuples(st.sampled_from(BINARY), kids, kids)),
+        max_leaves=6,
+    ))
+    if isinstance(tree, str):
+        tree = ("Neg", tree)
+    shape = tuple(draw(st.lists(st.integers(1, 4), min_size=1, max_size=3)))
+    arrays = {k: draw(hnp.arrays(F32, shape, elements=elementwise_values)) for k in "abc"}
+    return shared, tree, shape, arrays
+
+
+def shared_model(shared, tree, shape, s_is_output: bool):
+    nodes = [helper.make_node(shared[0], list(shared[1:]), ["s"], name="shared")]
+
+    def emit(t) -> str:
+        if isinstance(t, str):
+            return t
+        op, *args = t
+        names = [emit(a) for a in args]
+        out = f"t{len(nodes)}"
+        nodes.append(helper.make_node(op, names, [out]))
+        return out
+
+    y = emit(tree)
+    nodes.append(helper.make_node("Identity", [y], ["y"]))
+    outputs = [value("y", shape)] + ([value("s", shape)] if s_is_output else [])
+    return make_model(nodes, [value(n, shape) for n in "abc"], outputs)
+
+
+@pytest.mark.parametrize("precision", ["float32", "float16", "mixed"])
+@settings(max_examples=40)
+@given(case=shared_cases(), s_is_output=st.booleans())
+def test_a_cheap_value_read_by_several_elementwise_nodes_is_computed_in_each(engine, precision, case, s_is_output):
+    """The same bits as storing s and reading it back; and it is stored only
+    when something else needs it (here: it is a graph output)."""
+    shared, tree, shape, arrays = case
+    model = shared_model(shared, tree, shape, s_is_output)
+    rnd = (lambda x: x) if precision == "float32" else h
+    env = {k: device_values(v, precision) for k, v in arrays.items()}
+    env["s"] = emulate_expr(shared, env, rnd)
+    outs, report = engine.run(model, {k: arrays[k] for k in "abc"}, precision)
+    assert_bits(outs[0], np.broadcast_to(emulate_expr(tree, env, rnd), shape), f"{shared}, {tree} in {precision}")
+    stored = any(step.node == "shared" for step in report.steps)
+    readers = str(tree).count("'s'")
+    if s_is_output:
+        assert stored
+    elif readers > 1:
+        assert not stored, f"s = {shared} read {readers} times was stored: {[st_.name for st_ in report.steps]}"
 
 
 def test_the_chain_emulation_discriminates():

@@ -2,13 +2,18 @@
 //! results stay *lazy* (an expression over device tensors) and are folded
 //! into the expression of the element-wise node that consumes them, as long
 //! as that node is their only user on the same IPU. One fused map then
-//! replaces a chain of them, as PopLibs' expression fusion does. Anything
+//! replaces a chain of them, as PopLibs' expression fusion does. A cheap
+//! one (one addition, subtraction or multiplication of operands: a bias
+//! added to a product) that several element-wise nodes read, and nothing
+//! else, is folded into each of them, computed again in each, instead of
+//! stored and read back (the exact GELU reads its input twice). Anything
 //! else materialises them.
 
 use crate::dtype::DeviceType;
 use crate::error::{Error, Result};
 use crate::expr::{Expr, ExprOp};
-use crate::ir::ValueId;
+use crate::ir::{Graph, ValueId};
+use crate::ops::registry;
 
 use super::{DevTensor, LowerCx, Slot};
 
@@ -21,6 +26,67 @@ pub(super) struct LazyMap {
     dtype: DeviceType,
     pub(super) ipu: u32,
     name: String,
+    /// Reads of it not yet lowered (its uses), for one folded into several
+    /// readers.
+    readers_left: usize,
+}
+
+/// By value: whether every node reading it is element-wise with a result
+/// of its shape (no broadcast would make a copy of it compute more), and no
+/// graph output or state update is it (`LowerCx::read_elementwise`).
+pub(super) fn read_elementwise(graph: &Graph) -> Vec<bool> {
+    let mut ok = vec![true; graph.values.len()];
+    for n in &graph.nodes {
+        let fuses = registry()
+            .get(n.op_type.as_str())
+            .is_some_and(|op| op.fuses_operands())
+            && (n.domain.is_empty() || n.domain == "ai.onnx");
+        let out_shape = n.outputs.first().and_then(|&o| graph.shape_of(o));
+        for &v in n.inputs.iter().flatten() {
+            if !fuses || out_shape.is_none() || graph.shape_of(v) != out_shape {
+                ok[v] = false;
+            }
+        }
+    }
+    for &o in &graph.outputs {
+        ok[o] = false;
+    }
+    for st in &graph.state {
+        if let Some(u) = st.update {
+            ok[u] = false;
+        }
+    }
+    ok
+}
+
+/// Cheap enough to compute again in each reader: one addition, subtraction
+/// or multiplication of operands and constants, whose stored value equals
+/// the computed one (float32, or float16 rounded by the operation itself).
+fn cheap(l: &LazyMap) -> bool {
+    let leaf = |e: &Expr| matches!(e.op, ExprOp::Input | ExprOp::ConstF) && e.args.is_empty();
+    matches!(l.expr.op, ExprOp::Add | ExprOp::Sub | ExprOp::Mul)
+        && l.expr.args.iter().all(leaf)
+        && (l.dtype == DeviceType::F32 || (l.dtype == DeviceType::F16 && l.expr.half))
+}
+
+/// `expr` over `inputs` with each device tensor once (a value folded into
+/// several places of one expression brings its operands each time).
+fn distinct_inputs(mut expr: Expr, inputs: Vec<DevTensor>) -> (Expr, Vec<DevTensor>) {
+    let mut kept: Vec<DevTensor> = Vec::with_capacity(inputs.len());
+    let mut to = Vec::with_capacity(inputs.len());
+    for t in inputs {
+        match kept.iter().position(|k| k.id == t.id) {
+            Some(i) => to.push(i as u32),
+            None => {
+                to.push(kept.len() as u32);
+                kept.push(t);
+            }
+        }
+    }
+    if kept.len() < to.len() {
+        expr.remap_inputs(&|i| to[i as usize]);
+    }
+    (expr, kept)
 }
 
 impl LowerCx<'_> {
@@ -35,6 +101,7 @@ impl LowerCx<'_> {
         dtype: DeviceType,
     ) {
         let name = self.name();
+        let readers_left = self.uses[v];
         self.slots.insert(
             v,
             Slot::Lazy(LazyMap {
@@ -44,6 +111,7 @@ impl LowerCx<'_> {
                 dtype,
                 ipu: self.current_ipu,
                 name,
+                readers_left,
             }),
         );
     }
@@ -69,13 +137,14 @@ impl LowerCx<'_> {
             Some(Slot::Tensor(t)) => Ok(t.clone()),
             Some(Slot::Lazy(l)) => {
                 let l = l.clone();
-                let ins: Vec<_> = l.inputs.iter().map(|t| t.id).collect();
+                let (expr, inputs) = distinct_inputs(l.expr, l.inputs);
+                let ins: Vec<_> = inputs.iter().map(|t| t.id).collect();
                 // Computed while another node lowers: it still belongs to
                 // the node that produced it.
                 self.backend.begin_node(&l.name);
-                let id =
-                    self.backend
-                        .map(&l.expr.flatten(), &ins, l.dtype, &l.shape, l.ipu, &l.name);
+                let id = self
+                    .backend
+                    .map(&expr.flatten(), &ins, l.dtype, &l.shape, l.ipu, &l.name);
                 let current = self.node().map_or("", |n| n.name.as_str());
                 self.backend.begin_node(current);
                 let id = id?;
@@ -142,6 +211,23 @@ impl LowerCx<'_> {
                     DeviceType::Bool => Expr::un(ExprOp::CastBool, Expr::consti(x as i64), false),
                 };
                 return Ok((e, dt));
+            }
+        }
+        if self.read_elementwise[v] && self.uses[v] > 1 {
+            if let Some(Slot::Lazy(l)) = self.slots.get_mut(&v) {
+                if l.ipu == self.current_ipu && cheap(l) {
+                    // Computed again here; the last reader takes it away.
+                    l.readers_left -= 1;
+                    let base = inputs.len() as u32;
+                    let mut e = l.expr.clone();
+                    e.remap_inputs(&|i| i + base);
+                    inputs.extend(l.inputs.iter().cloned());
+                    let dt = l.dtype;
+                    if l.readers_left == 0 {
+                        self.slots.remove(&v);
+                    }
+                    return Ok((e, dt));
+                }
             }
         }
         if self.fusable(v) {

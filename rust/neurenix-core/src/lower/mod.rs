@@ -97,6 +97,11 @@ pub struct LowerCx<'a> {
     /// backend tensor (`float8`).
     float8_scales: HashMap<TensorId, Float8Scale>,
     uses: Vec<usize>,
+    /// By value: every node that reads it is element-wise
+    /// (`Operator::fuses_operands`) with a result of its shape, and no graph
+    /// output or state update is it (`fusion.rs`: may be computed again in
+    /// each reader).
+    read_elementwise: Vec<bool>,
 }
 
 impl<'a> LowerCx<'a> {
@@ -108,6 +113,7 @@ impl<'a> LowerCx<'a> {
         node_ipu: &'a [u32],
     ) -> LowerCx<'a> {
         let uses = graph.use_counts();
+        let read_elementwise = fusion::read_elementwise(graph);
         LowerCx {
             backend,
             graph,
@@ -122,6 +128,7 @@ impl<'a> LowerCx<'a> {
             derived: HashMap::new(),
             float8_scales: HashMap::new(),
             uses,
+            read_elementwise,
         }
     }
 

@@ -316,6 +316,9 @@ impl Elementwise {
 }
 
 impl Operator for Elementwise {
+    fn fuses_operands(&self) -> bool {
+        true
+    }
     fn infer(&self, cx: &OpCx) -> Result<Vec<TypeShape>> {
         let n = cx.node.inputs.len();
         if n < self.min_inputs || n > self.max_inputs {
@@ -485,6 +488,9 @@ impl Cast {
 }
 
 impl Operator for Cast {
+    fn fuses_operands(&self) -> bool {
+        true
+    }
     fn infer(&self, cx: &OpCx) -> Result<Vec<TypeShape>> {
         Ok(vec![TypeShape::new(Cast::target(cx)?, cx.in_shape(0)?)])
     }

@@ -231,6 +231,13 @@ pub trait Operator: Sync + Send {
         None
     }
     fn lower(&self, cx: &mut LowerCx, node: &Node) -> Result<()>;
+    /// True for element-wise operators: they build their result as an
+    /// expression over their operands (`LowerCx::operand`), so a cheap
+    /// element-wise producer that several of them read can be computed
+    /// again in each instead of stored (`lower/fusion.rs`).
+    fn fuses_operands(&self) -> bool {
+        false
+    }
     /// True for operators whose result depends only on input shapes (Shape,
     /// Size): folded even when their inputs are not constants.
     fn folds_without_values(&self) -> bool {
