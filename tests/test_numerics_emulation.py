@@ -315,8 +315,8 @@ def test_fused_elementwise_chains_round_after_every_operation(engine, precision,
 def shared_cases(draw):
     """An expression over a, b, c and s, where s = op(x, y) is one node that
     every place s appears in reads (a bias added to a product, read twice
-    by an exact GELU)."""
-    shared = (draw(st.sampled_from(["Add", "Sub", "Mul"])), draw(st.sampled_from("abc")), draw(st.sampled_from("abc")))
+    by an exact GELU); a division is not cheap enough to compute twice."""
+    shared = (draw(st.sampled_from(["Add", "Sub", "Mul", "Div"])), draw(st.sampled_from("abc")), draw(st.sampled_from("abc")))
     tree = draw(st.recursive(
         st.sampled_from(["s", "s", "a", "b"]),
         lambda kids: st.one_of(st.tuples(st.sampled_from(UNARY), kids), st.tuples(st.sampled_from(BINARY), kids, kids)),
@@ -347,12 +347,20 @@ def shared_model(shared, tree, shape, s_is_output: bool):
     return make_model(nodes, [value(n, shape) for n in "abc"], outputs)
 
 
+_GELU_LIKE = ("Mul", "s", ("Tanh", ("Div", "s", "c")))  # s read twice
+_ABC = {k: np.array([0.5, -1.25, 3.0, 1 + 3 * 2.0**-10], F32) * (i + 1) for i, k in enumerate("abc")}
+
+
 @pytest.mark.parametrize("precision", ["float32", "float16", "mixed"])
 @settings(max_examples=40)
+@example(case=(("Add", "a", "b"), _GELU_LIKE, (4,), _ABC), s_is_output=False)
+@example(case=(("Div", "a", "b"), _GELU_LIKE, (4,), _ABC), s_is_output=False)
+@example(case=(("Mul", "a", "c"), _GELU_LIKE, (4,), _ABC), s_is_output=True)
 @given(case=shared_cases(), s_is_output=st.booleans())
 def test_a_cheap_value_read_by_several_elementwise_nodes_is_computed_in_each(engine, precision, case, s_is_output):
-    """The same bits as storing s and reading it back; and it is stored only
-    when something else needs it (here: it is a graph output)."""
+    """The same bits as storing s and reading it back; and a cheap s (an
+    addition, subtraction or multiplication) is stored only when something
+    else needs it (here: it is a graph output), a division always."""
     shared, tree, shape, arrays = case
     model = shared_model(shared, tree, shape, s_is_output)
     rnd = (lambda x: x) if precision == "float32" else h
@@ -362,10 +370,24 @@ def test_a_cheap_value_read_by_several_elementwise_nodes_is_computed_in_each(eng
     assert_bits(outs[0], np.broadcast_to(emulate_expr(tree, env, rnd), shape), f"{shared}, {tree} in {precision}")
     stored = any(step.node == "shared" for step in report.steps)
     readers = str(tree).count("'s'")
-    if s_is_output:
-        assert stored
+    if s_is_output or (readers > 1 and shared[0] == "Div"):
+        assert stored, f"s = {shared} read {readers} times was not stored"
     elif readers > 1:
         assert not stored, f"s = {shared} read {readers} times was stored: {[st_.name for st_ in report.steps]}"
+
+
+def test_a_cheap_value_whose_readers_end_in_different_results_is_stored_once(engine):
+    """s = a + b read by two chains that end in different outputs (a forward
+    activation that a training step's backward pass reads again): stored
+    once, not computed in each, and the same bits either way."""
+    nodes = [helper.make_node("Add", ["a", "b"], ["s"], name="shared"), helper.make_node("Neg", ["s"], ["y"]),
+             helper.make_node("Mul", ["s", "c"], ["z"])]
+    model = make_model(nodes, [value(n, (4,)) for n in "abc"], [value("y", (4,)), value("z", (4,))])
+    (y, z), report = engine.run(model, _ABC, "float32")
+    s = _ABC["a"] + _ABC["b"]
+    assert_bits(y, -s, "Neg(a + b)")
+    assert_bits(z, s * _ABC["c"], "(a + b) * c")
+    assert [step.node for step in report.steps].count("shared") >= 1, [step.node for step in report.steps]
 
 
 def test_the_chain_emulation_discriminates():

@@ -312,13 +312,22 @@ Tensor gather_like(Graph& g, uint32_t ex, const View& src, DeviceType dtype, con
 
 Tensor gather_cycle(Graph& g, uint32_t ex, const Tensor& t, const Tensor& like, const std::string& name) {
   const uint64_t period = t.numel();
-  NX_CHECK(period > 0 && like.numel() % period == 0, "gather_cycle of a period that does not divide the result");
+  {
+    // t's shape, past its leading ones, is like's last dimensions.
+    size_t lead = 0;
+    while (lead < t.shape.size() && t.shape[lead] == 1) ++lead;
+    const size_t n = t.shape.size() - lead;
+    NX_CHECK(period > 0 && n <= like.shape.size() &&
+                 std::equal(t.shape.begin() + static_cast<std::ptrdiff_t>(lead), t.shape.end(), like.shape.end() - static_cast<std::ptrdiff_t>(n)),
+             "gather_cycle of an operand that is not a cycle over the result");
+  }
   g.ensure_mapped(t.var);
   g.ensure_mapped(like.var);
   Tensor tmp = g.add_variable(name, g.var(t.var).dtype, like.shape, VarKind::kTemporary, g.var(like.var).ipu);
   g.clone_mapping(tmp.var, like.var);
   const Variable& dv = g.var(tmp.var);
   const Variable& sv = g.var(t.var);
+  // (CopyRuns for the copies' bounds checks: each piece is closed at once.)
   CopyRuns runs(g, ex, t.var, tmp.var);
   std::vector<const TileInterval*> ivs;
   size_t hint = 0;
@@ -337,7 +346,7 @@ Tensor gather_cycle(Graph& g, uint32_t ex, const Tensor& t, const Tensor& like, 
         uint32_t st;
         uint64_t sl;
         g.locate(t.var, from, &st, &sl, &hint);
-        const uint64_t len = std::min({iv->end - e, period - from, sv.mapping[hint].end - from});
+        const uint64_t len = std::min(iv->end - e, sv.mapping[hint].end - from);
         runs.emit(st, sl, 1, share.tile, iv->local + (e - iv->begin), len);
         runs.close_all();
         e += len;

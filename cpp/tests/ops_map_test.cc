@@ -252,23 +252,29 @@ TEST(OpsMap, CycleOperandsPlacedWithTheResultsFirstPeriod) {
     const auto got = decode(kF32, outs[0]);
     for (uint64_t e = 0; e < 576; ++e) ASSERT_EQ(got[e], av[e] + bvals[e % 48]) << e;
   }
-  // Periods of one and of two dimensions, against results and operands laid
-  // out in random intervals (a period cut across tiles and intervals), and
-  // left to the op; float32 and float16.
+  // Periods of one and of two dimensions (and one under 32 elements, which
+  // stays an expanded copy), against results laid out linearly (intervals
+  // of several periods), in random intervals (a period cut across tiles
+  // and intervals) or on one tile, and operands laid out by the op,
+  // linearly or in random intervals; float32 and float16.
   std::mt19937 rng(5);
-  const Shape out_shape = {3, 4, 10};
-  const uint64_t n = shape_numel(out_shape);
-  for (const Shape& sb : {Shape{10}, Shape{4, 10}, Shape{1, 1, 10}})
+  const std::vector<std::pair<Shape, Shape>> cases = {{{3, 4, 40}, {40}},       {{3, 4, 40}, {4, 40}},
+                                                      {{3, 4, 40}, {1, 1, 40}}, {{3, 4, 40}, {1, 4, 40}},
+                                                      {{3, 4, 10}, {10}}};
+  for (const auto& [out_shape, sb] : cases)
     for (int layout : {0, 1, 2}) {
+      const uint64_t n = shape_numel(out_shape);
       const uint32_t tiles = 2 + rng() % 6;
-      SCOPED_TRACE(testing::Message() << shape_str(sb) << ", layout " << layout << ", " << tiles << " tiles");
+      const int result_layout = 1 + static_cast<int>(rng() % 3);
+      SCOPED_TRACE(testing::Message() << shape_str(sb) << ", layout " << layout << ", result layout " << result_layout
+                                      << ", " << tiles << " tiles");
       const uint64_t period = shape_numel(sb);
-      Input a{out_shape, kF32, iota_values(n, 1, 1), 2};
+      Input a{out_shape, kF32, iota_values(n, 1, 1), result_layout};
       Input b{sb, kF32, iota_values(period, -0.5, -0.25), layout};
       auto got = run_map_op(tiny(tiles), {in(0), cf(100), op(E::kMul), in(1), op(E::kAdd)}, {a, b}, kF32, out_shape, rng);
       ASSERT_EQ(got.size(), n);
       for (uint64_t e = 0; e < n; ++e) ASSERT_EQ(got[e], 100 * a.values[e] + b.values[e % period]) << "element " << e;
-      Input h{out_shape, kF16, {}, 2}, hb{sb, kF16, {}, layout};
+      Input h{out_shape, kF16, {}, result_layout}, hb{sb, kF16, {}, layout};
       for (uint64_t e = 0; e < n; ++e) h.values.push_back(ref_round_half(0.125 * static_cast<double>(e % 50)));
       for (uint64_t e = 0; e < period; ++e) hb.values.push_back(ref_round_half(-0.375 * static_cast<double>(e)));
       auto gh = run_map_op(tiny(tiles), in_half({in(0), in(1), op(E::kMul)}), {h, hb}, kF16, out_shape, rng);

@@ -4,9 +4,9 @@
 // broadcast operands whose elements each cover a stretch of the result (a
 // channel's scale over its plane) as one element per stretch (repeated
 // operands), other broadcasts as expanded copies (an operand repeated as a
-// cycle over the result, a bias over its rows, placed where the result's
-// first period lies when nothing has placed it yet, and gathered tile by
-// tile: gather_cycle).
+// cycle of at least 32 elements over the result, a bias over its rows,
+// placed where the result's first period lies when nothing has placed it
+// yet, and gathered a copy per row of each tile's block: gather_cycle).
 #include "neurenix/ops/map.h"
 
 #include <algorithm>
@@ -66,6 +66,13 @@ uint64_t repeat_of(const Shape& in, const Shape& out) {
 // least this many result elements: below, the table of runs would be about
 // as large as the expanded copy.
 constexpr uint64_t kMinRepeat = 8;
+
+// An operand repeated as a cycle goes with the result's first period when
+// the period has at least this many elements: a shorter one (a row of a
+// few elements) lies within a tile's block many times over, and one copy
+// per row of the block would cost more descriptors than the 2-D copies
+// copy_view makes of the expanded operand.
+constexpr uint64_t kMinCycle = 32;
 
 // The runs of a repeated operand over the result's block on one tile, in
 // the block's element order: (operand element, result elements covered).
@@ -190,7 +197,7 @@ Tensor map(Graph& g, const std::vector<ExprInstr>& expr, const std::vector<Tenso
   for (size_t i = 0; i < inputs.size(); ++i) {
     const Tensor& t = inputs[i];
     // Repeated as a cycle: result element e reads operand element e % numel.
-    const bool cycle = t.numel() > 1 && t.numel() < out.numel() && repeat_of(t.shape, out_shape) == 1;
+    const bool cycle = t.numel() >= kMinCycle && t.numel() < out.numel() && repeat_of(t.shape, out_shape) == 1;
     if (cycle && !g.var(t.var).mapped) place_like_first_period(g, t.var, out.var);
     g.ensure_mapped(t.var);
     if (t.numel() == 1) {

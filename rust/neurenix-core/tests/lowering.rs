@@ -1238,11 +1238,23 @@ fn a_value_used_twice_is_materialised_once() {
     assert_eq!(be.count(Kind::Map), 2, "{:?}", map_exprs(&be));
     let maps = be.calls_of(Kind::Map);
     let t_id = maps[0].result.unwrap();
+    // (The map lists the tensor once; its expression reads it twice.)
     assert_eq!(
         maps[1].args,
-        vec![t_id, t_id],
+        vec![t_id],
         "both operands are the one materialised t"
     );
+    match &maps[1].detail {
+        Detail::Map(e) => {
+            let reads: Vec<u32> = e
+                .iter()
+                .filter(|i| expr_op(i.op as u16) == Some(ExprOp::Input))
+                .map(|i| i.arg)
+                .collect();
+            assert_eq!(reads, vec![0, 0], "t + t reads its one operand twice");
+        }
+        _ => unreachable!(),
+    }
     assert_close(
         &be.out("y"),
         &x.iter().map(|v| 2.0 * v.exp()).collect::<Vec<_>>(),

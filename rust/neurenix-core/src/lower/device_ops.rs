@@ -58,6 +58,7 @@ impl LowerCx<'_> {
         shape: &[usize],
         name: &str,
     ) -> Result<DevTensor> {
+        let (expr, inputs) = super::fusion::distinct_inputs(expr.clone(), inputs.to_vec());
         let ins: Vec<TensorId> = inputs.iter().map(|t| t.id).collect();
         let id = self
             .backend

@@ -32,21 +32,70 @@ pub(super) struct LazyMap {
 }
 
 /// By value: whether every node reading it is element-wise with a result
-/// of its shape (no broadcast would make a copy of it compute more), and no
-/// graph output or state update is it (`LowerCx::read_elementwise`).
-pub(super) fn read_elementwise(graph: &Graph) -> Vec<bool> {
-    let mut ok = vec![true; graph.values.len()];
-    for n in &graph.nodes {
-        let fuses = registry()
+/// of its shape (no broadcast would make a copy of it compute more), in the
+/// program segment of the node that makes it (a copy computed after a
+/// segment's state updates would read updated operands), and their chains
+/// of element-wise nodes (each result read once, by the next) all end in
+/// the same node: the readers then fold into one expression, so the value
+/// is computed twice in one map and never kept for later (a training step's
+/// forward activation, read again by its backward pass, is stored once
+/// instead). No graph output or state update is such a value
+/// (`LowerCx::only_elementwise_readers`).
+pub(super) fn only_elementwise_readers(graph: &Graph) -> Vec<bool> {
+    let nv = graph.values.len();
+    let segment = |n: &crate::ir::Node| n.attrs.contains_key(crate::train::SEGMENT_ATTR);
+    let fuses = |n: &crate::ir::Node| {
+        registry()
             .get(n.op_type.as_str())
             .is_some_and(|op| op.fuses_operands())
-            && (n.domain.is_empty() || n.domain == "ai.onnx");
-        let out_shape = n.outputs.first().and_then(|&o| graph.shape_of(o));
-        for &v in n.inputs.iter().flatten() {
-            if !fuses || out_shape.is_none() || graph.shape_of(v) != out_shape {
-                ok[v] = false;
-            }
+            && (n.domain.is_empty() || n.domain == "ai.onnx")
+            && n.outputs.len() == 1
+            && graph.shape_of(n.outputs[0]).is_some()
+    };
+    let uses = graph.use_counts();
+    let mut made_by = vec![None; nv];
+    let mut read_by: Vec<Vec<usize>> = vec![Vec::new(); nv];
+    for (i, n) in graph.nodes.iter().enumerate() {
+        for &o in &n.outputs {
+            made_by[o] = Some(i);
         }
+        for &v in n.inputs.iter().flatten() {
+            read_by[v].push(i);
+        }
+    }
+    // Where a node's chain ends: its result's one reader, element-wise of
+    // the same shape, and so on.
+    let chain_end = |mut i: usize| {
+        for _ in 0..graph.nodes.len() {
+            let o = graph.nodes[i].outputs[0];
+            let next = match read_by[o].as_slice() {
+                [r] if uses[o] == 1 => *r,
+                _ => break,
+            };
+            let nn = &graph.nodes[next];
+            if !fuses(nn) || graph.shape_of(nn.outputs[0]) != graph.shape_of(o) {
+                break;
+            }
+            i = next;
+        }
+        i
+    };
+    let mut ok = vec![false; nv];
+    for v in 0..nv {
+        let readers = &read_by[v];
+        let Some(maker) = made_by[v] else { continue };
+        if readers.len() < 2
+            || !readers.iter().all(|&r| {
+                let n = &graph.nodes[r];
+                fuses(n)
+                    && graph.shape_of(n.outputs[0]) == graph.shape_of(v)
+                    && segment(n) == segment(&graph.nodes[maker])
+            })
+        {
+            continue;
+        }
+        let end = chain_end(readers[0]);
+        ok[v] = readers.iter().all(|&r| chain_end(r) == end);
     }
     for &o in &graph.outputs {
         ok[o] = false;
@@ -71,7 +120,7 @@ fn cheap(l: &LazyMap) -> bool {
 
 /// `expr` over `inputs` with each device tensor once (a value folded into
 /// several places of one expression brings its operands each time).
-fn distinct_inputs(mut expr: Expr, inputs: Vec<DevTensor>) -> (Expr, Vec<DevTensor>) {
+pub(super) fn distinct_inputs(mut expr: Expr, inputs: Vec<DevTensor>) -> (Expr, Vec<DevTensor>) {
     let mut kept: Vec<DevTensor> = Vec::with_capacity(inputs.len());
     let mut to = Vec::with_capacity(inputs.len());
     for t in inputs {
@@ -213,11 +262,15 @@ impl LowerCx<'_> {
                 return Ok((e, dt));
             }
         }
-        if self.read_elementwise[v] && self.uses[v] > 1 {
+        if self.only_elementwise_readers[v] && self.uses[v] > 1 {
             if let Some(Slot::Lazy(l)) = self.slots.get_mut(&v) {
                 if l.ipu == self.current_ipu && cheap(l) {
                     // Computed again here; the last reader takes it away.
-                    l.readers_left -= 1;
+                    debug_assert!(
+                        l.readers_left > 0,
+                        "more reads of a lazy value than its uses"
+                    );
+                    l.readers_left = l.readers_left.saturating_sub(1);
                     let base = inputs.len() as u32;
                     let mut e = l.expr.clone();
                     e.remap_inputs(&|i| i + base);

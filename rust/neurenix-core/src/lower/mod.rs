@@ -101,7 +101,7 @@ pub struct LowerCx<'a> {
     /// (`Operator::fuses_operands`) with a result of its shape, and no graph
     /// output or state update is it (`fusion.rs`: may be computed again in
     /// each reader).
-    read_elementwise: Vec<bool>,
+    only_elementwise_readers: Vec<bool>,
 }
 
 impl<'a> LowerCx<'a> {
@@ -113,7 +113,7 @@ impl<'a> LowerCx<'a> {
         node_ipu: &'a [u32],
     ) -> LowerCx<'a> {
         let uses = graph.use_counts();
-        let read_elementwise = fusion::read_elementwise(graph);
+        let only_elementwise_readers = fusion::only_elementwise_readers(graph);
         LowerCx {
             backend,
             graph,
@@ -128,7 +128,7 @@ impl<'a> LowerCx<'a> {
             derived: HashMap::new(),
             float8_scales: HashMap::new(),
             uses,
-            read_elementwise,
+            only_elementwise_readers,
         }
     }
 
