@@ -390,6 +390,20 @@ def test_a_cheap_value_whose_readers_end_in_different_results_is_stored_once(eng
     assert [step.node for step in report.steps].count("shared") >= 1, [step.node for step in report.steps]
 
 
+def test_a_cheap_value_a_reader_broadcasts_is_stored_once(engine):
+    """s = a + b read twice within one expression, once by a node whose
+    result is larger than s (s broadcast over two rows): computing s in the
+    readers would compute it once per row, so it is stored once."""
+    nodes = [helper.make_node("Add", ["a", "b"], ["s"], name="shared"), helper.make_node("Mul", ["s", "d"], ["t"]),
+             helper.make_node("Neg", ["s"], ["u"]), helper.make_node("Add", ["t", "u"], ["y"])]
+    d = np.stack([_ABC["c"], -2 * _ABC["c"]])
+    model = make_model(nodes, [value(n, (4,)) for n in "ab"] + [value("d", (2, 4))], [value("y", (2, 4))])
+    (y,), report = engine.run(model, {"a": _ABC["a"], "b": _ABC["b"], "d": d}, "float32")
+    s = _ABC["a"] + _ABC["b"]
+    assert_bits(y, s * d + -s, "(a + b) * d + -(a + b)")
+    assert "shared" in [step.node for step in report.steps]
+
+
 def test_the_chain_emulation_discriminates():
     """Rounding once at the end instead of after every operation gives other
     bits: (a * a) - 1 with a = 1 + 3 * 2^-10."""
