@@ -558,25 +558,34 @@ void ConvVertex::compute(uint8_t* mem) const {
     // (The tap reads phase (0, 0): the first plane.)
     gemm_f32_strided(w_f, ldw, 1, in_place ? in_f : planes, in_plane, acc.data(), s.cout, n, s.cin, n, false, !in_place);
   }
-  // Valid columns are acc[co][r * row_w + wo], wo < out_w.
-  const size_t acc_co = n, acc_row = row_w;
-  // Store rows of out_w valid outputs (plus the bias), converting to the
-  // output type.
-  uint8_t* out = mem + out_.address;
+  // Valid columns are acc[co][r * row_w + wo], wo < out_w. The loop below
+  // runs once per output row (thousands a step): everything it reads is a
+  // plain local (the scratch is thread-local: a reference to it is looked
+  // up again in a loop, a call each time), and a channel whose rows lie
+  // back to back in both (no dropped columns: 1x1 kernels) is stored as
+  // one row.
+  const float* const sums = acc.data();
+  uint8_t* const out = mem + out_.address;
   const size_t es = device_type_size(out_dtype_);
-  // write(co, r, src, bias) for every output row, src its out_w valid sums.
+  const uint8_t* const bias_at = bias_ ? mem + bias_->field.address : nullptr;
+  const DeviceType bias_dtype = bias_ ? bias_->dtype : DeviceType::kFloat32;
+  const uint32_t cout = s.cout, out_w = s.out_w, ld_out = s.ld_out;
+  const bool whole = row_w == out_w;
+  const uint32_t segs = whole ? 1 : s.rows, seg_n = whole ? s.rows * out_w : out_w;
+  // write(at, src, bias, count) for every output row (or whole channel),
+  // src its `count` valid sums.
   auto each_row = [&](auto write) {
-    for (uint32_t co = 0; co < s.cout; ++co) {
-      const float bv = bias_ ? static_cast<float>(load_element(mem + bias_->field.address, bias_->dtype, co)) : 0.0f;
-      for (uint32_t r = 0; r < s.rows; ++r)
-        write(static_cast<size_t>(co) * s.ld_out + static_cast<size_t>(r) * s.out_w,
-              acc.data() + static_cast<size_t>(co) * acc_co + static_cast<size_t>(r) * acc_row, bv);
+    for (uint32_t co = 0; co < cout; ++co) {
+      const float bv = bias_at ? static_cast<float>(load_element(bias_at, bias_dtype, co)) : 0.0f;
+      const float* src = sums + static_cast<size_t>(co) * n;
+      size_t at = static_cast<size_t>(co) * ld_out;
+      for (uint32_t r = 0; r < segs; ++r, src += row_w, at += out_w) write(at, src, bv, seg_n);
     }
   };
   if (out_dtype_ == DeviceType::kFloat32 && partials_ == DeviceType::kFloat32) {
     // Short rows: copied (or added to the bias) inline, not a call per row.
-    each_row([&](size_t at, const float* src, float bv) {
-      store_row(reinterpret_cast<float*>(out) + at, src, s.out_w, bias_ != nullptr, bv);
+    each_row([&](size_t at, const float* src, float bv, uint32_t count) {
+      store_row(reinterpret_cast<float*>(out) + at, src, count, bias_at != nullptr, bv);
     });
     return;
   }
@@ -584,21 +593,22 @@ void ConvVertex::compute(uint8_t* mem) const {
   if (out_dtype_ == DeviceType::kFloat16 && !active_rounding_rng()) {
     // Each output (plus the bias) rounded to half once, as the general path
     // below (rounding a sum already rounded to half changes nothing).
-    each_row([&](size_t at, const float* src, float bv) {
-      store_row_half(reinterpret_cast<half_bits*>(out) + at, src, s.out_w, bias_ != nullptr, bv);
+    each_row([&](size_t at, const float* src, float bv, uint32_t count) {
+      store_row_half(reinterpret_cast<half_bits*>(out) + at, src, count, bias_at != nullptr, bv);
     });
     return;
   }
 #endif
   std::vector<float>& row_buf = scratch.row_buf;
-  row_buf.resize(s.out_w);
-  each_row([&](size_t at, const float* src, float bv) {
-    if (bias_) {
-      for (uint32_t i = 0; i < s.out_w; ++i) row_buf[i] = src[i] + bv;
-      if (partials_ == DeviceType::kFloat16) round_to_half_n(row_buf.data(), s.out_w);
-      src = row_buf.data();
+  row_buf.resize(seg_n);
+  float* const buf = row_buf.data();
+  each_row([&](size_t at, const float* src, float bv, uint32_t count) {
+    if (bias_at) {
+      for (uint32_t i = 0; i < count; ++i) buf[i] = src[i] + bv;
+      if (partials_ == DeviceType::kFloat16) round_to_half_n(buf, count);
+      src = buf;
     }
-    store_floats(src, out_dtype_, out + at * es, s.out_w);
+    store_floats(src, out_dtype_, out + at * es, count);
   });
 }
 
