@@ -193,3 +193,60 @@ TEST(ConvCodelet, PaddedStridedWindowsWithBias) {
         }
   }
 }
+
+// Under stochastic rounding a float16 convolution with half partials draws
+// in pass order: its chunk of products rounded, then the running sums (one
+// chunk: one input channel), then each output row rounded with its bias
+// added, then that row stored, row after row, channel after channel. A 1x1
+// window of several rows, replayed from the same generator.
+TEST(ConvCodelet, StochasticRoundingDrawsRowByRow) {
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> val(-2.0f, 2.0f);
+  ConvWindow s;
+  s.cin = 1;
+  s.cout = 3;
+  s.in_h = s.rows = s.in_rows = 4;
+  s.in_w = s.out_w = 5;
+  s.ldw = 1;
+  s.ld_out = s.rows * s.out_w + 2;
+  const uint32_t n = s.rows * s.out_w;
+  std::vector<float> x(n), w(s.cout), bias(s.cout);
+  for (float& v : x) v = round_to_half(val(rng));
+  for (float& v : w) v = round_to_half(val(rng));
+  for (float& v : bias) v = val(rng);  // not a half value: its rounding draws matter
+  TileMem mem;
+  Field in = mem.field(n, kF16), wf = mem.field(s.cout, kF16), bf = mem.field(s.cout, kF32);
+  Field out = mem.field(static_cast<uint64_t>(s.cout - 1) * s.ld_out + n, kF16);
+  for (uint32_t i = 0; i < n; ++i) mem.put(in, kF16, i, x[i]);
+  for (uint32_t i = 0; i < s.cout; ++i) {
+    mem.put(wf, kF16, i, w[i]);
+    mem.put(bf, kF32, i, bias[i]);
+  }
+  ConvVertex v(0, in, wf, out, s, kF16, kF16, kF16);
+  v.set_bias(bf, kF32);
+  v.refresh();
+  RoundingRng draws(7, 0, 0);
+  {
+    ScopedRounding rounding(&draws);
+    v.compute(mem.bytes.data());
+  }
+  RoundingRng replay(7, 0, 0);
+  auto sr = [&](float f) { return half_to_float(stochastic_float_to_half(f, replay.next32())); };
+  // The products (exact in float), rounded; the running sums from zero,
+  // rounded: two draws per sum, in order.
+  std::vector<float> sums(static_cast<size_t>(s.cout) * n);
+  for (uint32_t co = 0; co < s.cout; ++co)
+    for (uint32_t i = 0; i < n; ++i) sums[co * n + i] = sr(w[co] * x[i]);
+  for (float& v : sums) v = sr(0.0f + v);
+  for (uint32_t co = 0; co < s.cout; ++co)
+    for (uint32_t r = 0; r < s.rows; ++r) {
+      float row[5];
+      for (uint32_t wo = 0; wo < s.out_w; ++wo) row[wo] = sr(sums[co * n + r * s.out_w + wo] + bias[co]);
+      for (uint32_t wo = 0; wo < s.out_w; ++wo) {
+        const float want = sr(row[wo]);
+        ASSERT_EQ(mem.get(out, kF16, co * s.ld_out + r * s.out_w + wo), want)
+            << "output channel " << co << ", row " << r << ", column " << wo;
+      }
+    }
+  EXPECT_EQ(draws.next32(), replay.next32()) << "as many draws as replayed";
+}

@@ -558,19 +558,22 @@ void ConvVertex::compute(uint8_t* mem) const {
     // (The tap reads phase (0, 0): the first plane.)
     gemm_f32_strided(w_f, ldw, 1, in_place ? in_f : planes, in_plane, acc.data(), s.cout, n, s.cin, n, false, !in_place);
   }
-  // Valid columns are acc[co][r * row_w + wo], wo < out_w. The loop below
-  // runs once per output row (thousands a step): everything it reads is a
-  // plain local (the scratch is thread-local: a reference to it is looked
-  // up again in a loop, a call each time), and a channel whose rows lie
-  // back to back in both (no dropped columns: 1x1 kernels) is stored as
-  // one row.
+  // Valid columns are acc[co][r * row_w + wo], wo < out_w. The stores
+  // below run once per output row (thousands a step), converting to the
+  // output type and adding the bias. Their loop reads locals, not the
+  // scratch (thread-local: the compiler recomputes a thread-local
+  // address inside a loop, a call per row, rather than keep it). A
+  // channel whose rows lie back to back in both the sums and the output
+  // (no dropped columns: kernels one column wide, or no wider than their
+  // column stride) is stored as one run; not under stochastic rounding,
+  // which draws for each row's rounding and then its store, in that order.
   const float* const sums = acc.data();
   uint8_t* const out = mem + out_.address;
   const size_t es = device_type_size(out_dtype_);
   const uint8_t* const bias_at = bias_ ? mem + bias_->field.address : nullptr;
   const DeviceType bias_dtype = bias_ ? bias_->dtype : DeviceType::kFloat32;
   const uint32_t cout = s.cout, out_w = s.out_w, ld_out = s.ld_out;
-  const bool whole = row_w == out_w;
+  const bool whole = row_w == out_w && !active_rounding_rng();
   const uint32_t segs = whole ? 1 : s.rows, seg_n = whole ? s.rows * out_w : out_w;
   // write(at, src, bias, count) for every output row (or whole channel),
   // src its `count` valid sums.
@@ -583,7 +586,7 @@ void ConvVertex::compute(uint8_t* mem) const {
     }
   };
   if (out_dtype_ == DeviceType::kFloat32 && partials_ == DeviceType::kFloat32) {
-    // Short rows: copied (or added to the bias) inline, not a call per row.
+    // Rows (or channels) copied, or added to the bias, inline.
     each_row([&](size_t at, const float* src, float bv, uint32_t count) {
       store_row(reinterpret_cast<float*>(out) + at, src, count, bias_at != nullptr, bv);
     });
