@@ -121,8 +121,9 @@ inline void copy_row(float* __restrict dst, const float* __restrict src, size_t 
 }
 
 // dst[j] = src[j] widened to float for j < n, for the short rows of a
-// float16 window (a few to a few dozen values): inline vector conversions,
-// not a call per row (half_to_float_n's values, bit for bit).
+// float16 window (a few to a few dozen values): where the build has
+// AVX512BW (16-bit masked loads) inline vector conversions, not a call per
+// row (half_to_float_n's values, bit for bit); a call otherwise.
 inline void widen_row(float* __restrict dst, const half_bits* __restrict src, size_t n) {
 #if defined(__AVX512BW__)
   size_t j = 0;
