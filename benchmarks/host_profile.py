@@ -6,7 +6,10 @@ warm-up run, each step's median over the runs; then the time by operator
 type, by part of an operation (the step's name after its node: a
 convolution's `conv` products, its `reduce` partial sums, a product's
 operand `fetch`, ...; an element-wise or pooling operation's steps carry the
-node's name alone) and the layers that take the most.
+node's name alone) and the layers that take the most. The header line also
+gives the process's CPU time over the wall time of the runs: near the
+thread count when the simulator's threads were busy throughout (a run that
+is slow with it there was slowed by the host's cores, not by waiting).
 
     python benchmarks/host_profile.py [--models "bert-base-like b1" ...] [--repeat 20]
                                       [--threads 2] [--precision float32] [--top 8]
@@ -19,7 +22,9 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import resource
 import sys
+import time
 from collections import defaultdict
 
 import numpy as np
@@ -48,9 +53,12 @@ def profile(name, threads, repeat, precision):
         compiled = ipu.compile_model(model, feeds)
         ipu.execute_model(compiled, feeds)  # warm-up: first touches of tile memory
         runs = []
+        before, t0 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
         for _ in range(repeat):
             ipu.execute_model(compiled, feeds)
             runs.append(compiled.last_execution)
+        after, elapsed = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter() - t0
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     steps = compiled.report.steps
     seconds = np.median(np.array([r.step_seconds for r in runs]), axis=0)
     wall = float(np.median([r.wall_seconds for r in runs]))
@@ -65,7 +73,7 @@ def profile(name, threads, repeat, precision):
     # The layers from the same per-step medians.
     layers = dataclasses.replace(runs[-1], step_seconds=[float(t) for t in seconds]).host_seconds_per_layer(
         compiled.report)
-    return wall, float(seconds.sum()), by_op, by_part, layers
+    return wall, float(seconds.sum()), cpu / elapsed, by_op, by_part, layers
 
 
 def table(title, rows, total):
@@ -84,9 +92,10 @@ def main():
     ap.add_argument("--top", type=int, default=8)
     args = ap.parse_args()
     for name in args.models:
-        wall, steps_total, by_op, by_part, layers = profile(name, args.threads, args.repeat, args.precision)
+        wall, steps_total, busy, by_op, by_part, layers = profile(name, args.threads, args.repeat, args.precision)
         print(f"#### {name} ({args.precision}): {wall * 1e3:.2f} ms a run (median of {args.repeat}), "
-              f"{steps_total * 1e3:.2f} ms of it in steps\n")
+              f"{steps_total * 1e3:.2f} ms of it in steps; CPU time / wall time over the runs {busy:.2f} "
+              f"with {args.threads} thread(s)\n")
         print(table("operator", by_op, steps_total) + "\n")
         print(table("part of the operation", by_part, steps_total) + "\n")
         lines = ["| layer | operator | host time (ms) | steps |", "|---|---|---|---|"]
