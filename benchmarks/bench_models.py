@@ -20,6 +20,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+from host_side import ort_session  # noqa: E402
 from machine_bound import bound_seconds, measure_machine, model_flops  # noqa: E402
 from models import MODELS  # noqa: E402
 
@@ -34,8 +35,6 @@ def _timed(fn):
 
 
 def bench(name, build, threads, repeat, precision, system, machine):
-    import onnxruntime as ort
-
     from neurenix.hardware.graphcore import GraphCoreManager, IPUModel
 
     model, feeds = build()
@@ -49,11 +48,7 @@ def bench(name, build, threads, repeat, precision, system, machine):
         compiled = ipu.compile_model(model, feeds)
         compiled.load()
         t_compile = time.perf_counter() - t0
-        so = ort.SessionOptions()
-        so.intra_op_num_threads = threads
-        so.inter_op_num_threads = 1
-        so.log_severity_level = 3  # the light ResNet carries an unused initializer ORT warns about
-        sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+        sess = ort_session(model, threads)
         expected = sess.run(None, feeds)  # warm-up: ORT builds its kernels on the first run
         time.sleep(0.05)
         got = ipu.execute_model(compiled, feeds)  # warm-up

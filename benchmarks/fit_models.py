@@ -22,6 +22,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+from host_side import ort_session  # noqa: E402
 from models import light_model  # noqa: E402
 
 CONFIGS = {
@@ -63,12 +64,7 @@ def fit(name, run, proportion, system, threads):
             got = ipu.execute_model(compiled, feeds)
             row["run_s"] = time.perf_counter() - t0
     if run:
-        import onnxruntime as ort
-
-        so = ort.SessionOptions()
-        so.intra_op_num_threads = threads
-        so.log_severity_level = 3
-        sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+        sess = ort_session(model, threads)
         expected = sess.run(None, feeds)
         row["max_abs_err"] = max(float(np.max(np.abs(g.astype(np.float64) - e))) for g, e in zip(got, expected))
     return row

@@ -7,9 +7,10 @@ type, by part of an operation (the step's name after its node: a
 convolution's `conv` products, its `reduce` partial sums, a product's
 operand `fetch`, ...; an element-wise or pooling operation's steps carry the
 node's name alone) and the layers that take the most. The header line also
-gives the process's CPU time over the wall time of the runs: near the
-thread count when the simulator's threads were busy throughout (a run that
-is slow with it there was slowed by the host's cores, not by waiting).
+gives the process's CPU time over the wall time of the timed runs (Python
+included): near the thread count when every simulator thread held a core
+throughout, working or spin-waiting between steps; a slow run with it
+there was not kept off the cores.
 
     python benchmarks/host_profile.py [--models "bert-base-like b1" ...] [--repeat 20]
                                       [--threads 2] [--precision float32] [--top 8]
@@ -22,7 +23,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
-import resource
 import sys
 import time
 from collections import defaultdict
@@ -31,6 +31,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+from host_side import cpu_seconds  # noqa: E402
 from models import MODELS  # noqa: E402
 
 
@@ -53,12 +54,11 @@ def profile(name, threads, repeat, precision):
         compiled = ipu.compile_model(model, feeds)
         ipu.execute_model(compiled, feeds)  # warm-up: first touches of tile memory
         runs = []
-        before, t0 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
+        cpu0, t0 = cpu_seconds(), time.perf_counter()
         for _ in range(repeat):
             ipu.execute_model(compiled, feeds)
             runs.append(compiled.last_execution)
-        after, elapsed = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter() - t0
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+        cpu, elapsed = cpu_seconds() - cpu0, time.perf_counter() - t0
     steps = compiled.report.steps
     seconds = np.median(np.array([r.step_seconds for r in runs]), axis=0)
     wall = float(np.median([r.wall_seconds for r in runs]))
