@@ -9,8 +9,8 @@ operand `fetch`, ...; an element-wise or pooling operation's steps carry the
 node's name alone) and the layers that take the most. The header line also
 gives the process's CPU time over the wall time of the timed runs (Python
 included): near the thread count when every simulator thread held a core
-throughout, working or spin-waiting between steps; a slow run with it
-there was not kept off the cores.
+throughout, working or spin-waiting between steps; a slow run with the
+figure near the thread count was not kept off the cores.
 
     python benchmarks/host_profile.py [--models "bert-base-like b1" ...] [--repeat 20]
                                       [--threads 2] [--precision float32] [--top 8]

@@ -4,8 +4,6 @@ says how the host behaved while the simulator ran."""
 
 from __future__ import annotations
 
-import resource
-
 
 def ort_session(model, threads: int):
     """An onnxruntime CPU session limited to `threads` intra-op threads and
@@ -24,6 +22,8 @@ def cpu_seconds() -> float:
     """The process's CPU time so far (user and system, all threads): time a
     thread held a core, working or spin-waiting; time the hypervisor took
     from the machine (steal) is not counted where the kernel accounts it."""
+    import resource  # (Unix only: imported where used)
+
     r = resource.getrusage(resource.RUSAGE_SELF)
     return r.ru_utime + r.ru_stime
 
@@ -36,7 +36,9 @@ def cpu_ticks():
             fields = [int(v) for v in f.readline().split()[1:]]
     except (OSError, ValueError):
         return None
-    return (fields[7] if len(fields) > 7 else 0), sum(fields[:8])
+    if len(fields) < 8:
+        return None
+    return fields[7], sum(fields[:8])
 
 
 def steal_share(before, after):
