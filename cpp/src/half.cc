@@ -11,6 +11,9 @@
 namespace neurenix {
 
 void half_to_float_n(const half_bits* src, float* dst, size_t n) {
+#if defined(__AVX512BW__)
+  half_to_float_n_inline(src, dst, n);
+#else
   size_t i = 0;
 #if defined(__AVX512F__)
   for (; i + 16 <= n; i += 16)
@@ -22,17 +25,8 @@ void half_to_float_n(const half_bits* src, float* dst, size_t n) {
     _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(h));
   }
 #endif
-#if defined(__AVX512BW__)
-  if (i < n) {
-    // The last few (fewer than eight) in one masked conversion: lanes
-    // past the end are neither read nor written.
-    const __mmask32 m = static_cast<__mmask32>((1u << (n - i)) - 1);
-    const __m256i h = _mm512_castsi512_si256(_mm512_maskz_loadu_epi16(m, src + i));
-    _mm512_mask_storeu_ps(dst + i, static_cast<__mmask16>(m), _mm512_cvtph_ps(h));
-    return;
-  }
-#endif
   for (; i < n; ++i) dst[i] = half_to_float(src[i]);
+#endif
 }
 
 void float_to_half_n(const float* src, half_bits* dst, size_t n) {

@@ -88,6 +88,24 @@ inline float round_to_half(float f) { return half_to_float(float_to_half(f)); }
 // round stochastically instead while a tile's generator is active
 // (stochastic_rounding.h).
 void half_to_float_n(const half_bits* src, float* dst, size_t n);
+// The same, inline where the build has AVX512BW (sixteen at a time, the
+// last few under a 16-bit mask: nothing past n read or written), for short
+// rows converted in a loop (a convolution window's, a few dozen values):
+// a call to half_to_float_n otherwise. The same values either way.
+inline void half_to_float_n_inline(const half_bits* src, float* dst, size_t n) {
+#if defined(__AVX512BW__)
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    _mm512_storeu_ps(dst + i, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i))));
+  if (i < n) {
+    const __mmask32 m = static_cast<__mmask32>((1u << (n - i)) - 1);
+    const __m256i h = _mm512_castsi512_si256(_mm512_maskz_loadu_epi16(m, src + i));
+    _mm512_mask_storeu_ps(dst + i, static_cast<__mmask16>(m), _mm512_cvtph_ps(h));
+  }
+#else
+  half_to_float_n(src, dst, n);
+#endif
+}
 void float_to_half_n(const float* src, half_bits* dst, size_t n);
 // Rounds every float of x[0, n) to the nearest binary16 value, in place.
 void round_to_half_n(float* x, size_t n);

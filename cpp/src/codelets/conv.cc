@@ -120,25 +120,6 @@ inline void copy_row(float* __restrict dst, const float* __restrict src, size_t 
 #endif
 }
 
-// dst[j] = src[j] widened to float for j < n, for the short rows of a
-// float16 window (a few to a few dozen values): where the build has
-// AVX512BW (16-bit masked loads) inline vector conversions, not a call per
-// row (half_to_float_n's values, bit for bit); a call otherwise.
-inline void widen_row(float* __restrict dst, const half_bits* __restrict src, size_t n) {
-#if defined(__AVX512BW__)
-  size_t j = 0;
-  for (; j + 16 <= n; j += 16)
-    _mm512_storeu_ps(dst + j, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + j))));
-  if (j < n) {
-    const __mmask32 m = static_cast<__mmask32>((1u << (n - j)) - 1);
-    const __m256i h = _mm512_castsi512_si256(_mm512_maskz_loadu_epi16(m, src + j));
-    _mm512_mask_storeu_ps(dst + j, static_cast<__mmask16>(m), _mm512_cvtph_ps(h));
-  }
-#else
-  half_to_float_n(src, dst, n);
-#endif
-}
-
 // table[c] = where channel c of a window in pieces lies, from its channel
 // runs (ConvVertex::derive), as a T (float or half_bits) pointer.
 template <typename T, typename Runs>
@@ -460,7 +441,7 @@ void ConvVertex::compute(uint8_t* mem) const {
           float* row = phase + static_cast<size_t>(i) * wq + col.j_lo;
           if (in_h) {  // (unit column stride)
             const half_bits* hs = in_h + at;
-            for (uint32_t ci = 0; ci < s.cin; ++ci, hs += src_chan, row += plane) widen_row(row, hs, run);
+            for (uint32_t ci = 0; ci < s.cin; ++ci, hs += src_chan, row += plane) half_to_float_n_inline(hs, row, run);
             continue;
           }
           const float* src = in_f + at;
