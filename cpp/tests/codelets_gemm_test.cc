@@ -182,10 +182,39 @@ TEST(Gemm, HalfPartialsAtTheEdgesOfHalf) {
               ASSERT_TRUE(std::isnan(got)) << m << "x" << n << " scale " << scale << " at " << i << "," << j;
             } else {
               ASSERT_EQ(got, acc) << m << "x" << n << " scale " << scale << " at " << i << "," << j;
+              // Zeros with their sign: a chunk rounded to -0 added to
+              // sums of +0 gives +0.
+              ASSERT_EQ(std::signbit(got), std::signbit(acc))
+                  << m << "x" << n << " scale " << scale << " at " << i << "," << j << ": " << got;
             }
           }
         if (scale == 0x1p-27f || scale == 0x1p10f) {
           EXPECT_GT(special, 0u) << "scale " << scale << " reaches no edge";
+        }
+      }
+}
+
+// Chunks whose scaled sums round to -0 in half: the running sums start at
+// +0 and +0 + -0 is +0, so every result is +0, whatever the number of
+// chunks, for B's rows as floats and as binary16 values.
+TEST(Gemm, HalfPartialsOfChunksRoundedToMinusZeroArePlusZero) {
+  for (uint32_t m : {1u, 8u, 11u, 20u})
+    for (uint32_t n : {16u, 45u})
+      for (uint32_t k : {10u, 16u, 40u}) {
+        // Each chunk sums at most 16 products of -1 x 1, scaled by 2^-30:
+        // at most 2^-26 in magnitude, under half of half's least subnormal.
+        const std::vector<float> a(m * k, -1.0f);
+        const std::vector<float> row(n, 1.0f);
+        const std::vector<half_bits> half_row(n, float_to_half(1.0f));
+        const std::vector<const float*> ptrs(k, row.data());
+        const std::vector<const half_bits*> half_ptrs(k, half_row.data());
+        std::vector<float> c(m * n, 1.0f), ch(m * n, 1.0f);
+        gemm_half_partials_rows(a.data(), k, ptrs.data(), c.data(), m, n, k, n, 16, 0x1p-30f, false);
+        gemm_half_partials_rows(a.data(), k, half_ptrs.data(), ch.data(), m, n, k, n, 16, 0x1p-30f, false);
+        for (uint32_t e = 0; e < m * n; ++e) {
+          ASSERT_TRUE(c[e] == 0 && !std::signbit(c[e])) << m << "x" << n << "x" << k << " at " << e << ": " << c[e];
+          ASSERT_TRUE(ch[e] == 0 && !std::signbit(ch[e])) << m << "x" << n << "x" << k << " at " << e << ": " << ch[e]
+                                                           << " (half rows)";
         }
       }
 }

@@ -346,6 +346,13 @@ struct HalfRow {
     s0 = round_half<V>(s0 + round_half<V>(t0));
     if constexpr (NV == 2) s1 = round_half<V>(s1 + round_half<V>(t1));
   }
+  // add() from sums of zero: round_half(0 + h) for h = round_half(t) is
+  // h + 0 (h is already a binary16 value; adding +0 turns -0 into +0, as
+  // the sum does), two conversions fewer.
+  void first(V t0, V t1) {
+    s0 = round_half<V>(t0) + V{};
+    if constexpr (NV == 2) s1 = round_half<V>(t1) + V{};
+  }
   void widen(V& o0, V& o1) const {
     o0 = s0;
     o1 = s1;
@@ -362,6 +369,7 @@ struct HalfRow<v16, NV, true> {
     if constexpr (NV == 2) h = _mm512_inserti64x4(h, _mm512_cvtps_ph(reinterpret_cast<const __m512&>(t1), kNearest), 1);
     s = _mm512_add_ph(s, _mm512_castsi512_ph(h));
   }
+  void first(v16 t0, v16 t1) { add(t0, t1); }
   void widen(v16& o0, v16& o1) const {
     const __m512i h = _mm512_castph_si512(s);
     const __m512 lo = _mm512_cvtph_ps(_mm512_castsi512_si256(h));
@@ -407,8 +415,13 @@ void micro_rows_half(const float* __restrict a, uint32_t lda, const B* const* __
         if constexpr (NV == 2) t1[r] += b1 * x;
       }
     }
+    if (k0 == 0) {
 #pragma GCC unroll 16
-    for (uint32_t r = 0; r < MR; ++r) acc[r].add(scaled ? t0[r] * sv : t0[r], scaled ? t1[r] * sv : t1[r]);
+      for (uint32_t r = 0; r < MR; ++r) acc[r].first(scaled ? t0[r] * sv : t0[r], scaled ? t1[r] * sv : t1[r]);
+    } else {
+#pragma GCC unroll 16
+      for (uint32_t r = 0; r < MR; ++r) acc[r].add(scaled ? t0[r] * sv : t0[r], scaled ? t1[r] * sv : t1[r]);
+    }
   }
   V out0[MR], out1[MR];
 #pragma GCC unroll 16
@@ -416,13 +429,14 @@ void micro_rows_half(const float* __restrict a, uint32_t lda, const B* const* __
   store_block<V, NV, MR>(out0, out1, c, ldc, nr, false);
 }
 
-// Rows of the running and the chunk sums both held in registers (with
-// AVX-512 FP16 a row's running sums take one register: 8 rows, 16 chunk
-// sums, 8 running sums, 2 of B and A's broadcast).
-#if defined(__AVX512FP16__)
+// Rows per block. With AVX-512: 8, as the float32 kernels (16 chunk sums,
+// 2 of B and A's broadcast in registers; with AVX-512 FP16 a row's running
+// sums take one more register each, without it the compiler keeps the
+// running sums on the stack between chunks, 32 loads and stores per 16 x
+// 16 products). 6 rows, every sum in a register, ran 1.07-1.12x the time
+// of 8 on products of 8 x 57 x 72 to 24 x 103 x 26 (docs/benchmarks.md).
+#if defined(__AVX512F__)
 constexpr uint32_t kMRHalf = 8;
-#elif defined(__AVX512F__)
-constexpr uint32_t kMRHalf = 6;
 #else
 constexpr uint32_t kMRHalf = 3;
 #endif
@@ -455,8 +469,8 @@ void run_rows_half(const float* a, uint32_t lda, const B* const* rows, float* c,
   auto kernels = [](auto nv, auto masked, uint32_t mr) {
     return micro_rows_half_for<V, decltype(nv)::value, decltype(masked)::value, B>(mr);
   };
-  // Blocks of rows as even as kMRHalf allows (16 rows as 6, 5, 5, not 6,
-  // 6, 4): every block reads all of B's rows once, whatever its rows.
+  // Blocks of rows as even as kMRHalf allows (20 rows as 7, 7, 6, not 8,
+  // 8, 4): every block reads all of B's rows once, whatever its rows.
   const uint32_t blocks = (m + kMRHalf - 1) / kMRHalf;
   for (uint32_t bi = 0, i0 = 0, mr; bi < blocks; ++bi, i0 += mr) {
     mr = m / blocks + (bi < m % blocks ? 1 : 0);
