@@ -1,9 +1,10 @@
 """Benchmark: compile time, simulation time against onnxruntime on the same model
 and inputs in the same process (both limited to the same number of threads; blocks
-of runs alternate, medians reported), and
-the simulator's estimate of device time and throughput.
+of runs alternate, medians reported; the ratio is the median of the rounds'
+ratios, each round a block of each), and the simulator's estimate of device time
+and throughput.
 
-    python benchmarks/bench_models.py [--threads 2] [--repeat 5] [--models mlp ...]
+    python benchmarks/bench_models.py [--threads 2] [--repeat 5] [--rounds 5] [--models mlp ...]
 
 Prints a markdown table (the one recorded in docs/benchmarks.md).
 """
@@ -25,16 +26,13 @@ from machine_bound import bound_seconds, measure_machine, model_flops  # noqa: E
 from models import MODELS  # noqa: E402
 
 
-ROUNDS = 3
-
-
 def _timed(fn):
     t0 = time.perf_counter()
     out = fn()
     return time.perf_counter() - t0, out
 
 
-def bench(name, build, threads, repeat, precision, system, machine):
+def bench(name, build, threads, repeat, rounds, precision, system, machine):
     from neurenix.hardware.graphcore import GraphCoreManager, IPUModel
 
     model, feeds = build()
@@ -55,17 +53,24 @@ def bench(name, build, threads, repeat, precision, system, machine):
         # Alternate blocks of runs (a block of each per round) so that a burst of noise on a
         # shared machine hits both alike, while each block still runs warm, as a serving loop
         # would. The pause lets ORT's spinning workers go idle before the simulator runs.
-        ort_times, sim_times, compute, exchange = [], [], [], []
-        for _ in range(ROUNDS):
-            for _ in range(repeat):
-                ort_times.append(_timed(lambda: sess.run(None, feeds))[0])
+        # The ratio is taken within each round (two blocks seconds apart) and the median
+        # of the rounds' ratios reported: this host changes speed from minute to minute
+        # (docs/benchmarks.md, drift.py), and a ratio of the two sides' medians over all
+        # rounds mixes blocks that met it at different speeds.
+        ort_times, sim_times, compute, exchange, round_ratios = [], [], [], [], []
+        for _ in range(rounds):
+            ort_block = [_timed(lambda: sess.run(None, feeds))[0] for _ in range(repeat)]
             time.sleep(0.05)
+            sim_block = []
             for _ in range(repeat):
                 dt, got = _timed(lambda: ipu.execute_model(compiled, feeds))
-                sim_times.append(dt)
+                sim_block.append(dt)
                 compute.append(compiled.last_execution.compute_seconds)
                 exchange.append(compiled.last_execution.exchange_seconds)
             time.sleep(0.05)
+            ort_times += ort_block
+            sim_times += sim_block
+            round_ratios.append(statistics.median(sim_block) / statistics.median(ort_block))
         t_ort = statistics.median(ort_times)
         t_sim = statistics.median(sim_times)
         rep = compiled.report
@@ -79,7 +84,9 @@ def bench(name, build, threads, repeat, precision, system, machine):
         "compile_s": t_compile,
         "sim_ms": t_sim * 1e3,
         "ort_ms": t_ort * 1e3,
-        "ratio": t_sim / t_ort,
+        "ratio": statistics.median(round_ratios),
+        "round_ratios": (min(round_ratios), max(round_ratios)),
+        "pooled_ratio": t_sim / t_ort,
         "cycles": rep.cycles_per_run,
         "device_us": rep.estimated_seconds * 1e6,
         "throughput": rep.estimated_throughput,
@@ -99,24 +106,34 @@ def bench(name, build, threads, repeat, precision, system, machine):
 def main(argv=None):
     p = argparse.ArgumentParser()
     p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--repeat", type=int, default=5)
+    p.add_argument("--repeat", type=int, default=5, help="runs in each block")
+    p.add_argument("--rounds", type=int, default=5, help="rounds of a block of each")
     p.add_argument("--precision", default="float32")
     p.add_argument("--system", default="version=ipu2,num_ipus=1")
     p.add_argument("--models", nargs="*", default=list(MODELS))
     a = p.parse_args(argv)
+    for flag in ("threads", "repeat", "rounds"):
+        if getattr(a, flag) < 1:
+            p.error(f"--{flag} must be at least 1")
+    unknown = [m for m in a.models if m not in MODELS]
+    if unknown:
+        p.error(f"unknown model(s) {unknown}; choose from {list(MODELS)}")
     machine = measure_machine(a.threads)
-    rows = [bench(m, MODELS[m], a.threads, a.repeat, a.precision, a.system, machine) for m in a.models]
-    print(f"threads={a.threads} repeat={a.repeat} system={a.system}: copy {machine['copy_bytes_per_s'] / 1e9:.1f} GB/s, "
+    rows = [bench(m, MODELS[m], a.threads, a.repeat, a.rounds, a.precision, a.system, machine) for m in a.models]
+    print(f"threads={a.threads} repeat={a.repeat} rounds={a.rounds} system={a.system}: "
+          f"copy {machine['copy_bytes_per_s'] / 1e9:.1f} GB/s, "
           f"float32 GEMM {machine['gemm_flops_per_s'] / 1e9:.0f} GFLOP/s")
     print("| model | precision | compile (s) | simulated run (ms) | of which compute / exchange (ms) | "
-          "onnxruntime (ms) | sim / ORT | machine bound (ms) | sim / bound | est. device time (us) | "
-          "est. throughput (samples/s) | busiest tile (KiB) | exchanged / copied by the host (MiB) | GFLOP | "
-          "host memory / placed | max abs err vs ORT |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "onnxruntime (ms) | sim / ORT | rounds' sim / ORT | machine bound (ms) | sim / bound | "
+          "est. device time (us) | est. throughput (samples/s) | busiest tile (KiB) | "
+          "exchanged / copied by the host (MiB) | GFLOP | host memory / placed | max abs err vs ORT |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
+        lo, hi = r["round_ratios"]
         print(f"| {r['model']} | {r['precision']} | {r['compile_s']:.2f} | {r['sim_ms']:.1f} | "
               f"{r['sim_compute_ms']:.0f} / {r['sim_exchange_ms']:.0f} | {r['ort_ms']:.2f} | "
-              f"{r['ratio']:.1f}x | {r['bound_ms']:.1f} | {r['bound_ratio']:.1f}x | {r['device_us']:.1f} | "
+              f"{r['ratio']:.2f}x | {lo:.2f}-{hi:.2f}x | {r['bound_ms']:.1f} | {r['bound_ratio']:.1f}x | "
+              f"{r['device_us']:.1f} | "
               f"{r['throughput']:,.0f} | {r['max_tile_kib']:.1f} | {r['exchanged_mib']:,.0f} / {r['copied_mib']:,.0f} | {r['gflop']:.2f} | "
               f"{r['host_memory_ratio']:.2f} | {r['max_abs_err']:.1e} |", flush=True)
 
