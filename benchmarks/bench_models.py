@@ -53,7 +53,7 @@ def bench(name, build, threads, repeat, rounds, precision, system, machine):
         # Alternate blocks of runs (a block of each per round) so that a burst of noise on a
         # shared machine hits both alike, while each block still runs warm, as a serving loop
         # would. The pause lets ORT's spinning workers go idle before the simulator runs.
-        # The ratio is taken within each round (two blocks seconds apart) and the median
+        # The ratio is taken within each round (two blocks back to back) and the median
         # of the rounds' ratios reported: this host changes speed from minute to minute
         # (docs/benchmarks.md, drift.py), and a ratio of the two sides' medians over all
         # rounds mixes blocks that met it at different speeds.
@@ -85,8 +85,7 @@ def bench(name, build, threads, repeat, rounds, precision, system, machine):
         "sim_ms": t_sim * 1e3,
         "ort_ms": t_ort * 1e3,
         "ratio": statistics.median(round_ratios),
-        "round_ratios": (min(round_ratios), max(round_ratios)),
-        "pooled_ratio": t_sim / t_ort,
+        "round_ratio_range": (min(round_ratios), max(round_ratios)),
         "cycles": rep.cycles_per_run,
         "device_us": rep.estimated_seconds * 1e6,
         "throughput": rep.estimated_throughput,
@@ -115,6 +114,8 @@ def main(argv=None):
     for flag in ("threads", "repeat", "rounds"):
         if getattr(a, flag) < 1:
             p.error(f"--{flag} must be at least 1")
+    if not a.models:
+        p.error("--models needs at least one model")
     unknown = [m for m in a.models if m not in MODELS]
     if unknown:
         p.error(f"unknown model(s) {unknown}; choose from {list(MODELS)}")
@@ -129,7 +130,7 @@ def main(argv=None):
           "exchanged / copied by the host (MiB) | GFLOP | host memory / placed | max abs err vs ORT |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        lo, hi = r["round_ratios"]
+        lo, hi = r["round_ratio_range"]
         print(f"| {r['model']} | {r['precision']} | {r['compile_s']:.2f} | {r['sim_ms']:.1f} | "
               f"{r['sim_compute_ms']:.0f} / {r['sim_exchange_ms']:.0f} | {r['ort_ms']:.2f} | "
               f"{r['ratio']:.2f}x | {lo:.2f}-{hi:.2f}x | {r['bound_ms']:.1f} | {r['bound_ratio']:.1f}x | "

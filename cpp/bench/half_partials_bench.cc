@@ -4,13 +4,16 @@
 // 1. For tile shares of the benchmark models' products: gemm_half_partials_rows
 //    with B's rows as binary16 values and as floats, next to gemm_f32_rows
 //    (the float32 product of the same shape), the best of seven timings of
-//    20,000 calls each.
+//    20,000 calls each. Every row is exactly n values long, read through
+//    masked loads at its end (as a convolution reads half rows in place;
+//    its float rows, in padded phase planes, are read whole).
 // 2. Where the build has AVX-512: what rounding a vector of sums to half
-//    costs next to the fused multiply-adds of a product (16 independent
-//    FMAs an iteration, then a rounding of some of their results, off their
-//    dependency chains), as the F16C conversion pair the kernels use and as
+//    costs next to the fused multiply-adds of a product (16 FMAs an
+//    iteration on 8 chains, then a rounding of some of their results, off
+//    the chains), as the F16C conversion pair the kernels use and as
 //    integer and add-and-subtract arithmetic giving the same bits (below
-//    65,520 in magnitude), in cycles of one FMA.
+//    65,520 in magnitude), in units of one FMA's time in the loop without
+//    roundings (a cycle where the core runs one 16-lane FMA a cycle).
 //
 //   cmake -S cpp -B build/cpp && cmake --build build/cpp --target neurenix_half_partials_bench
 //   build/cpp/neurenix_half_partials_bench

@@ -249,8 +249,9 @@ void ConvVertex::compute(uint8_t* mem) const {
   if (s.cout == 0 || p == 0) return;
   thread_local ConvScratch scratch;
   std::vector<float> &win = scratch.win, &wts = scratch.wts, &acc = scratch.acc, &tmp = scratch.tmp;
-  // (Asked once: each call looks up a thread-local variable of its own.)
-  const bool rounding_rng = active_rounding_rng() != nullptr;
+  // Whether stochastic rounding is on, asked once (each ask is a call
+  // into another file and an atomic load).
+  const bool stochastic = active_rounding_rng() != nullptr;
   // Input window as float. One received in pieces (receive aliases from
   // several senders) that the product reads in place is read a channel at a
   // time where each channel is, unless a channel straddles two pieces;
@@ -279,7 +280,7 @@ void ConvVertex::compute(uint8_t* mem) const {
   // product loads it (not widened first into `win`; under stochastic
   // rounding the product runs chunk by chunk on floats).
   const bool half_plane =
-      reads_half_rows() && (in_.pieces.empty() || !channels_.empty()) && !rounding_rng;
+      reads_half_rows() && (in_.pieces.empty() || !channels_.empty()) && !stochastic;
   if (half_plane) {
     if (in_.pieces.empty()) in_h = reinterpret_cast<const half_bits*>(mem + in_.address);
   } else if (in_dtype_ == DeviceType::kFloat32 && in_.pieces.empty()) {
@@ -545,7 +546,7 @@ void ConvVertex::compute(uint8_t* mem) const {
     } else {
       NX_CHECK(scales_ || !is_float8(in_dtype_), "float8 conv vertex without its scale");
       const float scale = operand_scale(mem, scales_.get());
-      if (!rounding_rng) {
+      if (!stochastic) {
         gemm_half_partials_rows(w_f, ldw, rows.data(), acc.data(), s.cout, n, k, n, amp_depth(in_dtype_), scale, true);
       } else {
         // Stochastic rounding draws per element in pass order: chunk by chunk.
@@ -575,7 +576,7 @@ void ConvVertex::compute(uint8_t* mem) const {
   const uint8_t* const bias_at = bias_ ? mem + bias_->field.address : nullptr;
   const DeviceType bias_dtype = bias_ ? bias_->dtype : DeviceType::kFloat32;
   const uint32_t cout = s.cout, out_w = s.out_w, ld_out = s.ld_out;
-  const bool whole = row_w == out_w && !rounding_rng;
+  const bool whole = row_w == out_w && !stochastic;
   const uint32_t segs = whole ? 1 : s.rows, seg_n = whole ? s.rows * out_w : out_w;
   // write(at, src, bias, count) for every output row (or whole channel),
   // src its `count` valid sums.
@@ -595,7 +596,7 @@ void ConvVertex::compute(uint8_t* mem) const {
     return;
   }
 #if defined(__AVX512F__)
-  if (out_dtype_ == DeviceType::kFloat16 && !rounding_rng) {
+  if (out_dtype_ == DeviceType::kFloat16 && !stochastic) {
     // Each output (plus the bias) rounded to half once, as the general path
     // below (rounding a sum already rounded to half changes nothing).
     each_row([&](size_t at, const float* src, float bv, uint32_t count) {

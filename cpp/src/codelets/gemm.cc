@@ -432,9 +432,11 @@ void micro_rows_half(const float* __restrict a, uint32_t lda, const B* const* __
 // Rows per block. With AVX-512: 8, as the float32 kernels (16 chunk sums,
 // 2 of B and A's broadcast in registers; with AVX-512 FP16 a row's running
 // sums take one more register each, without it the compiler keeps the
-// running sums on the stack between chunks, 32 loads and stores per 16 x
-// 16 products). 6 rows, every sum in a register, ran 1.07-1.12x the time
-// of 8 on products of 8 x 57 x 72 to 24 x 103 x 26 (docs/benchmarks.md).
+// running sums on the stack between chunks: 16 loads and 16 stores a
+// chunk of 8 rows of 2 vectors, 256 multiply-adds). Blocks of 6 rows,
+// every sum in a register, with the first chunk rounded twice, ran
+// 1.01-1.16x the time of this kernel on the shapes of
+// cpp/bench/half_partials_bench.cc (docs/benchmarks.md).
 #if defined(__AVX512F__)
 constexpr uint32_t kMRHalf = 8;
 #else
