@@ -22,23 +22,21 @@
 #endif
 
 #include <algorithm>
-#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <random>
 #include <vector>
 
 #include "neurenix/codelets/gemm.h"
+#include "product_timing.h"
 #include "neurenix/half.h"
 
 namespace {
 
 using neurenix::half_bits;
 
-struct Shape {
-  uint32_t m, n, k;  // C[m x n] = A[m x k] . B[k x n]
-  const char* from;
-};
+using neurenix_bench::best_seconds;
+using Shape = neurenix_bench::ProductShape;
 
 // Float16 shares from the plans of SqueezeNet, ResNet-50 and the BERT-style
 // encoder (rows x columns x depth as the kernel sees them).
@@ -51,20 +49,6 @@ const Shape kShapes[] = {
     {32, 169, 16, "1x1, 13 x 13"},
     {32, 64, 94, "BERT-style b8"},
 };
-
-template <class Fn>
-double best_seconds(Fn fn, int calls) {
-  double best = 1e30;
-  for (int rep = 0; rep < 7; ++rep) {
-    const auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < calls; ++i) {
-      fn();
-      asm volatile("" ::: "memory");
-    }
-    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / calls);
-  }
-  return best;
-}
 
 void kernels() {
   std::printf("| shape (m x n x k) | from | half rows (us) | float rows (us) | float32 product (us) | half rows / float32 |\n");

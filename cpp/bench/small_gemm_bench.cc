@@ -13,7 +13,6 @@
 #include <libxsmm.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -21,13 +20,12 @@
 #include <vector>
 
 #include "neurenix/codelets/gemm.h"
+#include "product_timing.h"
 
 namespace {
 
-struct Shape {
-  uint32_t m, n, k;  // C[m x n] = A[m x k] . B[k x n]
-  const char* from;
-};
+using neurenix_bench::best_seconds;
+using Shape = neurenix_bench::ProductShape;
 
 // Per-tile shares from the plans of the benchmark models (float32 unless
 // said), then a few larger products to show where the kernels part.
@@ -47,21 +45,6 @@ const Shape kShapes[] = {
     {128, 128, 128, "larger"},
     {256, 256, 256, "larger"},
 };
-
-template <class Fn>
-double best_seconds(Fn fn) {
-  constexpr int kCalls = 20000;
-  double best = 1e30;
-  for (int rep = 0; rep < 7; ++rep) {
-    const auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < kCalls; ++i) {
-      fn();
-      asm volatile("" ::: "memory");
-    }
-    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / kCalls);
-  }
-  return best;
-}
 
 }  // namespace
 
