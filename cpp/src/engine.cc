@@ -314,10 +314,19 @@ Engine::Engine(std::shared_ptr<const Executable> exe, const EngineOptions& optio
   for (uint32_t t = 0; t < sizes.size(); ++t) arenas_[t] = block_ + exe_->arena_offset(t);
   arena_total_ = exe_->block_bytes();
   const Graph& g = exe_->graph();
-  // Constants are loaded once, like the weights in a loaded executable.
-  for (size_t v = 0; v < g.num_vars(); ++v) {
-    const Variable& var = g.var(static_cast<VarId>(v));
-    if (var.kind == VarKind::kConstant && var.data.owner && var.numel) scatter(Tensor{static_cast<VarId>(v), var.shape}, var.data.data);
+  // Constants are loaded once, like the weights in a loaded executable: by
+  // share, on the engine's threads (the first writes to the block fault its
+  // pages in, which the threads then do side by side), the workers parked
+  // afterwards (no run follows at once).
+  {
+    std::vector<std::pair<VarId, uint32_t>> shares;
+    for (size_t v = 0; v < g.num_vars(); ++v) {
+      const Variable& var = g.var(static_cast<VarId>(v));
+      if (var.kind == VarKind::kConstant && var.data.owner && var.numel)
+        for (size_t si = 0; si < var.tiles.size(); ++si) shares.emplace_back(static_cast<VarId>(v), static_cast<uint32_t>(si));
+    }
+    pool_->parallel_for(shares.size(), [&](size_t i) { scatter_share(shares[i].first, shares[i].second, g.var(shares[i].first).data.data); });
+    pool_->park();
   }
   // The tiles' generators start from the seed when the program is loaded and
   // carry their state from run to run, as the IPU's do.
@@ -363,15 +372,17 @@ uint64_t Engine::output_bytes(uint32_t i) const {
 }
 
 void Engine::scatter(const Tensor& t, const uint8_t* data) {
-  const Graph& g = exe_->graph();
-  const Variable& v = g.var(t.var);
+  const size_t shares = exe_->graph().var(t.var).tiles.size();
+  for (size_t si = 0; si < shares; ++si) scatter_share(t.var, static_cast<uint32_t>(si), data);
+}
+
+void Engine::scatter_share(VarId var, uint32_t share, const uint8_t* data) {
+  const Variable& v = exe_->graph().var(var);
   const size_t es = device_type_size(v.dtype);
-  for (size_t si = 0; si < v.tiles.size(); ++si) {
-    uint8_t* base = block_ + exe_->host_offset(t.var, si);
-    for (uint32_t ii : v.tiles[si].intervals) {
-      const TileInterval& iv = v.mapping[ii];
-      std::memcpy(base + iv.local * es, data + iv.begin * es, (iv.end - iv.begin) * es);
-    }
+  uint8_t* base = block_ + exe_->host_offset(var, share);
+  for (uint32_t ii : v.tiles[share].intervals) {
+    const TileInterval& iv = v.mapping[ii];
+    std::memcpy(base + iv.local * es, data + iv.begin * es, (iv.end - iv.begin) * es);
   }
 }
 

@@ -139,7 +139,10 @@ class Engine {
   void copy_into_tile(uint8_t* dst, uint32_t e, uint32_t first, uint32_t last) const;
   // Performs one byte copy (any pattern) into the tile memory at `dst`.
   void copy_pattern(uint8_t* dst, const Executable::ByteCopy& c) const;
+  // Writes `t`'s elements from `data` (host order) into its shares.
   void scatter(const Tensor& t, const uint8_t* data);
+  // The same for share `share` of `var` alone.
+  void scatter_share(VarId var, uint32_t share, const uint8_t* data);
   void gather(const Tensor& t, uint8_t* data) const;
 
   std::shared_ptr<const Executable> exe_;
