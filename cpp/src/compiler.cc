@@ -100,6 +100,9 @@ Executable::HostCopy Executable::host_copy_of(const ByteCopy& b, uint64_t src) {
 std::unique_ptr<Executable> compile(std::unique_ptr<Graph> gp) {
   Graph& g = *gp;
   const TargetSpec& t = g.target();
+  // The lowering is over: the exchanges' copy lists keep only their copies.
+  stop_prefaulting_copies();
+  for (Exchange& ex : g.exchanges()) ex.copies.shrink_to_fit();
   // Outputs stream back at the end of the program (of its first segment
   // when it has two).
   std::vector<Step> program = g.program();

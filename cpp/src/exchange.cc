@@ -115,7 +115,7 @@ class CopyRuns {
   const VarId src_var_, dst_var_;
   const Variable& sv_;
   const Variable& dv_;
-  std::vector<Copy>& out_;
+  CopyList& out_;
   Open slots_[kOpen];
   uint8_t order_[kOpen];
   size_t n_open_ = 0;
@@ -262,7 +262,7 @@ void RepeatedCopies::copy(Graph& g, uint32_t ex, const View& src, const View& ds
     // Every copy of the first lands in [local, local + n) of one tile;
     // copy_view's runs and merges do not depend on where that range is, so
     // it would build these copies for `dst`.
-    std::vector<Copy>& out = g.exchange(ex).copies;
+    CopyList& out = g.exchange(ex).copies;
     for (size_t i = first.begin; i < first.end; ++i) {
       Copy c = out[i];
       c.dst = dst.var;

@@ -402,11 +402,73 @@ struct Copy {
   int32_t src_outer = 0;
   int32_t dst_outer = 0;
 };
+static_assert(std::is_trivially_copyable_v<Copy>, "a CopyList moves its copies as bytes");
+
+// A large model's lowering writes millions of copy descriptors, one exchange
+// after another, on one thread (150 MB for ResNet-50). A std::vector would
+// move its elements to a new block at every doubling and fault that block's
+// pages in on the lowering thread. A CopyList larger than kMappedBytes is a
+// mapping of its own that grows in place (mremap moves its pages, it copies
+// none), and the pages of each new tail are faulted in on another thread
+// (Linux's MADV_POPULATE_WRITE, which fills the page tables without writing
+// the bytes), ahead of the lowering that writes them. A page fault on fresh
+// memory costs 1.5-10 us (the slow end on a virtual machine that handed
+// freed memory back to its hypervisor).
+//
+// Read like a std::vector (size, [], at, back, range for). Throws
+// std::bad_alloc when the host has no memory for it (copy_list.cc).
+class CopyList {
+ public:
+  // From this size on, a list is a mapping of its own (smaller ones are on
+  // the heap, where freed blocks are used again).
+  static constexpr size_t kMappedBytes = size_t{256} << 10;
+
+  CopyList() = default;
+  CopyList(const CopyList& other);
+  CopyList(CopyList&& other) noexcept;
+  CopyList& operator=(CopyList other) noexcept;
+  ~CopyList();
+
+  void push_back(Copy c) {
+    if (size_ == capacity_) grow(size_ + 1);
+    data_[size_++] = c;
+  }
+  // Gives back the memory past the last copy (a mapping's populated tail).
+  void shrink_to_fit();
+
+  size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+  size_t capacity() const { return capacity_; }
+  // Whether the list is a mapping of its own (grown past kMappedBytes).
+  bool mapped() const { return mapped_bytes_ != 0; }
+  Copy& operator[](size_t i) { return data_[i]; }
+  const Copy& operator[](size_t i) const { return data_[i]; }
+  const Copy& at(size_t i) const;  // std::out_of_range past the end
+  Copy& back() { return data_[size_ - 1]; }
+  const Copy& back() const { return data_[size_ - 1]; }
+  Copy* begin() { return data_; }
+  Copy* end() { return data_ + size_; }
+  const Copy* begin() const { return data_; }
+  const Copy* end() const { return data_ + size_; }
+
+ private:
+  void grow(size_t need);
+  void release();
+
+  Copy* data_ = nullptr;
+  size_t size_ = 0;
+  size_t capacity_ = 0;
+  size_t mapped_bytes_ = 0;  // the mapping's length; 0 while on the heap
+};
+
+// Forgets the tails not yet faulted in (the lowering is over: the host's
+// threads are the compiler's now).
+void stop_prefaulting_copies();
 
 struct Exchange {
   std::string name;
   std::string node;  // the model node whose lowering made it
-  std::vector<Copy> copies;
+  CopyList copies;
 };
 
 enum class StepKind : uint8_t { kCompute, kExchange, kHostToDevice, kDeviceToHost };
