@@ -1,14 +1,11 @@
-// CopyList (graph.h): growth in place, tails faulted in on a helper
-// thread.
-#include "neurenix/graph.h"
-
+// CopyList (graph.h): growth in place, tails faulted in on a helper thread.
 #include <pthread.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <condition_variable>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -18,6 +15,13 @@
 #include <thread>
 #include <utility>
 #include <vector>
+
+#include "neurenix/graph.h"
+
+// (Linux 5.14; older C library headers lack the name.)
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
 
 namespace neurenix {
 
@@ -36,83 +40,122 @@ size_t round_to_pages(size_t bytes) {
   return (bytes + p - 1) / p * p;
 }
 
-// One thread for the process, started on first use, that faults in the
-// ranges it is given, the latest first (the one the lowering is writing).
-// Faulting in a range that has since moved or been unmapped is harmless:
-// the call fails on an unmapped range and only fills page tables on
-// another (no byte changes). Its state is never destroyed (the thread waits
-// on it for the life of the process); a child after fork() starts its own.
+bool overlaps(const char* a, size_t an, const char* b, size_t bn) { return a < b + bn && b < a + an; }
+
+// One thread for the process, started on first use where the kernel can
+// populate pages (tried once on a page of its own), that faults in the
+// ranges it is given, the latest first (the one the lowering is writing),
+// a chunk at a time. A list forgets its ranges, and waits for the chunk in
+// progress, before it remaps or unmaps its memory (forget_within): the
+// helper never touches an address the list no longer holds. Its state is
+// never destroyed (the thread waits on it for the life of the process); a
+// child after fork() starts its own.
 class Prefaulter {
  public:
-  static Prefaulter* get() {
+  // The helper, or null where there is none (no kernel support, or the
+  // thread could not be started).
+  static Prefaulter* get() noexcept {
     std::call_once(atfork_once_, [] {
-      pthread_atfork(nullptr, nullptr, [] {
-        // The child has no helper thread, and the lock may have been held
-        // by a thread the child does not have.
-        new (&instance_mu_) std::mutex();
-        instance_ = nullptr;
-      });
+      // The forking thread holds the lock across fork(), so that the child
+      // finds it consistent; the child has no helper thread.
+      pthread_atfork([] { instance_mu_.lock(); }, [] { instance_mu_.unlock(); },
+                     [] {
+                       instance_ = nullptr;
+                       tried_ = false;
+                       instance_mu_.unlock();
+                     });
     });
     std::lock_guard<std::mutex> l(instance_mu_);
-    if (!instance_) instance_ = new Prefaulter();
+    if (!tried_) {
+      tried_ = true;
+      try {
+        if (supported()) instance_ = new Prefaulter();
+      } catch (...) {
+        instance_ = nullptr;  // no thread: the lowering faults its pages in itself
+      }
+    }
     return instance_;
   }
-  static Prefaulter* get_if_started() {
+  static Prefaulter* get_if_started() noexcept {
     std::lock_guard<std::mutex> l(instance_mu_);
     return instance_;
   }
 
-  void populate_later(void* p, size_t bytes) {
+  void populate_later(char* p, size_t bytes) noexcept {
     if (bytes == 0) return;
-    {
+    try {
       std::lock_guard<std::mutex> l(mu_);
-      if (unsupported_) return;
-      ranges_.emplace_back(static_cast<char*>(p), bytes);
+      ranges_.push_back(Range{p, bytes});
+    } catch (...) {
+      return;  // (no memory for the entry: the pages fault in where written)
     }
-    cv_.notify_one();
+    work_.notify_one();
   }
-  void forget() {
+  // Drops the ranges inside [p, p + bytes) and waits for a chunk in
+  // progress there.
+  void forget_within(char* p, size_t bytes) noexcept {
+    std::unique_lock<std::mutex> l(mu_);
+    ranges_.erase(std::remove_if(ranges_.begin(), ranges_.end(),
+                                 [&](const Range& r) { return overlaps(r.at, r.bytes, p, bytes); }),
+                  ranges_.end());
+    chunk_done_.wait(l, [&] { return !busy_.bytes || !overlaps(busy_.at, busy_.bytes, p, bytes); });
+  }
+  void forget_all() noexcept {
     std::lock_guard<std::mutex> l(mu_);
     ranges_.clear();
   }
 
  private:
+  struct Range {
+    char* at;
+    size_t bytes;
+  };
+  // A few milliseconds of faults at most: what a list that remaps waits for.
+  static constexpr size_t kChunkBytes = size_t{2} << 20;
+
   Prefaulter() { std::thread([this] { loop(); }).detach(); }
 
+  static bool supported() {
+    void* p = mmap(nullptr, page_bytes(), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return false;
+    const bool ok = madvise(p, page_bytes(), MADV_POPULATE_WRITE) == 0;
+    munmap(p, page_bytes());
+    return ok;
+  }
+
   void loop() {
+    std::unique_lock<std::mutex> l(mu_);
     for (;;) {
-      std::pair<char*, size_t> r;
-      {
-        std::unique_lock<std::mutex> l(mu_);
-        cv_.wait(l, [&] { return !ranges_.empty(); });
-        r = ranges_.back();
-        ranges_.pop_back();
-      }
-#ifdef MADV_POPULATE_WRITE
-      if (madvise(r.first, r.second, MADV_POPULATE_WRITE) != 0 && errno == EINVAL) {
-        // A kernel without it (before Linux 5.14): the lowering faults its
-        // pages in itself, as it would anyway.
-        std::lock_guard<std::mutex> l(mu_);
-        unsupported_ = true;
-        ranges_.clear();
-      }
-#else
-      std::lock_guard<std::mutex> l(mu_);
-      unsupported_ = true;
-      ranges_.clear();
-#endif
+      work_.wait(l, [&] { return !ranges_.empty(); });
+      Range& r = ranges_.back();
+      busy_ = Range{r.at, std::min(r.bytes, kChunkBytes)};
+      r.at += busy_.bytes;
+      r.bytes -= busy_.bytes;
+      if (r.bytes == 0) ranges_.pop_back();
+      l.unlock();
+      // (Errors are the kernel's to report on a range the list still holds:
+      // out of memory; the lowering then faults those pages in itself.)
+      madvise(busy_.at, busy_.bytes, MADV_POPULATE_WRITE);
+      l.lock();
+      busy_ = Range{nullptr, 0};
+      chunk_done_.notify_all();
     }
   }
 
   std::mutex mu_;
-  std::condition_variable cv_;
-  std::vector<std::pair<char*, size_t>> ranges_;
-  bool unsupported_ = false;
+  std::condition_variable work_, chunk_done_;
+  std::vector<Range> ranges_;
+  Range busy_{nullptr, 0};
 
   static inline std::mutex instance_mu_;
   static inline Prefaulter* instance_ = nullptr;
+  static inline bool tried_ = false;
   static inline std::once_flag atfork_once_;
 };
+
+void forget_prefaulting(Copy* data, size_t bytes) {
+  if (Prefaulter* p = Prefaulter::get_if_started()) p->forget_within(reinterpret_cast<char*>(data), bytes);
+}
 
 }  // namespace
 
@@ -140,8 +183,12 @@ CopyList& CopyList::operator=(CopyList other) noexcept {
 CopyList::~CopyList() { release(); }
 
 void CopyList::release() {
-  if (mapped_bytes_) munmap(data_, mapped_bytes_);
-  else std::free(data_);
+  if (mapped_bytes_) {
+    forget_prefaulting(data_, mapped_bytes_);
+    munmap(data_, mapped_bytes_);
+  } else {
+    std::free(data_);
+  }
   data_ = nullptr;
   size_ = capacity_ = mapped_bytes_ = 0;
 }
@@ -154,6 +201,7 @@ const Copy& CopyList::at(size_t i) const {
 
 void CopyList::grow(size_t need) {
   const size_t want = std::max({need, capacity_ * 2, size_t{64}});
+  if (want > SIZE_MAX / sizeof(Copy)) throw std::bad_alloc();
   const size_t bytes = want * sizeof(Copy);
   if (!mapped_bytes_ && bytes < kMappedBytes) {
     void* p = std::realloc(data_, bytes);
@@ -165,6 +213,7 @@ void CopyList::grow(size_t need) {
   const size_t mapped = round_to_pages(bytes);
   void* p;
   if (mapped_bytes_) {
+    forget_prefaulting(data_, mapped_bytes_);
     p = mremap(data_, mapped_bytes_, mapped, MREMAP_MAYMOVE);
     if (p == MAP_FAILED) throw std::bad_alloc();
   } else {
@@ -173,12 +222,14 @@ void CopyList::grow(size_t need) {
     if (size_) std::memcpy(p, data_, size_ * sizeof(Copy));
     std::free(data_);
   }
-  // The pages past those written so far, faulted in on the helper thread.
-  const size_t written = size_ * sizeof(Copy) / page_bytes() * page_bytes();
-  Prefaulter::get()->populate_later(static_cast<char*>(p) + written, mapped - written);
   data_ = static_cast<Copy*>(p);
   mapped_bytes_ = mapped;
   capacity_ = mapped / sizeof(Copy);
+  // The pages past those written so far, faulted in on the helper thread.
+  if (Prefaulter* helper = Prefaulter::get()) {
+    const size_t written = size_ * sizeof(Copy) / page_bytes() * page_bytes();
+    helper->populate_later(reinterpret_cast<char*>(data_) + written, mapped - written);
+  }
 }
 
 void CopyList::shrink_to_fit() {
@@ -189,6 +240,7 @@ void CopyList::shrink_to_fit() {
   }
   const size_t keep = round_to_pages(size_ * sizeof(Copy));
   if (keep < mapped_bytes_) {
+    forget_prefaulting(data_, mapped_bytes_);
     // Shrinking in place: the mapping stays where it is.
     if (mremap(data_, mapped_bytes_, keep, 0) == MAP_FAILED) return;
     mapped_bytes_ = keep;
@@ -197,7 +249,9 @@ void CopyList::shrink_to_fit() {
 }
 
 void stop_prefaulting_copies() {
-  if (Prefaulter* p = Prefaulter::get_if_started()) p->forget();
+  if (Prefaulter* p = Prefaulter::get_if_started()) p->forget_all();
 }
+
+bool copies_prefaulted() { return Prefaulter::get() != nullptr; }
 
 }  // namespace neurenix

@@ -3,11 +3,14 @@
 // Every list is checked element by element against a std::vector built from
 // the same copies.
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstring>
 #include <stdexcept>
+#include <thread>
 #include <vector>
 
 #include "neurenix/graph.h"
@@ -25,6 +28,20 @@ Copy nth(size_t i) {
 }
 
 bool same(const Copy& a, const Copy& b) { return std::memcmp(&a, &b, sizeof(Copy)) == 0; }
+
+size_t page() { return static_cast<size_t>(sysconf(_SC_PAGESIZE)); }
+
+// Whether the page holding `p` is resident, within two seconds.
+bool becomes_resident(const void* p) {
+  const auto start = std::chrono::steady_clock::now();
+  void* at = reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(p) / page() * page());
+  for (;;) {
+    unsigned char in = 0;
+    if (mincore(at, page(), &in) == 0 && (in & 1)) return true;
+    if (std::chrono::steady_clock::now() - start > std::chrono::seconds(2)) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
 
 void expect_holds(const CopyList& list, const std::vector<Copy>& want) {
   ASSERT_EQ(list.size(), want.size());
@@ -81,7 +98,19 @@ TEST(CopyList, CopiesAndMovesAreWholeAndIndependent) {
     expect_holds(d, want);
     d = std::move(c);
     expect_holds(d, want);
+    CopyList& self = d;
+    d = self;  // assigned to itself
+    expect_holds(d, want);
   }
+}
+
+TEST(CopyList, NewTailsAreFaultedInWithoutBeingWritten) {
+  if (!neurenix::copies_prefaulted()) GTEST_SKIP() << "this kernel cannot populate pages (Linux 5.14 on)";
+  CopyList list;
+  while (!list.mapped()) list.push_back(nth(list.size()));
+  // The last page of the mapping: nothing has written it.
+  const Copy* last = list.begin() + list.capacity() - 1;
+  EXPECT_TRUE(becomes_resident(last)) << "the helper thread faults the tail in";
 }
 
 TEST(CopyList, ShrunkListsGrowAgain) {
@@ -95,13 +124,14 @@ TEST(CopyList, ShrunkListsGrowAgain) {
   const size_t before = list.capacity();
   list.shrink_to_fit();
   EXPECT_LE(list.capacity(), before);
-  EXPECT_LT(list.capacity() - list.size(), 4096 / sizeof(Copy) + 1) << "at most a page past the last copy";
+  EXPECT_LT(list.capacity() - list.size(), page() / sizeof(Copy) + 1) << "at most a page past the last copy";
   expect_holds(list, want);
   // Still a mapping, grown again by remapping (not as a heap block).
   for (size_t i = kMany; i < kMany + 5000; ++i) {
     list.push_back(nth(i));
     want.push_back(nth(i));
   }
+  EXPECT_TRUE(list.mapped());
   expect_holds(list, want);
 
   CopyList small;
@@ -111,8 +141,9 @@ TEST(CopyList, ShrunkListsGrowAgain) {
 }
 
 TEST(CopyList, AForkedChildGrowsListsOfItsOwn) {
-  // The helper thread does not cross fork(): the child starts its own (or
-  // faults its pages in itself) and its lists hold what it wrote.
+  // The helper thread does not cross fork(): the child starts its own, which
+  // faults in its lists' tails, and its lists hold what it wrote.
+  const bool prefaulted = neurenix::copies_prefaulted();  // the parent's helper runs
   CopyList parent;
   for (size_t i = 0; i < kMany; ++i) parent.push_back(nth(i));
   const pid_t pid = fork();
@@ -122,6 +153,11 @@ TEST(CopyList, AForkedChildGrowsListsOfItsOwn) {
     for (size_t i = 0; i < kMany; ++i) child.push_back(nth(i + 1));
     bool ok = child.size() == kMany && parent.size() == kMany;
     for (size_t i = 0; ok && i < kMany; ++i) ok = same(child[i], nth(i + 1)) && same(parent[i], nth(i));
+    if (ok && prefaulted) {
+      CopyList tail;
+      while (!tail.mapped()) tail.push_back(nth(tail.size()));
+      ok = becomes_resident(tail.begin() + tail.capacity() - 1);
+    }
     _exit(ok ? 0 : 1);
   }
   int status = 0;

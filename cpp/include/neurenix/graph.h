@@ -416,7 +416,9 @@ static_assert(std::is_trivially_copyable_v<Copy>, "a CopyList moves its copies a
 // freed memory back to its hypervisor).
 //
 // Read like a std::vector (size, [], at, back, range for). Throws
-// std::bad_alloc when the host has no memory for it (copy_list.cc).
+// std::bad_alloc when the host has no memory for it; a list gives up its
+// helper's pending work on its memory before it remaps or unmaps it, so the
+// helper only ever touches memory a list holds (copy_list.cc).
 class CopyList {
  public:
   // From this size on, a list is a mapping of its own (smaller ones are on
@@ -433,7 +435,8 @@ class CopyList {
     if (size_ == capacity_) grow(size_ + 1);
     data_[size_++] = c;
   }
-  // Gives back the memory past the last copy (a mapping's populated tail).
+  // A mapped list gives back the pages past its last copy (a heap list
+  // stays as it is).
   void shrink_to_fit();
 
   size_t size() const { return size_; }
@@ -461,9 +464,14 @@ class CopyList {
   size_t mapped_bytes_ = 0;  // the mapping's length; 0 while on the heap
 };
 
-// Forgets the tails not yet faulted in (the lowering is over: the host's
-// threads are the compiler's now).
+// Drops the tails not yet faulted in (the lowering is over: the host's
+// threads are the compiler's now); a chunk in progress, at most 2 MiB,
+// finishes.
 void stop_prefaulting_copies();
+// Whether new tails are faulted in on the helper thread: the kernel can
+// populate pages (Linux 5.14 on) and the thread runs (it is started here if
+// need be).
+bool copies_prefaulted();
 
 struct Exchange {
   std::string name;
