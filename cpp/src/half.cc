@@ -138,4 +138,32 @@ void add_half_n(half_bits* acc, const half_bits* src, size_t n) {
   for (; i < n; ++i) acc[i] = float_to_half(half_to_float(acc[i]) + half_to_float(src[i]));
 }
 
+void zero_plus_half_n(half_bits* dst, const half_bits* src, size_t n) {
+  // (A loop the compiler vectorises: two compares and selects per element.)
+  for (size_t i = 0; i < n; ++i) {
+    const half_bits h = src[i];
+    const bool nan = (h & 0x7fffu) > 0x7c00u;
+    dst[i] = h == 0x8000u ? half_bits{0} : nan ? static_cast<half_bits>(h | 0x0200u) : h;
+  }
+}
+
+void add_scalar_half_n(const half_bits* src, float v, half_bits* dst, size_t n) {
+  size_t i = 0;
+#if defined(__AVX512F__)
+  const __m512 v16 = _mm512_set1_ps(v);
+  for (; i + 16 <= n; i += 16) {
+    const __m512 a = _mm512_add_ps(_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i))), v16);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), _mm512_cvtps_ph(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  }
+#endif
+#if defined(__F16C__) && defined(__AVX__)
+  const __m256 v8 = _mm256_set1_ps(v);
+  for (; i + 8 <= n; i += 8) {
+    const __m256 a = _mm256_add_ps(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i))), v8);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), _mm256_cvtps_ph(a, _MM_FROUND_TO_NEAREST_INT));
+  }
+#endif
+  for (; i < n; ++i) dst[i] = float_to_half(half_to_float(src[i]) + v);
+}
+
 }  // namespace neurenix

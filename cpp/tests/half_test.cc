@@ -204,6 +204,43 @@ TEST(Half, AddHalfMatchesTheRoundedExactSum) {
   }
 }
 
+// The first part of a running half sum copied instead of added to zero:
+// for every one of the 65,536 patterns, the bits add_half_n gives when it
+// adds it to +0.
+TEST(Half, ZeroPlusHalfIsTheSumsBits) {
+  std::vector<half_bits> all(65536), zeros(65536, 0), got(65536 + 1, 0x1234);
+  for (uint32_t h = 0; h < 65536; ++h) all[h] = static_cast<half_bits>(h);
+  add_half_n(zeros.data(), all.data(), all.size());
+  zero_plus_half_n(got.data(), all.data(), all.size());
+  for (uint32_t h = 0; h < 65536; ++h) ASSERT_EQ(got[h], zeros[h]) << "pattern " << h;
+  ASSERT_EQ(got[65536], 0x1234) << "wrote past the end";
+  EXPECT_EQ(got[0x8000], 0) << "-0 + 0 is +0";
+}
+
+// A bias added to half sums: the float sum rounded to half, against the
+// sum in double rounded to float (the float sum exactly), then to half by
+// the reference; lengths around and past the vector widths.
+TEST(Half, AddScalarHalfMatchesTheRoundedFloatSum) {
+  std::mt19937 rng(11);
+  std::uniform_int_distribution<uint32_t> hbits(0, 65535);
+  std::uniform_real_distribution<float> value(-70000.0f, 70000.0f);
+  for (size_t n = 0; n <= 70; ++n) {
+    std::vector<half_bits> src(n), dst(n + 1, 0x1234);
+    for (size_t i = 0; i < n; ++i) src[i] = static_cast<half_bits>(hbits(rng));
+    const float v = n % 3 == 0 ? std::ldexp(value(rng), -12) : value(rng);
+    add_scalar_half_n(src.data(), v, dst.data(), n);
+    for (size_t i = 0; i < n; ++i) {
+      const double sum = static_cast<float>(ref_half_to_double(src[i]) + static_cast<double>(v));
+      if (std::isnan(sum)) {
+        ASSERT_TRUE(std::isnan(half_to_float(dst[i]))) << n << " " << i;
+      } else {
+        ASSERT_EQ(dst[i], ref_double_to_half(sum)) << n << " " << i << ": " << src[i] << " + " << v;
+      }
+    }
+    ASSERT_EQ(dst[n], 0x1234) << "wrote past the end";
+  }
+}
+
 TEST(Half, RoundToHalf) {
   EXPECT_EQ(round_to_half(0.1f), static_cast<float>(ref_round_half(0.1f)));
   EXPECT_EQ(round_to_half(2049.0f), 2048.0f);

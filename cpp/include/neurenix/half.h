@@ -120,5 +120,12 @@ void add_rounded_to_half(float* acc, float* part, size_t n, float scale);
 // half. Round to nearest only (with stochastic rounding, widen `src` and use
 // round_to_half_n, which draws per element).
 void add_half_n(half_bits* acc, const half_bits* src, size_t n);
+// dst[i] = 0 + src[i] in half (round to nearest), for i < n: the first part
+// of a running half sum without its addition. The same bits as the sum:
+// -0 becomes +0 and a signalling NaN quiet; everything else is copied.
+void zero_plus_half_n(half_bits* dst, const half_bits* src, size_t n);
+// dst[i] = src[i] + v rounded to the nearest binary16 value (the float sum,
+// then rounded), for i < n: a bias added to half sums.
+void add_scalar_half_n(const half_bits* src, float v, half_bits* dst, size_t n);
 
 }  // namespace neurenix

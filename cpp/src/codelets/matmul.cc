@@ -225,17 +225,26 @@ void SumPartialsVertex::compute(uint8_t* mem) const {
       return;
     }
   } else if (partials_ == DeviceType::kFloat16 && !active_rounding_rng()) {
-    // The same sums kept in half, each part added straight from its bytes.
+    // The same sums kept in half, each part added straight from its bytes
+    // (the first to zero: zero_plus_half_n, the sum's bits without the sum).
     std::vector<half_bits>& hacc = scratch.hacc;
-    hacc.assign(n, 0);
-    for_each_part_run(mem, n, sizeof(half_bits), [&](uint32_t, const uint8_t* src, uint64_t at, uint64_t len) {
-      add_half_n(hacc.data() + at, reinterpret_cast<const half_bits*>(src), len);
+    hacc.resize(n);
+    if (parts_ == 0) std::fill(hacc.begin(), hacc.end(), half_bits{0});
+    for_each_part_run(mem, n, sizeof(half_bits), [&](uint32_t p, const uint8_t* src, uint64_t at, uint64_t len) {
+      if (p == 0) zero_plus_half_n(hacc.data() + at, reinterpret_cast<const half_bits*>(src), len);
+      else add_half_n(hacc.data() + at, reinterpret_cast<const half_bits*>(src), len);
     });
-    if (!bias_ && out_dtype_ == DeviceType::kFloat16) {
+    if (out_dtype_ == DeviceType::kFloat16) {
+      // Stored row by row, each with its bias added and rounded on the way.
       uint8_t* o = mem + out_.address;
-      for (uint32_t r = 0; r < rows_; ++r)
-        std::memcpy(o + static_cast<size_t>(r) * ld_out_ * sizeof(half_bits),
-                    hacc.data() + static_cast<size_t>(r) * cols_, cols_ * sizeof(half_bits));
+      for (uint32_t r = 0; r < rows_; ++r) {
+        half_bits* row = reinterpret_cast<half_bits*>(o + static_cast<size_t>(r) * ld_out_ * sizeof(half_bits));
+        const half_bits* sum = hacc.data() + static_cast<size_t>(r) * cols_;
+        if (bias_)
+          add_scalar_half_n(sum, static_cast<float>(load_element(mem + bias_->field.address, bias_->dtype, r)), row, cols_);
+        else
+          std::memcpy(row, sum, cols_ * sizeof(half_bits));
+      }
       return;
     }
     acc.resize(n);
