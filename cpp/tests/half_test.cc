@@ -206,13 +206,22 @@ TEST(Half, AddHalfMatchesTheRoundedExactSum) {
 
 // The first part of a running half sum copied instead of added to zero:
 // for every one of the 65,536 patterns, the bits add_half_n gives when it
-// adds it to +0.
+// adds it to +0, and the sum 0 + x in double rounded by the reference (a
+// NaN: the same sign and payload, made quiet).
 TEST(Half, ZeroPlusHalfIsTheSumsBits) {
   std::vector<half_bits> all(65536), zeros(65536, 0), got(65536 + 1, 0x1234);
   for (uint32_t h = 0; h < 65536; ++h) all[h] = static_cast<half_bits>(h);
   add_half_n(zeros.data(), all.data(), all.size());
   zero_plus_half_n(got.data(), all.data(), all.size());
-  for (uint32_t h = 0; h < 65536; ++h) ASSERT_EQ(got[h], zeros[h]) << "pattern " << h;
+  for (uint32_t h = 0; h < 65536; ++h) {
+    ASSERT_EQ(got[h], zeros[h]) << "pattern " << h;
+    const double x = ref_half_to_double(static_cast<half_bits>(h));
+    if (std::isnan(x)) {
+      ASSERT_EQ(got[h], h | 0x0200u) << "pattern " << h;
+    } else {
+      ASSERT_EQ(got[h], ref_double_to_half(0.0 + x)) << "pattern " << h;
+    }
+  }
   ASSERT_EQ(got[65536], 0x1234) << "wrote past the end";
   EXPECT_EQ(got[0x8000], 0) << "-0 + 0 is +0";
 }
