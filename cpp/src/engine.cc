@@ -545,6 +545,20 @@ void Engine::copy_pattern(uint8_t* dst, const Executable::ByteCopy& c) const {
   }
 }
 
+namespace {
+// Asks the host's caches for the first four lines of each vertex object
+// of the next entry, while this one runs (ConvVertex is 224 bytes).
+void prefetch_vertices(Executable::VertexSpan vs) {
+  for (const Vertex* v : vs) {
+    const char* p = reinterpret_cast<const char*>(v);
+    __builtin_prefetch(p);
+    __builtin_prefetch(p + 64);
+    __builtin_prefetch(p + 128);
+    __builtin_prefetch(p + 192);
+  }
+}
+}  // namespace
+
 void Engine::copy_into_tile(uint8_t* dst, uint32_t e, uint32_t first, uint32_t last) const {
   const Executable::HostCopy* hc = exe_->host_copies()[e].data();
   for (uint32_t k = first; k < last; ++k) {
@@ -635,6 +649,7 @@ void Engine::run_steps(size_t first, size_t last) {
         const bool random = random_cs_[step.index];
         if (!options_.stochastic_rounding && !options_.fp_exceptions && !random) {
           on_tiles(sched, [&](size_t i) {
+            if (i + 1 < sched.size()) prefetch_vertices(sched[i + 1].vertices);
             uint8_t* mem = arenas_[sched[i].tile];
             for (const Vertex* v : sched[i].vertices) v->compute(mem);
           });
@@ -719,6 +734,7 @@ void Engine::run_steps(size_t first, size_t last) {
           // A fused exchange (Executable::fused): each tile's copies, then
           // its vertices of the next step, while the copied bytes are hot.
           on_tiles(fused, [&](size_t i) {
+            if (i + 1 < fused.size()) prefetch_vertices(fused[i + 1].vertices);
             const Executable::FusedTile& ft = fused[i];
             uint8_t* mem = arenas_[ft.tile];
             copy_into_tile(mem, step.index, ft.begin, ft.end);

@@ -17,6 +17,7 @@
 #include "neurenix/stochastic_rounding.h"
 #include "amp.h"
 #include "deinterleave.h"
+#include "scratch.h"
 
 // GCC 12 reports the AVX-512 conversion intrinsics' own placeholder
 // operands as maybe uninitialized (a false positive in its headers).
@@ -131,9 +132,7 @@ void channel_pointers(const uint8_t* mem, const Runs& runs, uint32_t cin, std::v
   }
 }
 
-// A host thread's scratch for the convolution vertex, in one thread-local
-// object (each thread-local variable of a shared library is looked up on
-// its own, a call per variable per vertex).
+// A host thread's scratch for the convolution vertex (thread_scratch).
 struct ConvScratch {
   std::vector<float> win, wts, acc, tmp, ph, row_buf;
   std::vector<const float*> chans, rows;
@@ -247,7 +246,7 @@ void ConvVertex::compute(uint8_t* mem) const {
   const uint32_t k = s.cin * s.kh * s.kw;
   const uint32_t p = s.rows * s.out_w;
   if (s.cout == 0 || p == 0) return;
-  thread_local ConvScratch scratch;
+  ConvScratch& scratch = thread_scratch<ConvScratch>();
   std::vector<float> &win = scratch.win, &wts = scratch.wts, &acc = scratch.acc, &tmp = scratch.tmp;
   // Whether stochastic rounding is on, asked once (each ask is a call
   // into another file and an atomic load).

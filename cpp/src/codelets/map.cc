@@ -19,6 +19,7 @@
 #include "neurenix/float_math.h"
 #include "neurenix/half.h"
 #include "neurenix/stochastic_rounding.h"
+#include "scratch.h"
 
 // GCC 12 reports the AVX-512 conversion intrinsics' own placeholder
 // operands as (maybe) uninitialized (a false positive in its headers, as in
@@ -643,14 +644,13 @@ void MapVertex::compute(uint8_t* mem) const {
     size_t run = 0;
     uint32_t used = 0;  // elements of that run before `at`
   };
-  // Per-thread scratch, one thread-local object (each thread-local variable
-  // of a shared library is looked up on its own): one slot per stack depth,
-  // and the cursors.
+  // A host thread's scratch (thread_scratch): one slot per stack depth, and
+  // the cursors.
   struct Scratch {
     std::vector<Slot> slots;
     std::vector<RunCursor> cursors;
   };
-  thread_local Scratch scratch;
+  Scratch& scratch = thread_scratch<Scratch>();
   std::vector<Slot>& slots = scratch.slots;
   if (slots.size() < expr.size() + 1) slots.resize(expr.size() + 1);
   std::vector<RunCursor>& cursors = scratch.cursors;

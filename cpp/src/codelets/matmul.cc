@@ -16,6 +16,7 @@
 #include "neurenix/half.h"
 #include "neurenix/stochastic_rounding.h"
 #include "amp.h"
+#include "scratch.h"
 
 namespace neurenix {
 namespace {
@@ -41,19 +42,14 @@ void store_block(const float* src, uint32_t rows, uint32_t cols, uint8_t* p, Dev
     store_floats(src + static_cast<size_t>(r) * cols, dtype, p + static_cast<size_t>(r) * ld * es, cols);
 }
 
-// A host thread's scratch for the product and partial-sum vertices, in
-// one thread-local object (each thread-local variable of a shared library
-// is looked up on its own, a call per variable per vertex).
+// A host thread's scratch for the product and partial-sum vertices
+// (thread_scratch).
 struct ProductScratch {
   std::vector<float> abuf, bbuf, cbuf, tbuf, acc, part;
   std::vector<const float*> rows;
   std::vector<const half_bits*> half_rows;
   std::vector<half_bits> hacc;
 };
-ProductScratch& product_scratch() {
-  thread_local ProductScratch s;
-  return s;
-}
 
 }  // namespace
 
@@ -119,7 +115,7 @@ void MatMulVertex::compute(uint8_t* mem) const {
              reinterpret_cast<float*>(mem + c_.address), m, n, k, s_.lda, s_.ldb, s_.ldc, false);
     return;
   }
-  ProductScratch& scratch = product_scratch();
+  ProductScratch& scratch = thread_scratch<ProductScratch>();
   std::vector<float> &abuf = scratch.abuf, &bbuf = scratch.bbuf, &cbuf = scratch.cbuf, &tbuf = scratch.tbuf;
   abuf.resize(static_cast<size_t>(m) * k);
   cbuf.resize(static_cast<size_t>(m) * n);
@@ -196,7 +192,7 @@ uint64_t SumPartialsVertex::cycles(const TargetSpec& t) const {
 
 void SumPartialsVertex::compute(uint8_t* mem) const {
   const uint64_t n = static_cast<uint64_t>(rows_) * cols_;
-  ProductScratch& scratch = product_scratch();
+  ProductScratch& scratch = thread_scratch<ProductScratch>();
   std::vector<float> &acc = scratch.acc, &part = scratch.part;
   if (partials_ == DeviceType::kFloat32) {
     // Added straight from each part's bytes (its pieces, when it is read at

@@ -10,6 +10,7 @@
 
 #include "neurenix/error.h"
 #include "deinterleave.h"
+#include "scratch.h"
 
 namespace neurenix {
 namespace {
@@ -100,13 +101,12 @@ uint64_t PoolVertex::cycles(const TargetSpec& t) const {
 
 void PoolVertex::compute(uint8_t* mem) const {
   const PoolWindow& s = s_;
-  // (One thread-local object: each thread-local variable of a shared
-  // library is looked up on its own, a call per variable per vertex.)
+  // (A host thread's buffers: thread_scratch.)
   struct Scratch {
     std::vector<float> win, res;
     std::vector<int32_t> row_of;
   };
-  thread_local Scratch scratch;
+  Scratch& scratch = thread_scratch<Scratch>();
   std::vector<float> &win = scratch.win, &res = scratch.res;
   std::vector<int32_t>& row_of = scratch.row_of;
   const size_t nrows = s.rows.size();
