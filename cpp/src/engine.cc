@@ -547,7 +547,8 @@ void Engine::copy_pattern(uint8_t* dst, const Executable::ByteCopy& c) const {
 
 namespace {
 // Asks the host's caches for the first four lines of each vertex object
-// of the next entry, while this one runs (ConvVertex is 224 bytes).
+// of the next entry, while this one runs (a convolution vertex, the
+// largest of the frequent kinds, fits in them: codelets/conv.cc).
 void prefetch_vertices(Executable::VertexSpan vs) {
   for (const Vertex* v : vs) {
     const char* p = reinterpret_cast<const char*>(v);

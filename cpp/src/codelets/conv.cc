@@ -132,6 +132,10 @@ void channel_pointers(const uint8_t* mem, const Runs& runs, uint32_t cin, std::v
   }
 }
 
+// The engine asks for the first four cache lines of each vertex object
+// before its turn (engine.cc): the convolution vertex fits in them.
+static_assert(sizeof(ConvVertex) <= 256, "a convolution vertex object past four cache lines");
+
 // A host thread's scratch for the convolution vertex (thread_scratch).
 struct ConvScratch {
   std::vector<float> win, wts, acc, tmp, ph, row_buf;
@@ -563,9 +567,8 @@ void ConvVertex::compute(uint8_t* mem) const {
   // Valid columns are acc[co][r * row_w + wo], wo < out_w. The stores
   // below run once per output row (thousands a step), converting to the
   // output type and adding the bias. Their loop reads locals, not the
-  // scratch (thread-local: the compiler recomputes a thread-local
-  // address inside a loop, a call per row, rather than keep it). A
-  // channel whose rows lie back to back in both the sums and the output
+  // vertex's fields or the scratch's vectors, which the compiler would
+  // load again for every row. A channel whose rows lie back to back in both the sums and the output
   // (no dropped columns: kernels one column wide, or no wider than their
   // column stride) is stored as one run; not under stochastic rounding,
   // which draws for each row's rounding and then its store, in that order.

@@ -101,7 +101,7 @@ uint64_t PoolVertex::cycles(const TargetSpec& t) const {
 
 void PoolVertex::compute(uint8_t* mem) const {
   const PoolWindow& s = s_;
-  // (A host thread's buffers: thread_scratch.)
+  // (A host thread's scratch for the pooling vertex: thread_scratch.)
   struct Scratch {
     std::vector<float> win, res;
     std::vector<int32_t> row_of;
