@@ -1,16 +1,12 @@
 #include "neurenix/engine.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cfenv>
 #include <chrono>
 #include <cmath>
-#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
-#include <exception>
 #include <functional>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <utility>
